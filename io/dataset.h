@@ -1,0 +1,96 @@
+/*
+ * dataset.h - streaming training data readers.
+ *
+ * Sources: Fashion-MNIST / MNIST IDX files (gzip, read with zlib), nntrainer
+ * raw files (per sample: feature_len float32 values then num_classes float32
+ * one-hot label values, native endianness), and synthetic data (fixed seed).
+ * Batches are streamed: at most a shuffle buffer of samples is held in RAM,
+ * never the whole set.
+ *
+ * Samples are adapted to the model's input shape (c, h, w): IDX images
+ * (1, rows, cols) are scaled to [0, 1], zero-padded centred to (h, w) when
+ * larger, and the channel replicated to c. nto_dataset_adaptation() says
+ * what was done, for the user.
+ *
+ * A dataset is used by one thread at a time.
+ */
+#ifndef NTO_DATASET_H
+#define NTO_DATASET_H
+
+#include "error.h"
+#include "tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct nto_dataset nto_dataset;
+
+/*
+ * Open an IDX pair (images idx3, labels idx1; gzip or plain, detected).
+ * sample: the model input shape (n ignored); num_classes: label width.
+ * Errors: NTO_EIO (cannot open, names the file), NTO_EDATA (wrong magic,
+ * truncated, label >= num_classes; names the file and byte offset),
+ * NTO_ESHAPE (image larger than the input shape).
+ */
+int nto_dataset_open_idx(nto_dataset **out, const char *images,
+                         const char *labels, nto_shape sample, int num_classes,
+                         nto_err *err);
+
+/*
+ * Open the training ("train") or test ("t10k") split of an IDX directory
+ * (e.g. /usr/share/datasets/fashion-mnist), files named
+ * <split>-images-idx3-ubyte[.gz] and <split>-labels-idx1-ubyte[.gz].
+ */
+int nto_dataset_open_idx_dir(nto_dataset **out, const char *dir,
+                             const char *split, nto_shape sample,
+                             int num_classes, nto_err *err);
+
+/*
+ * Open an nntrainer raw data file. Its size must be a multiple of
+ * (c*h*w + num_classes) * 4 bytes, else NTO_EDATA naming the file and size.
+ */
+int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
+                         int num_classes, nto_err *err);
+
+/*
+ * Synthetic data: num_samples samples, deterministic for seed. Inputs are
+ * N(0,1)-ish; the label of a sample is a fixed function of its input so that
+ * a model can learn it.
+ */
+int nto_dataset_open_synthetic(nto_dataset **out, size_t num_samples,
+                               nto_shape sample, int num_classes,
+                               uint64_t seed, nto_err *err);
+
+/* Number of samples one epoch yields (after nto_dataset_limit). */
+size_t nto_dataset_size(const nto_dataset *ds);
+
+/* Use only the first n samples of the source (n = 0: all). */
+void nto_dataset_limit(nto_dataset *ds, size_t n);
+
+/*
+ * Shuffle with a buffer of buffer_samples samples (0 or 1: no shuffle),
+ * seeded with seed; deterministic. Takes effect at the next rewind.
+ */
+void nto_dataset_shuffle(nto_dataset *ds, size_t buffer_samples,
+                         uint64_t seed);
+
+/* Start a new epoch (first call optional). Returns 0 or an error. */
+int nto_dataset_rewind(nto_dataset *ds, nto_err *err);
+
+/*
+ * Read up to batch samples of the current epoch into x (batch * c*h*w
+ * floats, NCHW) and y (batch * num_classes floats, one-hot). *got is the
+ * number of samples written (0 at end of epoch); rows past *got are zeroed.
+ * Returns 0 or an error (NTO_EIO / NTO_EDATA with file and offset).
+ */
+int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
+                     nto_err *err);
+
+/* One line describing the source and the adaptation, e.g.
+ * "fashion-mnist train (60000 samples, 1x28x28 zero-padded to 32x32,
+ *  channel replicated to 3)". Owned by ds. */
+const char *nto_dataset_describe(const nto_dataset *ds);
+
+void nto_dataset_close(nto_dataset *ds);
+
+#endif /* NTO_DATASET_H */

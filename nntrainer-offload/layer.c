@@ -1,0 +1,33 @@
+/* layer.c - helpers of the layer interface. See layer.h. */
+#include "layer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
+                         nto_init_kind init, int fan_in, int fan_out,
+                         int trainable) {
+  if (l->n_w >= NTO_MAX_WEIGHTS)
+    return NTO_EINVAL;
+  nto_weight_req *w = &l->w[l->n_w];
+  memset(w, 0, sizeof *w);
+  snprintf(w->name, sizeof w->name, "%s", name);
+  w->shape = shape;
+  w->init = init;
+  w->fan_in = fan_in;
+  w->fan_out = fan_out;
+  w->trainable = trainable;
+  w->tensor = -1;
+  return l->n_w++;
+}
+
+int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape) {
+  if (l->n_saved >= NTO_MAX_SAVED)
+    return NTO_EINVAL;
+  nto_saved_req *s = &l->saved[l->n_saved];
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->shape = shape;
+  s->tensor = -1;
+  return l->n_saved++;
+}

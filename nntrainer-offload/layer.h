@@ -1,0 +1,150 @@
+/*
+ * layer.h - the layer interface: an ops table per layer type plus a small
+ * descriptor per layer instance.
+ *
+ * Life of a layer (all on the thread that builds the model, except
+ * forward/backward which run on the executor thread):
+ *   1. the registry finds the ops table for the INI `type`;
+ *   2. the graph allocates l->priv (ops->priv_size bytes, zeroed), calls
+ *      ops->defaults, then ops->set_prop for each INI key it does not handle
+ *      itself (type, name, input_layers, activation, trainable, input_shape);
+ *   3. the graph sets n_in, in_shape[] (n = batch size) and calls ops->plan,
+ *      which sets out_shape, requests weights (nto_layer_add_weight), tensors
+ *      saved for backward (nto_layer_add_saved), the workspace size, and the
+ *      bwd_needs_* flags;
+ *   4. the executor calls forward and backward with pointers that are valid
+ *      for that one call only. Layers never keep them.
+ *
+ * Kernels write their outputs with "=" (never accumulate into din/dw): the
+ * executor sums gradients of fan-out itself.
+ */
+#ifndef NTO_LAYER_H
+#define NTO_LAYER_H
+
+#include "error.h"
+#include "props.h"
+#include "rng.h"
+#include "tensor.h"
+
+#include <stddef.h>
+
+#define NTO_MAX_INPUTS 8
+#define NTO_MAX_WEIGHTS 6
+#define NTO_MAX_SAVED 4
+#define NTO_NAME_MAX 64
+
+typedef struct nto_layer nto_layer;
+
+/* A weight the layer owns; created by nto_layer_add_weight during plan. */
+typedef struct nto_weight_req {
+  char name[32];      /* "weight", "bias", "gamma", "moving_mean", ... */
+  nto_shape shape;    /* n = 1; e.g. conv: (filters, c/groups, kh, kw) */
+  nto_init_kind init; /* initializer */
+  int fan_in, fan_out;
+  int trainable;      /* 0 for running statistics: no gradient, no update */
+  int tensor;         /* index in the model's tensor table (set by model) */
+} nto_weight_req;
+
+/* A tensor forward writes and backward reads (e.g. a dropout mask). */
+typedef struct nto_saved_req {
+  char name[32];
+  nto_shape shape; /* n = batch where per-sample */
+  int tensor;      /* index in the model's tensor table (set by model) */
+} nto_saved_req;
+
+/* What a layer's output is, for fusing the loss (set by plan). */
+typedef enum {
+  NTO_OUT_PLAIN = 0,
+  NTO_OUT_SOFTMAX, /* output = softmax(input) over c*h*w of each sample */
+  NTO_OUT_SIGMOID, /* output = sigmoid(input) elementwise */
+} nto_out_kind;
+
+/* Arguments of one forward call. Pointers valid for this call only. */
+typedef struct nto_fwd {
+  const float *in[NTO_MAX_INPUTS]; /* in[i]: l->in_shape[i] */
+  float *out;                      /* l->out_shape; written with "=" */
+  float *w[NTO_MAX_WEIGHTS];       /* l->w[j].shape; stats may be updated */
+  float *saved[NTO_MAX_SAVED];     /* l->saved[k].shape; forward writes */
+  float *ws;                       /* l->ws_bytes bytes, undefined content */
+  int training;                    /* 1: batch stats, dropout active */
+  nto_rng *rng;                    /* executor's generator (dropout) */
+} nto_fwd;
+
+/* Arguments of one backward call. Pointers valid for this call only. */
+typedef struct nto_bwd {
+  const float *in[NTO_MAX_INPUTS]; /* forward inputs; NULL unless
+                                      l->bwd_needs_input */
+  const float *out;                /* forward output; NULL unless
+                                      l->bwd_needs_output */
+  const float *dout;               /* dL/d(out), l->out_shape */
+  float *din[NTO_MAX_INPUTS];      /* dL/d(in[i]) written with "=";
+                                      NULL when nobody needs it */
+  const float *w[NTO_MAX_WEIGHTS];
+  float *dw[NTO_MAX_WEIGHTS]; /* dL/d(w[j]) written with "="; NULL for
+                                 non-trainable weights or frozen layers */
+  float *saved[NTO_MAX_SAVED];
+  float *ws; /* l->ws_bytes bytes, undefined content */
+} nto_bwd;
+
+typedef struct nto_layer_ops {
+  const char *type; /* INI type name, lowercase, e.g. "conv2d" */
+  size_t priv_size; /* bytes of private state, zeroed by the graph */
+  int min_inputs, max_inputs;
+  /* Set default property values in l->priv. May be NULL. */
+  void (*defaults)(nto_layer *l);
+  /*
+   * Apply one INI property. key is lowercase, value trimmed.
+   * Returns 0 if handled, NTO_ENOKEY (no message needed) if this layer type
+   * has no such key, NTO_ECONFIG with a message saying what was expected.
+   */
+  int (*set_prop)(nto_layer *l, const char *key, const char *value,
+                  nto_err *err);
+  /*
+   * Compute out_shape from in_shape[0..n_in) (n = batch), request weights,
+   * saved tensors, workspace. Returns 0, NTO_ESHAPE or NTO_ECONFIG with a
+   * message (e.g. "kernel 5x5 larger than padded input 3x3").
+   */
+  int (*plan)(nto_layer *l, nto_err *err);
+  void (*forward)(nto_layer *l, const nto_fwd *f);
+  void (*backward)(nto_layer *l, const nto_bwd *b);
+} nto_layer_ops;
+
+struct nto_layer {
+  char name[NTO_NAME_MAX]; /* INI section name (as written) */
+  const nto_layer_ops *ops;
+  void *priv; /* ops->priv_size bytes, owned by the graph */
+
+  int n_in;                         /* number of input edges */
+  int in[NTO_MAX_INPUTS];           /* producer layer index per edge */
+  nto_shape in_shape[NTO_MAX_INPUTS];
+  nto_shape out_shape;
+
+  nto_weight_req w[NTO_MAX_WEIGHTS];
+  int n_w;
+  nto_saved_req saved[NTO_MAX_SAVED];
+  int n_saved;
+  size_t ws_bytes;      /* workspace needed by forward and backward */
+  int bwd_needs_input;  /* backward reads in[] */
+  int bwd_needs_output; /* backward reads out */
+  nto_out_kind out_kind;
+  int trainable; /* INI `trainable` (default 1): 0 freezes all weights */
+};
+
+/*
+ * Request a weight during plan. name is copied (<= 31 chars). fan_in and
+ * fan_out feed the initializer formulas (props.h). Returns the weight's
+ * index j (used as f->w[j]) or NTO_EINVAL if NTO_MAX_WEIGHTS is reached.
+ */
+int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
+                         nto_init_kind init, int fan_in, int fan_out,
+                         int trainable);
+
+/* Request a saved tensor during plan; returns its index k or NTO_EINVAL. */
+int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
+
+/* Bytes of one float tensor of this shape (not rounded). */
+static inline size_t nto_shape_bytes(nto_shape s) {
+  return nto_shape_numel(s) * sizeof(float);
+}
+
+#endif /* NTO_LAYER_H */

@@ -1,0 +1,224 @@
+/* props.c - property value parsers and weight initializers. See props.h. */
+#include "props.h"
+#include "tensor.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int nto_streq(const char *a, const char *b) { return strcasecmp(a, b) == 0; }
+
+static const char *skip_blank(const char *p) {
+  while (*p && isspace((unsigned char)*p))
+    p++;
+  return p;
+}
+
+/* Parses one long at *p, advancing *p; 0 or -1. */
+static int scan_long(const char **p, long *out) {
+  const char *s = skip_blank(*p);
+  char *end = NULL;
+  if (*s == '\0')
+    return -1;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || errno == ERANGE)
+    return -1;
+  *out = v;
+  *p = skip_blank(end);
+  return 0;
+}
+
+int nto_parse_int(const char *v, long min, long max, long *out, nto_err *err) {
+  const char *p = v;
+  long x;
+  if (scan_long(&p, &x) != 0 || *p != '\0')
+    return nto_err_set(err, NTO_ECONFIG, "expected an integer, got '%s'", v);
+  if (x < min || x > max)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "expected an integer in [%ld, %ld], got '%s'", min, max,
+                       v);
+  *out = x;
+  return 0;
+}
+
+int nto_parse_float(const char *v, double min, double max, double *out,
+                    nto_err *err) {
+  const char *s = skip_blank(v);
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(s, &end);
+  if (end == s || *skip_blank(end) != '\0' || errno == ERANGE || !isfinite(x))
+    return nto_err_set(err, NTO_ECONFIG, "expected a number, got '%s'", v);
+  if (x < min || x > max)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "expected a number in [%g, %g], got '%s'", min, max, v);
+  *out = x;
+  return 0;
+}
+
+int nto_parse_bool(const char *v, int *out, nto_err *err) {
+  static const char *const t[] = {"true", "yes", "1", "on", NULL};
+  static const char *const f[] = {"false", "no", "0", "off", NULL};
+  const char *s = skip_blank(v);
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1]))
+    n--;
+  for (int i = 0; t[i]; i++) {
+    if (strlen(t[i]) == n && strncasecmp(s, t[i], n) == 0) {
+      *out = 1;
+      return 0;
+    }
+    if (strlen(f[i]) == n && strncasecmp(s, f[i], n) == 0) {
+      *out = 0;
+      return 0;
+    }
+  }
+  return nto_err_set(err, NTO_ECONFIG, "expected true or false, got '%s'", v);
+}
+
+int nto_parse_int_list(const char *v, long min, long max, long *out,
+                       int max_count, int *count, nto_err *err) {
+  const char *p = v;
+  int n = 0;
+  for (;;) {
+    long x;
+    if (scan_long(&p, &x) != 0)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected a comma-separated list of integers, got "
+                         "'%s'",
+                         v);
+    if (x < min || x > max)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected integers in [%ld, %ld], got '%s'", min, max,
+                         v);
+    if (n == max_count)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected at most %d values, got '%s'", max_count, v);
+    out[n++] = x;
+    if (*p == '\0')
+      break;
+    if (*p != ',')
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected a comma-separated list of integers, got "
+                         "'%s'",
+                         v);
+    p++;
+  }
+  *count = n;
+  return 0;
+}
+
+int nto_parse_enum(const char *v, const char *const *names, int *out,
+                   nto_err *err) {
+  const char *s = skip_blank(v);
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1]))
+    n--;
+  for (int i = 0; names[i]; i++) {
+    if (strlen(names[i]) == n && strncasecmp(s, names[i], n) == 0) {
+      *out = i;
+      return 0;
+    }
+  }
+  char list[256] = "";
+  for (int i = 0; names[i]; i++) {
+    if (i)
+      strncat(list, "|", sizeof list - strlen(list) - 1);
+    strncat(list, names[i], sizeof list - strlen(list) - 1);
+  }
+  return nto_err_set(err, NTO_ECONFIG, "expected one of %s, got '%s'", list,
+                     v);
+}
+
+int nto_parse_shape(const char *v, struct nto_shape *s, nto_err *err) {
+  long d[4];
+  int n = 0;
+  const char *p = v;
+  for (;;) {
+    long x;
+    if (n == 4 || scan_long(&p, &x) != 0 || x < 1 || x > (1L << 24))
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected a shape c:h:w of positive integers, got "
+                         "'%s'",
+                         v);
+    d[n++] = x;
+    if (*p == '\0')
+      break;
+    if (*p != ':')
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected a shape c:h:w of positive integers, got "
+                         "'%s'",
+                         v);
+    p++;
+  }
+  s->n = 1;
+  s->c = n >= 3 ? (int)d[n - 3] : 1;
+  s->h = n >= 2 ? (int)d[n - 2] : 1;
+  s->w = (int)d[n - 1];
+  return 0;
+}
+
+static const char *const init_names[NTO_INIT_COUNT + 1] = {
+    "zeros",       "ones",          "xavier_uniform", "xavier_normal",
+    "he_uniform",  "he_normal",     "lecun_uniform",  "lecun_normal",
+    NULL};
+
+int nto_parse_initializer(const char *v, nto_init_kind *out, nto_err *err) {
+  int k;
+  int rc = nto_parse_enum(v, init_names, &k, err);
+  if (rc == 0)
+    *out = (nto_init_kind)k;
+  return rc;
+}
+
+const char *nto_initializer_name(nto_init_kind k) {
+  return (unsigned)k < NTO_INIT_COUNT ? init_names[k] : "?";
+}
+
+static void fill_uniform(float *x, size_t n, double a, nto_rng *rng) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)((2.0 * nto_rng_uniform(rng) - 1.0) * a);
+}
+
+static void fill_normal(float *x, size_t n, double sd, nto_rng *rng) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(nto_rng_normal(rng) * sd);
+}
+
+void nto_init_fill(float *x, size_t n, nto_init_kind k, int fan_in,
+                   int fan_out, nto_rng *rng) {
+  double fi = fan_in > 0 ? fan_in : 1, fo = fan_out > 0 ? fan_out : 1;
+  switch (k) {
+  case NTO_INIT_ZEROS:
+    memset(x, 0, n * sizeof *x);
+    break;
+  case NTO_INIT_ONES:
+    for (size_t i = 0; i < n; i++)
+      x[i] = 1.0f;
+    break;
+  case NTO_INIT_XAVIER_UNIFORM:
+    fill_uniform(x, n, sqrt(6.0 / (fi + fo)), rng);
+    break;
+  case NTO_INIT_XAVIER_NORMAL:
+    fill_normal(x, n, sqrt(2.0 / (fi + fo)), rng);
+    break;
+  case NTO_INIT_HE_UNIFORM:
+    fill_uniform(x, n, sqrt(6.0 / fi), rng);
+    break;
+  case NTO_INIT_HE_NORMAL:
+    fill_normal(x, n, sqrt(2.0 / fi), rng);
+    break;
+  case NTO_INIT_LECUN_UNIFORM:
+    fill_uniform(x, n, sqrt(3.0 / fi), rng);
+    break;
+  case NTO_INIT_LECUN_NORMAL:
+    fill_normal(x, n, sqrt(1.0 / fi), rng);
+    break;
+  default:
+    break;
+  }
+}

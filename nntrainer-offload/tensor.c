@@ -1,0 +1,47 @@
+/* tensor.c - shapes and tensor buffers. See tensor.h. */
+#include "tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t nto_shape_numel(nto_shape s) {
+  return (size_t)s.n * (size_t)s.c * (size_t)s.h * (size_t)s.w;
+}
+
+size_t nto_shape_sample(nto_shape s) {
+  return (size_t)s.c * (size_t)s.h * (size_t)s.w;
+}
+
+int nto_shape_eq(nto_shape a, nto_shape b) {
+  return a.n == b.n && a.c == b.c && a.h == b.h && a.w == b.w;
+}
+
+char *nto_shape_str(nto_shape s, int with_batch, char *buf, size_t len) {
+  if (with_batch)
+    snprintf(buf, len, "%d:%d:%d:%d", s.n, s.c, s.h, s.w);
+  else
+    snprintf(buf, len, "%d:%d:%d", s.c, s.h, s.w);
+  return buf;
+}
+
+size_t nto_round_page(size_t bytes) {
+  return (bytes + NTO_PAGE - 1) / NTO_PAGE * NTO_PAGE;
+}
+
+const char *nto_role_name(nto_role r) {
+  static const char *const names[NTO_ROLE_COUNT] = {
+      "weight", "opt_state", "activation", "grad", "param_grad", "workspace"};
+  return (unsigned)r < NTO_ROLE_COUNT ? names[r] : "?";
+}
+
+float *nto_alloc_aligned(size_t bytes) {
+  size_t sz = nto_round_page(bytes ? bytes : 1);
+  void *p = NULL;
+  if (posix_memalign(&p, NTO_PAGE, sz) != 0)
+    return NULL;
+  memset(p, 0, sz);
+  return p;
+}
+
+void nto_free_aligned(float *p) { free(p); }
