@@ -5,8 +5,8 @@
 #include <string.h>
 
 int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
-                         nto_init_kind init, int fan_in, int fan_out,
-                         int trainable) {
+                         int ndim, nto_init_kind init, int fan_in,
+                         int fan_out, int trainable) {
   if (l->n_w >= NTO_MAX_WEIGHTS)
     return NTO_EINVAL;
   nto_weight_req *w = &l->w[l->n_w];
@@ -17,6 +17,7 @@ int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
   w->fan_in = fan_in;
   w->fan_out = fan_out;
   w->trainable = trainable;
+  w->ndim = ndim;
   w->tensor = -1;
   return l->n_w++;
 }

@@ -42,6 +42,8 @@ typedef struct nto_weight_req {
   nto_init_kind init; /* initializer */
   int fan_in, fan_out;
   int trainable;      /* 0 for running statistics: no gradient, no update */
+  int ndim;           /* rank when exported (safetensors): the trailing ndim
+                         dims of shape, e.g. conv weight 4, bias 1, fc 2 */
   int tensor;         /* index in the model's tensor table (set by model) */
 } nto_weight_req;
 
@@ -131,13 +133,18 @@ struct nto_layer {
 };
 
 /*
- * Request a weight during plan. name is copied (<= 31 chars). fan_in and
- * fan_out feed the initializer formulas (props.h). Returns the weight's
- * index j (used as f->w[j]) or NTO_EINVAL if NTO_MAX_WEIGHTS is reached.
+ * Request a weight during plan. name is copied (<= 31 chars). ndim: export
+ * rank (1..4, the trailing dims of shape). fan_in and fan_out feed the
+ * initializer formulas (props.h). Returns the weight's index j (used as
+ * f->w[j]) or NTO_EINVAL if NTO_MAX_WEIGHTS is reached.
+ * Shapes by convention: conv2d weight (filters, c/groups, kh, kw) ndim 4,
+ * bias (1, filters, 1, 1) ndim 1; batch-norm vectors (1, c, 1, 1) ndim 1;
+ * fully_connected weight (1, 1, in, unit) ndim 2, bias (1, 1, 1, unit)
+ * ndim 1.
  */
 int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
-                         nto_init_kind init, int fan_in, int fan_out,
-                         int trainable);
+                         int ndim, nto_init_kind init, int fan_in,
+                         int fan_out, int trainable);
 
 /* Request a saved tensor during plan; returns its index k or NTO_EINVAL. */
 int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);

@@ -1,0 +1,125 @@
+/*
+ * config.h - nntrainer-style INI model configuration, loaded with iniparser.
+ *
+ * Sections: [Model], [Optimizer], [LearningRateScheduler], [train_set],
+ * [valid_set], [test_set] are parsed here into typed settings; every other
+ * section is a layer, kept as an ordered list of key/value pairs for the
+ * graph builder (graph.h) to apply through the layer registry.
+ * Section names, keys and enum values are case-insensitive; values may be
+ * quoted; inline '#' and ';' comments are stripped (iniparser rules).
+ *
+ * Every error names the file, the section and the key and says what was
+ * expected, e.g.
+ *   "res/x.ini: [Optimizer] key 'beta1': expected a number in [0, 1),
+ *    got 'abc'"
+ * Single-threaded: iniparser reports syntax errors through a process-wide
+ * callback, so load one config at a time (the CLI's main thread).
+ */
+#ifndef NTO_CONFIG_H
+#define NTO_CONFIG_H
+
+#include "error.h"
+
+#include <stddef.h>
+
+#define NTO_CONF_STR 512
+
+typedef enum { NTO_LOSS_CROSS, NTO_LOSS_MSE } nto_loss_kind;
+typedef enum { NTO_OPT_SGD, NTO_OPT_ADAM, NTO_OPT_ADAMW } nto_opt_kind;
+typedef enum {
+  NTO_LR_CONSTANT,
+  NTO_LR_EXPONENTIAL,
+  NTO_LR_STEP,
+  NTO_LR_COSINE
+} nto_lr_kind;
+
+/* One key = value of a layer section. key is lowercase, value trimmed. */
+typedef struct nto_kv {
+  char key[64];
+  char value[NTO_CONF_STR];
+} nto_kv;
+
+/* A layer section, in file order. */
+typedef struct nto_section {
+  char name[64]; /* as written in the file (case kept) */
+  nto_kv *kv;
+  int n_kv;
+} nto_section;
+
+typedef struct nto_model_conf {
+  int epochs;           /* default 1 */
+  nto_loss_kind loss;   /* "cross" (default) or "mse" */
+  int batch_size;       /* default 1 */
+  char save_path[NTO_CONF_STR]; /* "" if absent */
+  /* Swap settings (nntrainer memory_swap* / fsu* keys; used by offload). */
+  int memory_swap;                 /* 0/1, default 0 */
+  char swap_lookahead[32];         /* "" if absent; an int or "auto" */
+  char swap_path[NTO_CONF_STR];    /* "" if absent */
+  char memory_budget[32];          /* "" if absent; e.g. "64M" */
+} nto_model_conf;
+
+typedef struct nto_opt_conf {
+  nto_opt_kind kind;    /* default adam */
+  double learning_rate; /* default 1e-3 (if no scheduler gives one) */
+  double momentum;      /* sgd, default 0 */
+  double beta1, beta2;  /* adam(w), default 0.9, 0.999 */
+  double epsilon;       /* adam(w), default 1e-7 (nntrainer's default) */
+  double weight_decay;  /* default 0 (sgd: L2 added to grad; adamw:
+                           decoupled, Loshchilov & Hutter 2019) */
+  int lr_given;         /* learning_rate was written in [Optimizer] */
+} nto_opt_conf;
+
+#define NTO_LR_MAX_STEPS 16
+typedef struct nto_lr_conf {
+  nto_lr_kind kind; /* default constant */
+  int given;        /* the section exists */
+  /* constant/exponential: learning_rate; step: learning_rate is a list of
+     n_steps+1 rates changing at the given iterations. */
+  double learning_rate[NTO_LR_MAX_STEPS + 1];
+  long iteration[NTO_LR_MAX_STEPS];
+  int n_steps;
+  double decay_rate; /* exponential: lr * decay_rate^(it / decay_steps) */
+  long decay_steps;  /* exponential, cosine */
+  double max_learning_rate, min_learning_rate; /* cosine */
+} nto_lr_conf;
+
+typedef enum {
+  NTO_DATA_NONE,
+  NTO_DATA_FILE, /* nntrainer raw file */
+} nto_data_kind;
+
+typedef struct nto_data_conf {
+  nto_data_kind kind;
+  char path[NTO_CONF_STR];
+  int buffer_size; /* shuffle buffer in samples, 0 = default */
+} nto_data_conf;
+
+typedef struct nto_config {
+  char path[NTO_CONF_STR]; /* the file, for messages */
+  nto_model_conf model;
+  nto_opt_conf opt;
+  nto_lr_conf lr;
+  nto_data_conf train_set, valid_set, test_set;
+  nto_section *layers; /* every other section, file order */
+  int n_layers;
+} nto_config;
+
+/*
+ * Load and validate the model-level sections of an INI file; layer sections
+ * are copied as key/value lists (validated later by graph building).
+ * Returns 0, NTO_EIO (cannot read, names the file) or NTO_ECONFIG (names
+ * file, section, key). On error *c is left freed (safe to nto_config_free).
+ */
+int nto_config_load(nto_config *c, const char *path, nto_err *err);
+
+/* Release what nto_config_load allocated. Safe on a zeroed config. */
+void nto_config_free(nto_config *c);
+
+/* Value of key (lowercase) in section s, or NULL. */
+const char *nto_section_get(const nto_section *s, const char *key);
+
+/* Parse a byte size "64M", "1.5G", "4096", "512K" (powers of 1024).
+ * Returns 0 or NTO_ECONFIG. */
+int nto_parse_size(const char *v, size_t *out, nto_err *err);
+
+#endif /* NTO_CONFIG_H */
