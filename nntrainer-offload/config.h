@@ -41,7 +41,7 @@ typedef struct nto_kv {
 
 /* A layer section, in file order. */
 typedef struct nto_section {
-  char name[64]; /* as written in the file (case kept) */
+  char name[64]; /* lowercase: iniparser lowercases section names */
   nto_kv *kv;
   int n_kv;
 } nto_section;

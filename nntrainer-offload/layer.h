@@ -8,7 +8,7 @@
  *   2. the graph allocates l->priv (ops->priv_size bytes, zeroed), calls
  *      ops->defaults, then ops->set_prop for each INI key it does not handle
  *      itself (type, name, input_layers, activation, trainable, input_shape);
- *   3. the graph sets n_in, in_shape[] (n = batch size) and calls ops->plan,
+ *   3. the graph sets batch, n_in, in_shape[] (n = batch) and calls plan,
  *      which sets out_shape, requests weights (nto_layer_add_weight), tensors
  *      saved for backward (nto_layer_add_saved), the workspace size, and the
  *      bwd_needs_* flags;
@@ -116,6 +116,7 @@ struct nto_layer {
   const nto_layer_ops *ops;
   void *priv; /* ops->priv_size bytes, owned by the graph */
 
+  int batch;                        /* batch size N (set before plan) */
   int n_in;                         /* number of input edges */
   int in[NTO_MAX_INPUTS];           /* producer layer index per edge */
   nto_shape in_shape[NTO_MAX_INPUTS];

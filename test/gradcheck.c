@@ -25,6 +25,7 @@ int gc_layer_make(nto_layer *l, const nto_layer_ops *ops,
     }
   }
   l->n_in = n_in;
+  l->batch = n_in > 0 ? in[0].n : 1;
   for (int i = 0; i < n_in; i++) {
     l->in_shape[i] = in[i];
     l->in[i] = -1;
