@@ -31,7 +31,7 @@
 #define NTO_MAX_INPUTS 8
 #define NTO_MAX_WEIGHTS 6
 #define NTO_MAX_SAVED 4
-#define NTO_NAME_MAX 64
+#define NTO_NAME_MAX 96
 
 typedef struct nto_layer nto_layer;
 

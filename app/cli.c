@@ -1,0 +1,50 @@
+/* cli.c - shared CLI helpers. See cli.h. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+int cli_int(const char *opt, const char *v, long min, long max, long *out) {
+  nto_err err = {0};
+  if (v == NULL) {
+    cli_error("option %s needs a value", opt);
+    return -1;
+  }
+  if (nto_parse_int(v, min, max, out, &err) != 0) {
+    cli_error("option %s: %s", opt, err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+void cli_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("nntrainer-offload: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+int cli_status(int code) {
+  return code == NTO_ECONFIG || code == NTO_ESHAPE || code == NTO_ENOKEY
+             ? CLI_USAGE
+             : CLI_RUNTIME;
+}
+
+const char *cli_bytes(size_t bytes, char *buf, size_t len) {
+  double b = (double)bytes;
+  if (b >= 1024.0 * 1024 * 1024)
+    snprintf(buf, len, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024)
+    snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024));
+  else
+    snprintf(buf, len, "%.1f KiB", b / 1024.0);
+  return buf;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc)
+    return NULL;
+  return argv[++*i];
+}

@@ -1,0 +1,36 @@
+/*
+ * cli.h - shared pieces of the nntrainer-offload command line: exit codes,
+ * option value parsing, and loading a model for a subcommand.
+ * Only app/ prints and exits. Main thread only.
+ */
+#ifndef NTO_CLI_H
+#define NTO_CLI_H
+
+#include "config.h"
+#include "model.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
+
+/* Parse an option's integer value in [min, max]; prints a usage error
+ * naming the option and returns -1 on failure. */
+int cli_int(const char *opt, const char *v, long min, long max, long *out);
+
+/* The value after option argv[*i] (advancing *i), or NULL if none. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* Prints "nntrainer-offload: <msg>" to stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Exit status for a core error code: config/shape errors -> 2, else 1. */
+int cli_status(int code);
+
+/* "12.3 MiB" style. buf >= 32 bytes. */
+const char *cli_bytes(size_t bytes, char *buf, size_t len);
+
+int cmd_train(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
+
+#endif

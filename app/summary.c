@@ -1,0 +1,99 @@
+/* summary.c - `nntrainer-offload summary`: per-layer table and totals. */
+#include "cli.h"
+#include "memstat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: nntrainer-offload summary MODEL.ini [--batch-size B]\n"
+    "\n"
+    "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
+    "and the bytes it keeps from forward to backward (its saved tensors,\n"
+    "plus its inputs or output when its backward reads them), then totals\n"
+    "and the planned memory of training with everything resident.\n"
+    "\n"
+    "  --batch-size B   batch size (default: the INI's batch_size)\n";
+
+/* Bytes layer l keeps from its forward step to its backward step. */
+static size_t saved_bytes(const nto_graph *g, const nto_layer *l) {
+  size_t b = 0;
+  for (int k = 0; k < l->n_saved; k++)
+    b += nto_shape_bytes(l->saved[k].shape);
+  if (l->bwd_needs_output)
+    b += nto_shape_bytes(l->out_shape);
+  if (l->bwd_needs_input)
+    for (int k = 0; k < l->n_in; k++)
+      b += nto_shape_bytes(g->layers[l->in[k]].out_shape);
+  return b;
+}
+
+static void print_table(const nto_model *m) {
+  const nto_graph *g = nto_model_graph(m);
+  char shape[64], bytes[32];
+  printf("%-36s %-20s %-14s %12s %12s\n", "layer", "type", "output", "params",
+         "saved/bwd");
+  for (int i = 0; i < g->n_layers; i++) {
+    const nto_layer *l = &g->layers[i];
+    size_t params = 0;
+    for (int j = 0; j < l->n_w; j++)
+      if (l->w[j].trainable)
+        params += nto_shape_numel(l->w[j].shape);
+    printf("%-36.36s %-20s %-14s %12zu %12s\n", l->name, l->ops->type,
+           nto_shape_str(l->out_shape, 0, shape, sizeof shape), params,
+           cli_bytes(saved_bytes(g, l), bytes, sizeof bytes));
+  }
+}
+
+int cmd_summary(int argc, char **argv) {
+  const char *path = NULL;
+  long batch = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage, stdout);
+      return CLI_OK;
+    } else if (!strcmp(argv[i], "--batch-size")) {
+      if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
+                  &batch) != 0)
+        return CLI_USAGE;
+    } else if (argv[i][0] == '-') {
+      cli_error("summary: unknown option '%s'", argv[i]);
+      return CLI_USAGE;
+    } else if (!path) {
+      path = argv[i];
+    } else {
+      cli_error("summary: unexpected argument '%s'", argv[i]);
+      return CLI_USAGE;
+    }
+  }
+  if (!path) {
+    fputs(usage, stderr);
+    return CLI_USAGE;
+  }
+  nto_config c;
+  nto_err err = {0};
+  nto_model *m = NULL;
+  int rc = nto_config_load(&c, path, &err);
+  nto_model_opts o = {.batch = (int)batch, .plan_only = 1};
+  if (rc == 0)
+    rc = nto_model_create(&m, &c, &o, &err);
+  if (rc != 0) {
+    cli_error("%s", err.msg);
+    nto_config_free(&c);
+    return cli_status(rc);
+  }
+  printf("model %s, batch %d\n\n", path, nto_model_batch(m));
+  print_table(m);
+  nto_mem_plan p = nto_model_mem_plan(m);
+  char a[32], b[32], d[32], e[32], f[32];
+  printf("\ntotal: %d layers, %zu trainable parameters\n",
+         nto_model_graph(m)->n_layers, nto_model_param_count(m));
+  printf("planned memory (all resident): %s = weights %s + optimizer state "
+         "%s + activations/gradients %s + workspace %s\n",
+         cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
+         cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
+         cli_bytes(p.workspace, f, sizeof f));
+  nto_model_free(m);
+  nto_config_free(&c);
+  return CLI_OK;
+}

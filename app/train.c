@@ -1,0 +1,406 @@
+/* train.c - `nntrainer-offload train`: the training loop with progress,
+ * per-epoch evaluation, end-of-run report and weight saving. */
+#include "cli.h"
+#include "dataset.h"
+#include "memstat.h"
+#include "weights.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+static const char usage[] =
+    "usage: nntrainer-offload train MODEL.ini [options]\n"
+    "\n"
+    "Trains the model and prints loss, accuracy, iteration time and peak\n"
+    "memory. Evaluates on the test set at the end of each epoch.\n"
+    "\n"
+    "  --data DIR|synthetic  IDX directory (default: the INI's [train_set],\n"
+    "                        else " DEFAULT_DATA ");\n"
+    "                        'synthetic': generated data (fixed seed)\n"
+    "  --epochs E            epochs (default: the INI's Epochs)\n"
+    "  --iterations K        stop after K iterations in total\n"
+    "  --batch-size B        batch size (default: the INI's batch_size)\n"
+    "  --train-samples N     use only the first N training samples\n"
+    "                        (synthetic: how many to generate, default 2048)\n"
+    "  --eval-samples N      evaluate on the first N test samples (0: skip)\n"
+    "  --shuffle-buffer N    shuffle buffer in samples (default 4096, 0: off)\n"
+    "  --save FILE           save weights to FILE (nntrainer .bin) and\n"
+    "                        FILE.safetensors (default: the INI's Save_Path)\n"
+    "  --seed S              seed of initialization, shuffling, dropout\n"
+    "                        (default 1)\n"
+    "  --threads T           BLAS threads (default: online CPUs)\n"
+    "  --log-every K         in non-terminal output, a line every K\n"
+    "                        iterations (default: about 20 per epoch)\n";
+
+typedef struct opts {
+  const char *model, *data, *save;
+  long epochs, iterations, batch, train_samples, eval_samples, shuffle;
+  long seed, threads, log_every;
+} opts;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_opts(int argc, char **argv, opts *o) {
+  memset(o, 0, sizeof *o);
+  o->eval_samples = -1;
+  o->shuffle = 4096;
+  o->seed = 1;
+  o->threads = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    long *target = NULL, min = 1, max = 1L << 40;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return 1;
+    } else if (!strcmp(a, "--data") || !strcmp(a, "--save")) {
+      const char *v = cli_value(argc, argv, &i);
+      if (!v) {
+        cli_error("option %s needs a value", a);
+        return -1;
+      }
+      *(a[2] == 'd' ? &o->data : &o->save) = v;
+      continue;
+    } else if (!strcmp(a, "--epochs")) {
+      target = &o->epochs;
+    } else if (!strcmp(a, "--iterations")) {
+      target = &o->iterations;
+    } else if (!strcmp(a, "--batch-size")) {
+      target = &o->batch, max = 1 << 20;
+    } else if (!strcmp(a, "--train-samples")) {
+      target = &o->train_samples;
+    } else if (!strcmp(a, "--eval-samples")) {
+      target = &o->eval_samples, min = 0;
+    } else if (!strcmp(a, "--shuffle-buffer")) {
+      target = &o->shuffle, min = 0, max = 1 << 24;
+    } else if (!strcmp(a, "--seed")) {
+      target = &o->seed, min = 0;
+    } else if (!strcmp(a, "--threads")) {
+      target = &o->threads, max = 256;
+    } else if (!strcmp(a, "--log-every")) {
+      target = &o->log_every;
+    } else if (a[0] == '-') {
+      cli_error("train: unknown option '%s' (try train --help)", a);
+      return -1;
+    } else if (!o->model) {
+      o->model = a;
+      continue;
+    } else {
+      cli_error("train: unexpected argument '%s'", a);
+      return -1;
+    }
+    if (cli_int(a, cli_value(argc, argv, &i), min, max, target) != 0)
+      return -1;
+  }
+  if (!o->model) {
+    fputs(usage, stderr);
+    return -1;
+  }
+  return 0;
+}
+
+/* Open the training and test sets per the options and the config. */
+static int open_data(const opts *o, const nto_config *c, nto_shape in, int k,
+                     nto_dataset **train, nto_dataset **test, nto_err *err) {
+  *train = *test = NULL;
+  int rc;
+  if (o->data && !strcmp(o->data, "synthetic")) {
+    size_t n = o->train_samples ? (size_t)o->train_samples : 2048;
+    rc = nto_dataset_open_synthetic(train, n, in, k, (uint64_t)o->seed, err);
+    if (rc == 0)
+      rc = nto_dataset_open_synthetic(test, n / 4 ? n / 4 : 1, in, k,
+                                      (uint64_t)o->seed + 7919, err);
+    return rc;
+  }
+  if (!o->data && c->train_set.kind == NTO_DATA_FILE) {
+    rc = nto_dataset_open_raw(train, c->train_set.path, in, k, err);
+    const nto_data_conf *t = c->test_set.kind == NTO_DATA_FILE ? &c->test_set
+                                                               : &c->valid_set;
+    if (rc == 0 && t->kind == NTO_DATA_FILE)
+      rc = nto_dataset_open_raw(test, t->path, in, k, err);
+    return rc;
+  }
+  const char *dir = o->data ? o->data : DEFAULT_DATA;
+  rc = nto_dataset_open_idx_dir(train, dir, "train", in, k, err);
+  if (rc == 0)
+    rc = nto_dataset_open_idx_dir(test, dir, "t10k", in, k, err);
+  return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Percentile q in [0,1] of n values (sorts a copy). */
+static double percentile(const double *v, size_t n, double q) {
+  if (n == 0)
+    return 0;
+  double *s = malloc(n * sizeof *s);
+  if (!s)
+    return 0;
+  memcpy(s, v, n * sizeof *s);
+  qsort(s, n, sizeof *s, cmp_double);
+  double r = s[(size_t)floor(q * (double)(n - 1) + 0.5)];
+  free(s);
+  return r;
+}
+
+static void fmt_eta(double s, char *buf, size_t len) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(buf, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else
+    snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+typedef struct run {
+  opts o;
+  nto_config c;
+  nto_model *m;
+  nto_dataset *train, *test;
+  float *x, *y;
+  int batch, k;
+  size_t sample;
+  double *step_s; /* per iteration step time */
+  long n_steps, planned;
+  double loss_sum;
+  long correct, seen; /* since the last progress line */
+  double last_loss, last_acc;
+  double test_loss, test_acc;
+  long test_n;
+  int tty;
+} run;
+
+static void progress(run *r, long epoch, long it, long it_in_epoch,
+                     long per_epoch, double elapsed, int final) {
+  double acc = r->seen ? 100.0 * r->correct / r->seen : 0;
+  double loss = r->seen ? r->loss_sum / ((double)r->seen / r->batch) : 0;
+  double ips = elapsed > 0 ? it / elapsed : 0;
+  char eta[32], rss[32];
+  fmt_eta(ips > 0 ? (r->planned - it) / ips : 0, eta, sizeof eta);
+  cli_bytes(nto_peak_rss_bytes(), rss, sizeof rss);
+  printf("%sepoch %ld iter %ld/%ld (%ld/%ld) loss %.4f acc %.1f%% %.2f it/s "
+         "ETA %s peak RSS %s%s",
+         r->tty ? "\r" : "", epoch, it, r->planned, it_in_epoch, per_epoch,
+         loss, acc, ips, eta, rss, r->tty ? "\033[K" : "\n");
+  if (r->tty && final)
+    putchar('\n');
+  fflush(stdout);
+  r->last_loss = loss;
+  r->last_acc = acc;
+  r->loss_sum = 0;
+  r->correct = r->seen = 0;
+}
+
+static int evaluate(run *r, long epoch, nto_err *err) {
+  if (!r->test || r->o.eval_samples == 0)
+    return 0;
+  nto_dataset_limit(r->test, r->o.eval_samples > 0 ? (size_t)r->o.eval_samples
+                                                    : 0);
+  int rc = nto_dataset_rewind(r->test, err);
+  double loss = 0;
+  long correct = 0, n = 0;
+  for (;;) {
+    int got = 0;
+    nto_step_stats st;
+    if (rc == 0)
+      rc = nto_dataset_next(r->test, r->x, r->y, r->batch, &got, err);
+    if (rc != 0 || got == 0)
+      break;
+    rc = nto_model_eval_step(r->m, r->x, r->y, got, &st, err);
+    loss += st.loss * got;
+    correct += st.correct;
+    n += got;
+  }
+  if (rc != 0 || n == 0)
+    return rc;
+  r->test_loss = loss / n;
+  r->test_acc = 100.0 * correct / n;
+  r->test_n = n;
+  printf("epoch %ld: test loss %.4f accuracy %.2f%% (%ld samples)\n", epoch,
+         r->test_loss, r->test_acc, n);
+  fflush(stdout);
+  return 0;
+}
+
+static int train_loop(run *r, nto_err *err) {
+  long epochs = r->o.epochs ? r->o.epochs : r->c.model.epochs;
+  long per_epoch = (long)(nto_dataset_size(r->train) / (size_t)r->batch);
+  if (per_epoch == 0)
+    return nto_err_set(err, NTO_EDATA,
+                       "%zu training samples are fewer than one batch of %d",
+                       nto_dataset_size(r->train), r->batch);
+  r->planned = epochs * per_epoch;
+  if (r->o.iterations && r->o.iterations < r->planned)
+    r->planned = r->o.iterations;
+  r->step_s = calloc((size_t)r->planned, sizeof *r->step_s);
+  if (!r->step_s)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  long log_every = r->o.log_every ? r->o.log_every
+                                  : (per_epoch / 20 > 0 ? per_epoch / 20 : 1);
+  double t0 = now_s();
+  long it = 0;
+  for (long e = 1; e <= epochs && it < r->planned; e++) {
+    int rc = nto_dataset_rewind(r->train, err);
+    long ie = 0;
+    while (rc == 0 && it < r->planned) {
+      int got = 0;
+      rc = nto_dataset_next(r->train, r->x, r->y, r->batch, &got, err);
+      if (rc != 0 || got < r->batch)
+        break; /* the last partial batch of an epoch is dropped */
+      nto_step_stats st;
+      double s0 = now_s();
+      rc = nto_model_train_step(r->m, r->x, r->y, &st, err);
+      r->step_s[it] = now_s() - s0;
+      if (rc != 0)
+        break;
+      it++, ie++;
+      r->n_steps = it;
+      r->loss_sum += st.loss;
+      r->correct += st.correct;
+      r->seen += st.samples;
+      int last = it == r->planned || ie == per_epoch;
+      if (r->tty || it % log_every == 0 || last)
+        progress(r, e, it, ie, per_epoch, now_s() - t0, last);
+    }
+    if (rc != 0)
+      return rc;
+    rc = evaluate(r, e, err);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+static void report(run *r, double total_s) {
+  nto_mem_plan p = nto_model_mem_plan(r->m);
+  char a[32], b[32], c[32], d[32], e[32], f[32];
+  double med = percentile(r->step_s, (size_t)r->n_steps, 0.5) * 1e3;
+  double p90 = percentile(r->step_s, (size_t)r->n_steps, 0.9) * 1e3;
+  printf("\n== report: %s ==\n", r->o.model);
+  printf("iterations        %ld (batch %d, %ld samples) in %.1f s\n",
+         r->n_steps, r->batch, r->n_steps * r->batch, total_s);
+  printf("train             loss %.4f accuracy %.1f%% (last progress "
+         "window)\n",
+         r->last_loss, r->last_acc);
+  if (r->test_n)
+    printf("test              loss %.4f accuracy %.2f%% (%ld samples)\n",
+           r->test_loss, r->test_acc, r->test_n);
+  printf("iteration time    median %.1f ms, p90 %.1f ms (%.2f it/s)\n", med,
+         p90, med > 0 ? 1e3 / med : 0);
+  printf("peak RSS          %s (kernel VmHWM)\n",
+         cli_bytes(nto_peak_rss_bytes(), a, sizeof a));
+  printf("planned tensors   %s = weights %s + optimizer %s + "
+         "activations/gradients %s + workspace %s\n",
+         cli_bytes(p.total, b, sizeof b), cli_bytes(p.weights, c, sizeof c),
+         cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
+         cli_bytes(p.workspace, f, sizeof f));
+  printf("window            all (every tensor resident)\n");
+}
+
+static int save(run *r, nto_err *err) {
+  const char *path = r->o.save ? r->o.save : r->c.model.save_path;
+  if (!path || !path[0])
+    return 0;
+  nto_named_tensor *ts = NULL;
+  int n = 0;
+  int rc = nto_model_weights(r->m, &ts, &n, err);
+  char st[NTO_CONF_STR + 32];
+  size_t len = strlen(path);
+  if (len > 4 && !strcmp(path + len - 4, ".bin"))
+    snprintf(st, sizeof st, "%.*s.safetensors", (int)(len - 4), path);
+  else
+    snprintf(st, sizeof st, "%s.safetensors", path);
+  char iters[32];
+  snprintf(iters, sizeof iters, "%ld", nto_model_iteration(r->m));
+  const char *meta[] = {"format",    "nntrainer-offload",
+                        "model",     r->o.model,
+                        "iteration", iters,
+                        "fully_connected_weight_layout", "in,unit",
+                        NULL};
+  if (rc == 0)
+    rc = nto_weights_save_bin(path, ts, n, err);
+  if (rc == 0)
+    rc = nto_safetensors_save(st, ts, n, meta, err);
+  if (rc == 0)
+    printf("saved weights     %s (nntrainer layout) and %s\n", path, st);
+  nto_model_weights_free(ts, n);
+  return rc;
+}
+
+static void cleanup(run *r) {
+  nto_dataset_close(r->train);
+  nto_dataset_close(r->test);
+  nto_model_free(r->m);
+  nto_config_free(&r->c);
+  nto_free_aligned(r->x);
+  nto_free_aligned(r->y);
+  free(r->step_s);
+}
+
+int cmd_train(int argc, char **argv) {
+  run r;
+  memset(&r, 0, sizeof r);
+  int prc = parse_opts(argc, argv, &r.o);
+  if (prc != 0)
+    return prc > 0 ? CLI_OK : CLI_USAGE;
+  nto_err err = {0};
+  double t0 = now_s();
+  openblas_set_num_threads((int)r.o.threads);
+  int rc = nto_config_load(&r.c, r.o.model, &err);
+  nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
+  if (rc == 0)
+    rc = nto_model_create(&r.m, &r.c, &mo, &err);
+  if (rc != 0) {
+    cli_error("%s", err.msg);
+    cleanup(&r);
+    return cli_status(rc);
+  }
+  r.batch = nto_model_batch(r.m);
+  r.k = nto_model_output_size(r.m);
+  nto_shape in = nto_model_input_shape(r.m);
+  r.sample = nto_shape_sample(in);
+  r.tty = isatty(STDOUT_FILENO);
+  rc = open_data(&r.o, &r.c, in, r.k, &r.train, &r.test, &err);
+  if (rc == 0) {
+    if (r.o.train_samples && !(r.o.data && !strcmp(r.o.data, "synthetic")))
+      nto_dataset_limit(r.train, (size_t)r.o.train_samples);
+    nto_dataset_shuffle(r.train, (size_t)r.o.shuffle, (uint64_t)r.o.seed);
+    r.x = nto_alloc_aligned(r.sample * r.batch * sizeof(float));
+    r.y = nto_alloc_aligned((size_t)r.k * r.batch * sizeof(float));
+    if (!r.x || !r.y)
+      rc = nto_err_set(&err, NTO_ENOMEM, "out of memory");
+  }
+  if (rc == 0) {
+    char pl[32];
+    printf("model %s: %d layers, %zu parameters, batch %d, %ld BLAS "
+           "threads\n",
+           r.o.model, nto_model_graph(r.m)->n_layers,
+           nto_model_param_count(r.m), r.batch, r.o.threads);
+    printf("data: %s\n", nto_dataset_describe(r.train));
+    if (r.test)
+      printf("test: %s\n", nto_dataset_describe(r.test));
+    printf("planned memory: %s (all resident)\n",
+           cli_bytes(nto_model_mem_plan(r.m).total, pl, sizeof pl));
+    fflush(stdout);
+    rc = train_loop(&r, &err);
+  }
+  if (rc == 0) {
+    report(&r, now_s() - t0);
+    rc = save(&r, &err);
+  }
+  if (rc != 0)
+    cli_error("%s", err.msg);
+  cleanup(&r);
+  return rc == 0 ? CLI_OK : cli_status(rc);
+}

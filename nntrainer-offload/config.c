@@ -1,0 +1,1100 @@
+/*
+ * config.c - nntrainer-style INI model configuration. See config.h.
+ *
+ * DESIGN: iniparser 4.1 does the lexing (lowercases section names and keys,
+ * strips quotes, inline comments and blanks, joins '\' continuation lines).
+ * Its syntax errors arrive through a process-wide callback, which we point
+ * at a static buffer for the duration of one load. Because iniparser
+ * silently merges a repeated section and lets a repeated key overwrite the
+ * earlier one, a small second pass over the file (scan_duplicates) rejects
+ * both. The model-level sections are then validated into typed settings;
+ * every other section is copied as an ordered key/value list for graph.c.
+ */
+#include "config.h"
+#include "props.h"
+
+#include <iniparser.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define NAME_MAX_LEN 63 /* section names and keys: nto_kv.key, name[64] */
+#define INI_LINE_MAX 1023 /* iniparser 4.1 ASCIILINESZ - 1 */
+
+/* ---------------------------------------------------------------------- */
+/* iniparser error capture                                                 */
+
+static char ini_msg[1024]; /* first message iniparser reported */
+static int ini_nmsg;
+
+__attribute__((format(printf, 1, 2))) static int ini_capture(const char *fmt,
+                                                              ...) {
+  if (ini_nmsg++ == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ini_msg, sizeof ini_msg, fmt, ap);
+    va_end(ap);
+  }
+  return 0;
+}
+
+/* Turn the captured iniparser message into an nto error. */
+static int ini_error(const char *file, nto_err *err) {
+  char *arrow = strstr(ini_msg, "\n-> ");
+  if (strstr(ini_msg, "syntax error") && arrow) {
+    char *open = arrow;
+    while (open > ini_msg && *open != '(')
+      open--;
+    long line = strtol(open + 1, NULL, 10);
+    char *text = arrow + 4;
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+      text[--n] = '\0';
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: syntax error at line %ld: expected '[section]' "
+                       "or 'key = value', got '%s'",
+                       file, line, text);
+  }
+  if (strstr(ini_msg, "line too long")) {
+    char *open = strrchr(ini_msg, '(');
+    long line = open ? strtol(open + 1, NULL, 10) : 0;
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: syntax error at line %ld: line longer than %d "
+                       "characters",
+                       file, line, INI_LINE_MAX);
+  }
+  if (strstr(ini_msg, "cannot open"))
+    return nto_err_set(err, NTO_EIO, "%s: cannot open", file);
+  if (strstr(ini_msg, "memory"))
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory while parsing",
+                       file);
+  size_t n = strlen(ini_msg);
+  while (n && isspace((unsigned char)ini_msg[n - 1]))
+    ini_msg[--n] = '\0';
+  return nto_err_set(err, NTO_ECONFIG, "%s: %s", file, ini_msg);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Small helpers                                                           */
+
+/* Copy src into dst[cap]; -1 if it does not fit. */
+static int copy_str(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(src);
+  if (n >= cap)
+    return -1;
+  memcpy(dst, src, n + 1);
+  return 0;
+}
+
+static void strip_inplace(char *s) {
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1]))
+    s[--n] = '\0';
+  size_t i = 0;
+  while (s[i] && isspace((unsigned char)s[i]))
+    i++;
+  memmove(s, s + i, n - i + 1);
+}
+
+static void lower_inplace(char *s) {
+  for (; *s; s++)
+    *s = (char)tolower((unsigned char)*s);
+}
+
+/* Index of k in names (exact, k is already lowercase), or -1. */
+static int lookup(const char *k, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (strcmp(k, names[i]) == 0)
+      return i;
+  return -1;
+}
+
+/* "a, b, c" of names into buf. */
+static void join_names(const char *const *names, char *buf, size_t cap) {
+  buf[0] = '\0';
+  for (int i = 0; names[i]; i++) {
+    if (i)
+      strncat(buf, ", ", cap - strlen(buf) - 1);
+    strncat(buf, names[i], cap - strlen(buf) - 1);
+  }
+}
+
+static void fmt_num(char *buf, size_t cap, double x) {
+  snprintf(buf, cap, "%g", x);
+}
+
+/*
+ * Number in an interval; lo_open/hi_open make the bound exclusive, hi may be
+ * INFINITY. Message: "expected a number in [0, 1), got 'x'" or
+ * "expected a number > 0, got 'x'".
+ */
+static int parse_real(const char *v, double lo, int lo_open, double hi,
+                      int hi_open, double *out, nto_err *err) {
+  double x;
+  int ok = nto_parse_float(v, -HUGE_VAL, HUGE_VAL, &x, NULL) == 0;
+  if (ok)
+    ok = (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  if (ok) {
+    *out = x;
+    return 0;
+  }
+  char a[32], b[32];
+  fmt_num(a, sizeof a, lo);
+  fmt_num(b, sizeof b, hi);
+  if (isinf(hi))
+    return nto_err_set(err, NTO_ECONFIG, "expected a number %s %s, got '%s'",
+                       lo_open ? ">" : ">=", a, v);
+  return nto_err_set(err, NTO_ECONFIG, "expected a number in %c%s, %s%c, got '%s'",
+                     lo_open ? '(' : '[', a, b, hi_open ? ')' : ']', v);
+}
+
+/* Integer in [lo, hi]; hi == LONG_MAX prints as "an integer >= lo". */
+static int parse_count(const char *v, long lo, long hi, long *out,
+                       nto_err *err) {
+  long x;
+  if (nto_parse_int(v, lo, hi, &x, NULL) == 0) {
+    *out = x;
+    return 0;
+  }
+  if (hi == LONG_MAX || hi == INT_MAX)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "expected an integer >= %ld, got '%s'", lo, v);
+  return nto_err_set(err, NTO_ECONFIG,
+                     "expected an integer in [%ld, %ld], got '%s'", lo, hi, v);
+}
+
+/* Comma-separated list of numbers > 0 and <= hi. */
+static int parse_real_list(const char *v, double hi, double *out, int max,
+                           int *count, nto_err *err) {
+  char buf[NTO_CONF_STR];
+  if (copy_str(buf, sizeof buf, v) != 0)
+    return nto_err_set(err, NTO_ECONFIG, "value too long");
+  int n = 0;
+  char *save = NULL;
+  char *tok = strtok_r(buf, ",", &save);
+  /* strtok_r skips empty fields, so count commas to catch "0.1,,0.2". */
+  int commas = 0;
+  for (const char *p = v; *p; p++)
+    commas += *p == ',';
+  for (; tok; tok = strtok_r(NULL, ",", &save)) {
+    double x;
+    if (n == max)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected at most %d learning rates, got '%s'", max,
+                         v);
+    if (nto_parse_float(tok, -HUGE_VAL, HUGE_VAL, &x, NULL) != 0 || x <= 0 ||
+        x > hi)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected a comma-separated list of numbers in "
+                         "(0, %g], got '%s'",
+                         hi, v);
+    out[n++] = x;
+  }
+  if (n == 0 || commas != n - 1)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "expected a comma-separated list of numbers in "
+                       "(0, %g], got '%s'",
+                       hi, v);
+  *count = n;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Size parser                                                             */
+
+int nto_parse_size(const char *v, size_t *out, nto_err *err) {
+  const char *p = v;
+  while (isspace((unsigned char)*p))
+    p++;
+  const char *num = p;
+  int digits = 0;
+  while (isdigit((unsigned char)*p)) {
+    p++;
+    digits++;
+  }
+  if (*p == '.') {
+    p++;
+    while (isdigit((unsigned char)*p)) {
+      p++;
+      digits++;
+    }
+  }
+  size_t numlen = (size_t)(p - num);
+  char nbuf[64];
+  if (digits == 0 || numlen >= sizeof nbuf)
+    goto bad;
+  memcpy(nbuf, num, numlen);
+  nbuf[numlen] = '\0';
+  double x = strtod(nbuf, NULL);
+  while (isspace((unsigned char)*p))
+    p++;
+  double mult = 1;
+  switch (toupper((unsigned char)*p)) {
+  case 'K':
+    mult = 1024.0;
+    p++;
+    break;
+  case 'M':
+    mult = 1024.0 * 1024;
+    p++;
+    break;
+  case 'G':
+    mult = 1024.0 * 1024 * 1024;
+    p++;
+    break;
+  case 'T':
+    mult = 1024.0 * 1024 * 1024 * 1024;
+    p++;
+    break;
+  default:
+    break;
+  }
+  if (mult > 1 && (*p == 'i' || *p == 'I')) {
+    p++;
+    if (*p != 'B' && *p != 'b')
+      goto bad;
+  }
+  if (*p == 'B' || *p == 'b')
+    p++;
+  while (isspace((unsigned char)*p))
+    p++;
+  if (*p != '\0')
+    goto bad;
+  double bytes = floor(x * mult);
+  if (!(bytes >= 1) || bytes >= 9.0e18 || bytes > (double)SIZE_MAX)
+    goto bad;
+  *out = (size_t)bytes;
+  return 0;
+bad:
+  return nto_err_set(err, NTO_ECONFIG,
+                     "expected a size like 64M, got '%s'", v);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Duplicate sections and keys (iniparser merges / overwrites them)        */
+
+typedef struct name_line {
+  char name[NAME_MAX_LEN + 1];
+  int line;
+} name_line;
+
+typedef struct name_list {
+  name_line *v;
+  int n, cap;
+} name_list;
+
+/* Line of name in l, or 0; else appends it. -1 on out of memory. */
+static int name_seen(name_list *l, const char *name, int line) {
+  for (int i = 0; i < l->n; i++)
+    if (strcmp(l->v[i].name, name) == 0)
+      return l->v[i].line;
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 16;
+    name_line *v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v)
+      return -1;
+    l->v = v;
+    l->cap = cap;
+  }
+  snprintf(l->v[l->n].name, sizeof l->v[l->n].name, "%s", name);
+  l->v[l->n].line = line;
+  l->n++;
+  return 0;
+}
+
+/*
+ * Classify one logical line the way iniparser_line does and check it
+ * against what came before. Returns 0 or an error code.
+ */
+static int dup_line(const char *file, char *s, int line, name_list *secs,
+                    name_list *keys, char *cur, nto_err *err) {
+  strip_inplace(s);
+  size_t len = strlen(s);
+  if (len == 0 || s[0] == '#' || s[0] == ';')
+    return 0;
+  if (s[0] == '[' && s[len - 1] == ']') {
+    char *end = strchr(s + 1, ']');
+    *end = '\0';
+    char *name = s + 1;
+    strip_inplace(name);
+    lower_inplace(name);
+    if (name[0] == '\0')
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: line %d: empty section name '[]'", file, line);
+    if (strchr(name, ':'))
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] section names cannot contain ':' (line %d)",
+                         file, name, line);
+    if (strlen(name) > NAME_MAX_LEN)
+      return 0; /* reported with the section itself */
+    int first = name_seen(secs, name, line);
+    if (first < 0)
+      return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", file);
+    if (first > 0)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] section given twice (lines %d and %d)",
+                         file, name, first, line);
+    snprintf(cur, NAME_MAX_LEN + 1, "%s", name);
+    keys->n = 0;
+    return 0;
+  }
+  char *eq = strchr(s, '=');
+  if (!eq)
+    return 0; /* iniparser reported it already */
+  *eq = '\0';
+  strip_inplace(s);
+  lower_inplace(s);
+  if (cur[0] == '\0')
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: key '%s' before any section (line %d)", file, s,
+                       line);
+  if (strlen(s) > NAME_MAX_LEN)
+    return 0; /* reported with the key itself */
+  int first = name_seen(keys, s, line);
+  if (first < 0)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", file);
+  if (first > 0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': given twice (lines %d and %d)", file,
+                       cur, s, first, line);
+  return 0;
+}
+
+static int scan_duplicates(const char *file, nto_err *err) {
+  FILE *f = fopen(file, "r");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", file,
+                       strerror(errno));
+  char phys[INI_LINE_MAX + 3];
+  char logical[4 * INI_LINE_MAX];
+  char cur[NAME_MAX_LEN + 1] = "";
+  name_list secs = {0}, keys = {0};
+  size_t used = 0;
+  int lineno = 0, start = 0, rc = 0;
+  while (rc == 0 && fgets(phys, sizeof phys, f)) {
+    lineno++;
+    if (used == 0)
+      start = lineno;
+    size_t n = strlen(phys);
+    while (n && isspace((unsigned char)phys[n - 1]))
+      phys[--n] = '\0';
+    int cont = n && phys[n - 1] == '\\';
+    if (cont)
+      phys[--n] = '\0';
+    if (used + n < sizeof logical) {
+      memcpy(logical + used, phys, n + 1);
+      used += n;
+    }
+    if (cont)
+      continue;
+    logical[used] = '\0';
+    rc = dup_line(file, logical, start, &secs, &keys, cur, err);
+    used = 0;
+  }
+  if (rc == 0 && used) {
+    logical[used] = '\0';
+    rc = dup_line(file, logical, start, &secs, &keys, cur, err);
+  }
+  free(secs.v);
+  free(keys.v);
+  fclose(f);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Loader state                                                            */
+
+typedef struct loader {
+  const char *file;       /* for messages */
+  char dir[NTO_CONF_STR]; /* directory of file with a trailing '/', or "" */
+  dictionary *d;
+  const char **keys; /* scratch for iniparser_getseckeys */
+  int nkeys;
+} loader;
+
+/* Fill L->keys with the full "sec:key" names of section sec. */
+static int load_keys(loader *L, const char *sec, nto_err *err) {
+  free(L->keys);
+  L->keys = NULL;
+  L->nkeys = iniparser_getsecnkeys(L->d, sec);
+  if (L->nkeys <= 0) {
+    L->nkeys = 0;
+    return 0;
+  }
+  L->keys = malloc((size_t)L->nkeys * sizeof *L->keys);
+  if (!L->keys)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  if (!iniparser_getseckeys(L->d, sec, L->keys))
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  return 0;
+}
+
+/* Key i of the loaded section without its "sec:" prefix. */
+static const char *key_at(const loader *L, const char *sec, int i) {
+  return L->keys[i] + strlen(sec) + 1;
+}
+
+static const char *value_at(const loader *L, int i) {
+  const char *v = iniparser_getstring(L->d, L->keys[i], "");
+  return v ? v : "";
+}
+
+/* Value of sec:key or NULL. */
+static const char *get(const loader *L, const char *sec, const char *key) {
+  char full[2 * NAME_MAX_LEN + 2];
+  snprintf(full, sizeof full, "%s:%s", sec, key);
+  return iniparser_getstring(L->d, full, NULL);
+}
+
+/* Prefix a value parser's message with file, section and key. */
+static int key_err(const loader *L, const char *sec, const char *key,
+                   nto_err *err) {
+  return nto_err_prefix(err, NTO_ECONFIG, "%s: [%s] key '%s': ", L->file, sec,
+                        key);
+}
+
+static int unknown_key(const loader *L, const char *sec, const char *key,
+                       const char *const *names, nto_err *err) {
+  char list[400];
+  join_names(names, list, sizeof list);
+  return nto_err_set(err, NTO_ECONFIG,
+                     "%s: [%s] unknown key '%s' (accepted: %s)", L->file, sec,
+                     key, list);
+}
+
+static int missing_key(const loader *L, const char *sec, const char *key,
+                       nto_err *err) {
+  return nto_err_set(err, NTO_ECONFIG, "%s: [%s] missing key '%s'", L->file,
+                     sec, key);
+}
+
+/* Checks lengths shared by every section: key names and values. */
+static int check_lengths(const loader *L, const char *sec, nto_err *err) {
+  for (int i = 0; i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    if (strlen(k) > NAME_MAX_LEN)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%.*s...': expected a key of at most "
+                         "%d characters",
+                         L->file, sec, 40, k, NAME_MAX_LEN);
+    size_t n = strlen(value_at(L, i));
+    if (n > NTO_CONF_STR - 1)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': expected a value of at most %d "
+                         "characters, got %zu characters",
+                         L->file, sec, k, NTO_CONF_STR - 1, n);
+  }
+  return 0;
+}
+
+/* String value into dst[cap] (lengths are checked by check_lengths). */
+static int set_str(const loader *L, const char *sec, const char *key,
+                   const char *v, char *dst, size_t cap, nto_err *err) {
+  if (copy_str(dst, cap, v) != 0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': expected at most %zu characters, "
+                       "got '%s'",
+                       L->file, sec, key, cap - 1, v);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* [Model]                                                                 */
+
+static const char *const model_keys[] = {
+    "type",          "epochs",           "loss",
+    "batch_size",    "save_path",        "memory_swap",
+    "memory_swap_lookahead", "memory_swap_path", "fsu",
+    "fsu_lookahead", "fsu_path",         "memory_budget",
+    NULL};
+enum {
+  MK_TYPE,
+  MK_EPOCHS,
+  MK_LOSS,
+  MK_BATCH,
+  MK_SAVE,
+  MK_SWAP,
+  MK_LOOKAHEAD,
+  MK_SWAP_PATH,
+  MK_FSU,
+  MK_FSU_LOOKAHEAD,
+  MK_FSU_PATH,
+  MK_BUDGET
+};
+
+static const char *const loss_names[] = {"cross", "mse", "cross_softmax",
+                                         "cross_sigmoid", NULL};
+
+static int parse_model(loader *L, const char *sec, nto_model_conf *m,
+                       nto_err *err) {
+  const char *alias_by[3] = {NULL, NULL, NULL}; /* swap, lookahead, path */
+  int rc = load_keys(L, sec, err);
+  if (rc == 0)
+    rc = check_lengths(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    const char *v = value_at(L, i);
+    int idx = lookup(k, model_keys);
+    long x = 0;
+    int b;
+    switch (idx) {
+    case MK_TYPE:
+      if (!nto_streq(v, "neuralnetwork"))
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': expected NeuralNetwork, got '%s'",
+                         L->file, sec, k, v);
+      break;
+    case MK_EPOCHS:
+      if ((rc = parse_count(v, 1, INT_MAX, &x, err)) == 0)
+        m->epochs = (int)x;
+      else
+        key_err(L, sec, k, err);
+      break;
+    case MK_LOSS: {
+      int kind;
+      if ((rc = nto_parse_enum(v, loss_names, &kind, err)) == 0)
+        m->loss = kind == 1 ? NTO_LOSS_MSE : NTO_LOSS_CROSS;
+      else
+        key_err(L, sec, k, err);
+      break;
+    }
+    case MK_BATCH:
+      if ((rc = parse_count(v, 1, 1L << 20, &x, err)) == 0)
+        m->batch_size = (int)x;
+      else
+        key_err(L, sec, k, err);
+      break;
+    case MK_SAVE:
+      rc = set_str(L, sec, k, v, m->save_path, sizeof m->save_path, err);
+      break;
+    case MK_SWAP:
+    case MK_FSU:
+    case MK_LOOKAHEAD:
+    case MK_FSU_LOOKAHEAD:
+    case MK_SWAP_PATH:
+    case MK_FSU_PATH: {
+      int slot = (idx == MK_SWAP || idx == MK_FSU)             ? 0
+                 : (idx == MK_LOOKAHEAD || idx == MK_FSU_LOOKAHEAD) ? 1
+                                                                     : 2;
+      if (alias_by[slot]) {
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': same setting as '%s', given "
+                         "twice",
+                         L->file, sec, k, alias_by[slot]);
+        break;
+      }
+      alias_by[slot] = k;
+      if (slot == 0) {
+        if ((rc = nto_parse_bool(v, &b, err)) == 0)
+          m->memory_swap = b;
+        else
+          key_err(L, sec, k, err);
+      } else if (slot == 1) {
+        if (nto_streq(v, "auto")) {
+          snprintf(m->swap_lookahead, sizeof m->swap_lookahead, "auto");
+        } else if (nto_parse_int(v, 1, INT_MAX, &x, NULL) == 0) {
+          snprintf(m->swap_lookahead, sizeof m->swap_lookahead, "%ld", x);
+        } else {
+          rc = nto_err_set(err, NTO_ECONFIG,
+                           "%s: [%s] key '%s': expected an integer >= 1 or "
+                           "auto, got '%s'",
+                           L->file, sec, k, v);
+        }
+      } else {
+        rc = set_str(L, sec, k, v, m->swap_path, sizeof m->swap_path, err);
+      }
+      break;
+    }
+    case MK_BUDGET: {
+      size_t bytes;
+      if ((rc = nto_parse_size(v, &bytes, err)) != 0)
+        key_err(L, sec, k, err);
+      else
+        rc = set_str(L, sec, k, v, m->memory_budget, sizeof m->memory_budget,
+                     err);
+      break;
+    }
+    default:
+      rc = unknown_key(L, sec, k, model_keys, err);
+      break;
+    }
+  }
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* [Optimizer]                                                             */
+
+static const char *const opt_types[] = {"sgd", "adam", "adamw", NULL};
+static const char *const opt_keys[] = {
+    "type",    "learning_rate", "momentum",   "beta1",       "beta2",
+    "epsilon", "weight_decay",  "decay_rate", "decay_steps", NULL};
+enum {
+  OK_TYPE,
+  OK_LR,
+  OK_MOMENTUM,
+  OK_BETA1,
+  OK_BETA2,
+  OK_EPSILON,
+  OK_WD,
+  OK_DECAY_RATE,
+  OK_DECAY_STEPS
+};
+
+/* Legacy decay_rate / decay_steps written in [Optimizer]. */
+typedef struct legacy_decay {
+  const char *rate_key, *steps_key; /* NULL if absent */
+  double rate;
+  long steps;
+} legacy_decay;
+
+static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
+                           legacy_decay *ld, nto_err *err) {
+  const char *t = get(L, sec, "type");
+  int kind;
+  if (!t)
+    return missing_key(L, sec, "type", err);
+  if (nto_parse_enum(t, opt_types, &kind, err) != 0)
+    return key_err(L, sec, "type", err);
+  o->kind = (nto_opt_kind)kind;
+  int rc = load_keys(L, sec, err);
+  if (rc == 0)
+    rc = check_lengths(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    const char *v = value_at(L, i);
+    int idx = lookup(k, opt_keys);
+    int sgd_only = idx == OK_MOMENTUM;
+    int adam_only = idx == OK_BETA1 || idx == OK_BETA2 || idx == OK_EPSILON;
+    if ((sgd_only && o->kind != NTO_OPT_SGD) ||
+        (adam_only && o->kind == NTO_OPT_SGD)) {
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': not a setting of optimizer %s "
+                       "(only of %s)",
+                       L->file, sec, k, opt_types[o->kind],
+                       sgd_only ? "sgd" : "adam and adamw");
+      break;
+    }
+    switch (idx) {
+    case OK_TYPE:
+      break;
+    case OK_LR:
+      rc = parse_real(v, 0, 1, 10, 0, &o->learning_rate, err);
+      o->lr_given = 1;
+      break;
+    case OK_MOMENTUM:
+      rc = parse_real(v, 0, 0, 1, 1, &o->momentum, err);
+      break;
+    case OK_BETA1:
+      rc = parse_real(v, 0, 0, 1, 1, &o->beta1, err);
+      break;
+    case OK_BETA2:
+      rc = parse_real(v, 0, 0, 1, 1, &o->beta2, err);
+      break;
+    case OK_EPSILON:
+      rc = parse_real(v, 0, 1, 1, 1, &o->epsilon, err);
+      break;
+    case OK_WD:
+      rc = parse_real(v, 0, 0, INFINITY, 0, &o->weight_decay, err);
+      break;
+    case OK_DECAY_RATE:
+      rc = parse_real(v, 0, 1, 1, 0, &ld->rate, err);
+      ld->rate_key = k;
+      break;
+    case OK_DECAY_STEPS:
+      rc = parse_count(v, 1, LONG_MAX, &ld->steps, err);
+      ld->steps_key = k;
+      break;
+    default:
+      return unknown_key(L, sec, k, opt_keys, err);
+    }
+    if (rc != 0)
+      key_err(L, sec, k, err);
+  }
+  if (rc == 0 && (ld->rate_key != NULL) != (ld->steps_key != NULL))
+    rc = nto_err_set(err, NTO_ECONFIG,
+                     "%s: [%s] key '%s': needs '%s' too (legacy exponential "
+                     "decay)",
+                     L->file, sec, ld->rate_key ? "decay_rate" : "decay_steps",
+                     ld->rate_key ? "decay_steps" : "decay_rate");
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* [LearningRateScheduler]                                                 */
+
+static const char *const lr_types[] = {"constant", "exponential", "step",
+                                       "cosine", NULL};
+static const char *const lr_keys[] = {
+    "type",        "learning_rate",     "decay_rate",        "decay_steps",
+    "iteration",   "max_learning_rate", "min_learning_rate", NULL};
+enum {
+  LK_TYPE,
+  LK_LR,
+  LK_DECAY_RATE,
+  LK_DECAY_STEPS,
+  LK_ITERATION,
+  LK_MAX_LR,
+  LK_MIN_LR
+};
+/* Keys valid per scheduler kind, bit i = lr_keys[i]. */
+static const unsigned lr_valid[] = {
+    [NTO_LR_CONSTANT] = 1u << LK_TYPE | 1u << LK_LR,
+    [NTO_LR_EXPONENTIAL] =
+        1u << LK_TYPE | 1u << LK_LR | 1u << LK_DECAY_RATE | 1u << LK_DECAY_STEPS,
+    [NTO_LR_STEP] = 1u << LK_TYPE | 1u << LK_LR | 1u << LK_ITERATION,
+    [NTO_LR_COSINE] = 1u << LK_TYPE | 1u << LK_MAX_LR | 1u << LK_MIN_LR |
+                      1u << LK_DECAY_STEPS,
+};
+
+static int parse_scheduler(loader *L, const char *sec, nto_lr_conf *s,
+                           nto_opt_conf *o, nto_err *err) {
+  const char *t = get(L, sec, "type");
+  int kind;
+  if (!t)
+    return missing_key(L, sec, "type", err);
+  if (nto_parse_enum(t, lr_types, &kind, err) != 0)
+    return key_err(L, sec, "type", err);
+  s->kind = (nto_lr_kind)kind;
+  s->given = 1;
+  int rc = load_keys(L, sec, err);
+  if (rc == 0)
+    rc = check_lengths(L, sec, err);
+  int have_lr = 0, have_steps = 0, have_rate = 0, have_max = 0, n_rates = 0;
+  const char *iter_v = NULL;
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    const char *v = value_at(L, i);
+    int idx = lookup(k, lr_keys);
+    if (idx < 0)
+      return unknown_key(L, sec, k, lr_keys, err);
+    if (!(lr_valid[s->kind] & (1u << idx)))
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': not a setting of scheduler %s",
+                         L->file, sec, k, lr_types[s->kind]);
+    switch (idx) {
+    case LK_LR:
+      if (s->kind == NTO_LR_STEP)
+        rc = parse_real_list(v, 10, s->learning_rate, NTO_LR_MAX_STEPS + 1,
+                             &n_rates, err);
+      else
+        rc = parse_real(v, 0, 1, 10, 0, &s->learning_rate[0], err);
+      have_lr = 1;
+      break;
+    case LK_DECAY_RATE:
+      rc = parse_real(v, 0, 1, 1, 0, &s->decay_rate, err);
+      have_rate = 1;
+      break;
+    case LK_DECAY_STEPS:
+      rc = parse_count(v, 1, LONG_MAX, &s->decay_steps, err);
+      have_steps = 1;
+      break;
+    case LK_ITERATION:
+      rc = nto_parse_int_list(v, 1, LONG_MAX, s->iteration, NTO_LR_MAX_STEPS,
+                              &s->n_steps, err);
+      for (int j = 1; rc == 0 && j < s->n_steps; j++)
+        if (s->iteration[j] <= s->iteration[j - 1])
+          rc = nto_err_set(err, NTO_ECONFIG,
+                           "expected increasing iterations, got '%s'", v);
+      iter_v = v;
+      break;
+    case LK_MAX_LR:
+      rc = parse_real(v, 0, 1, 10, 0, &s->max_learning_rate, err);
+      have_max = 1;
+      break;
+    case LK_MIN_LR:
+      rc = parse_real(v, 0, 0, 10, 0, &s->min_learning_rate, err);
+      break;
+    default:
+      break;
+    }
+    if (rc != 0)
+      return key_err(L, sec, k, err);
+  }
+  if (rc != 0)
+    return rc;
+  switch (s->kind) {
+  case NTO_LR_CONSTANT:
+    break;
+  case NTO_LR_EXPONENTIAL:
+    if (!have_rate)
+      return missing_key(L, sec, "decay_rate", err);
+    if (!have_steps)
+      return missing_key(L, sec, "decay_steps", err);
+    break;
+  case NTO_LR_STEP:
+    if (!have_lr)
+      return missing_key(L, sec, "learning_rate", err);
+    if (!iter_v)
+      return missing_key(L, sec, "iteration", err);
+    if (s->n_steps != n_rates - 1)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key 'iteration': expected %d iteration%s "
+                         "(one fewer than the %d rates of 'learning_rate'), "
+                         "got '%s'",
+                         L->file, sec, n_rates - 1, n_rates == 2 ? "" : "s",
+                         n_rates, iter_v);
+    break;
+  case NTO_LR_COSINE:
+    if (!have_steps)
+      return missing_key(L, sec, "decay_steps", err);
+    if (!have_max)
+      s->max_learning_rate = o->learning_rate;
+    if (s->min_learning_rate > s->max_learning_rate) {
+      char mx[32];
+      fmt_num(mx, sizeof mx, s->max_learning_rate);
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key 'min_learning_rate': expected at most "
+                         "max_learning_rate (%s), got '%s'",
+                         L->file, sec, mx, get(L, sec, "min_learning_rate"));
+    }
+    break;
+  }
+  /* The scheduler's rate wins over [Optimizer] learning_rate. */
+  if (s->kind == NTO_LR_COSINE) {
+    o->learning_rate = s->max_learning_rate;
+  } else if (have_lr) {
+    o->learning_rate = s->learning_rate[0];
+  } else {
+    s->learning_rate[0] = o->learning_rate;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* [train_set] [valid_set] [test_set]                                      */
+
+static const char *const data_keys[] = {"type", "path", "buffer_size", NULL};
+
+static int parse_dataset(loader *L, const char *sec, nto_data_conf *dc,
+                         nto_err *err) {
+  const char *t = get(L, sec, "type");
+  const char *p = get(L, sec, "path");
+  if (!t)
+    return missing_key(L, sec, "type", err);
+  if (!nto_streq(t, "file"))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'type': expected file, got '%s'", L->file,
+                       sec, t);
+  if (!p)
+    return missing_key(L, sec, "path", err);
+  int rc = load_keys(L, sec, err);
+  if (rc == 0)
+    rc = check_lengths(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    const char *v = value_at(L, i);
+    long x = 0;
+    switch (lookup(k, data_keys)) {
+    case 0:
+      break;
+    case 1:
+      if (v[0] == '\0')
+        return nto_err_set(err, NTO_ECONFIG,
+                           "%s: [%s] key 'path': expected a file name, got ''",
+                           L->file, sec);
+      if (v[0] == '/' || L->dir[0] == '\0')
+        rc = set_str(L, sec, k, v, dc->path, sizeof dc->path, err);
+      else if ((size_t)snprintf(dc->path, sizeof dc->path, "%s%s", L->dir,
+                                v) >= sizeof dc->path)
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key 'path': expected a path of at most %d "
+                         "characters once joined to '%s', got '%s'",
+                         L->file, sec, NTO_CONF_STR - 1, L->dir, v);
+      break;
+    case 2:
+      if ((rc = parse_count(v, 1, INT_MAX, &x, err)) == 0)
+        dc->buffer_size = (int)x;
+      else
+        key_err(L, sec, k, err);
+      break;
+    default:
+      return unknown_key(L, sec, k, data_keys, err);
+    }
+  }
+  if (rc == 0)
+    dc->kind = NTO_DATA_FILE;
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Layer sections                                                          */
+
+static int copy_layer(loader *L, const char *sec, nto_section *out,
+                      nto_err *err) {
+  int rc = load_keys(L, sec, err);
+  if (rc == 0)
+    rc = check_lengths(L, sec, err);
+  if (rc != 0)
+    return rc;
+  snprintf(out->name, sizeof out->name, "%s", sec);
+  if (L->nkeys > 0) {
+    out->kv = calloc((size_t)L->nkeys, sizeof *out->kv);
+    if (!out->kv)
+      return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  }
+  for (int i = 0; i < L->nkeys; i++) {
+    snprintf(out->kv[i].key, sizeof out->kv[i].key, "%s", key_at(L, sec, i));
+    snprintf(out->kv[i].value, sizeof out->kv[i].value, "%s", value_at(L, i));
+  }
+  out->n_kv = L->nkeys;
+  if (!nto_section_get(out, "type"))
+    return missing_key(L, sec, "type", err);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Entry points                                                            */
+
+enum { S_MODEL, S_OPT, S_LR, S_TRAIN, S_VALID, S_TEST, S_COUNT };
+static const char *const special[] = {"model",     "optimizer",
+                                      "learningratescheduler", "train_set",
+                                      "valid_set", "test_set",  NULL};
+
+static int load_dict(loader *L, nto_config *c, nto_err *err) {
+  int nsec = iniparser_getnsec(L->d);
+  const char *sec_name[S_COUNT] = {NULL};
+  int n_layer = 0;
+
+  for (int i = 0; i < nsec; i++) {
+    const char *s = iniparser_getsecname(L->d, i);
+    if (strlen(s) > NAME_MAX_LEN)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%.*s...] expected a section name of at most %d "
+                         "characters",
+                         L->file, 40, s, NAME_MAX_LEN);
+    int k = lookup(s, special);
+    if (k >= 0)
+      sec_name[k] = s;
+    else
+      n_layer++;
+  }
+  if (!sec_name[S_MODEL])
+    return nto_err_set(err, NTO_ECONFIG, "%s: missing [Model] section",
+                       L->file);
+
+  int rc = parse_model(L, sec_name[S_MODEL], &c->model, err);
+  legacy_decay ld = {0};
+  if (rc == 0 && sec_name[S_OPT])
+    rc = parse_optimizer(L, sec_name[S_OPT], &c->opt, &ld, err);
+  if (rc == 0 && sec_name[S_LR]) {
+    if (ld.rate_key)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key 'decay_rate': not allowed together "
+                         "with [LearningRateScheduler] (write it there)",
+                         L->file, sec_name[S_OPT]);
+    rc = parse_scheduler(L, sec_name[S_LR], &c->lr, &c->opt, err);
+  } else if (rc == 0) {
+    c->lr.learning_rate[0] = c->opt.learning_rate;
+    if (ld.rate_key) { /* nntrainer's legacy form */
+      c->lr.kind = NTO_LR_EXPONENTIAL;
+      c->lr.given = 1;
+      c->lr.decay_rate = ld.rate;
+      c->lr.decay_steps = ld.steps;
+    }
+  }
+  nto_data_conf *sets[3] = {&c->train_set, &c->valid_set, &c->test_set};
+  for (int j = 0; rc == 0 && j < 3; j++)
+    if (sec_name[S_TRAIN + j])
+      rc = parse_dataset(L, sec_name[S_TRAIN + j], sets[j], err);
+  if (rc != 0)
+    return rc;
+
+  if (n_layer > 0) {
+    c->layers = calloc((size_t)n_layer, sizeof *c->layers);
+    if (!c->layers)
+      return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  }
+  for (int i = 0; i < nsec; i++) {
+    const char *s = iniparser_getsecname(L->d, i);
+    if (lookup(s, special) >= 0)
+      continue;
+    rc = copy_layer(L, s, &c->layers[c->n_layers], err);
+    c->n_layers++; /* counted even on failure so free releases its kv */
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+static void set_defaults(nto_config *c) {
+  c->model.epochs = 1;
+  c->model.loss = NTO_LOSS_CROSS;
+  c->model.batch_size = 1;
+  c->opt.kind = NTO_OPT_ADAM;
+  c->opt.learning_rate = 1e-3;
+  c->opt.beta1 = 0.9;
+  c->opt.beta2 = 0.999;
+  c->opt.epsilon = 1e-7;
+  c->lr.kind = NTO_LR_CONSTANT;
+}
+
+int nto_config_load(nto_config *c, const char *path, nto_err *err) {
+  memset(c, 0, sizeof *c);
+  nto_err_clear(err);
+  if (copy_str(c->path, sizeof c->path, path) != 0)
+    return nto_err_set(err, NTO_EINVAL, "%.64s...: path too long", path);
+  set_defaults(c);
+
+  loader L = {.file = path};
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(L.dir, sizeof L.dir, "%.*s/", (int)(slash - path), path);
+
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+  struct stat st;
+  int is_dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
+  fclose(f);
+  if (is_dir)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
+                       strerror(EISDIR));
+
+  ini_msg[0] = '\0';
+  ini_nmsg = 0;
+  iniparser_set_error_callback(ini_capture);
+  L.d = iniparser_load(path);
+  iniparser_set_error_callback(NULL);
+
+  int rc;
+  if (ini_nmsg > 0)
+    rc = ini_error(path, err);
+  else if (!L.d)
+    rc = nto_err_set(err, NTO_ENOMEM, "%s: out of memory while parsing", path);
+  else if ((rc = scan_duplicates(path, err)) == 0)
+    rc = load_dict(&L, c, err);
+
+  free(L.keys);
+  if (L.d)
+    iniparser_freedict(L.d);
+  if (rc != 0)
+    nto_config_free(c);
+  return rc;
+}
+
+void nto_config_free(nto_config *c) {
+  if (!c)
+    return;
+  for (int i = 0; i < c->n_layers; i++)
+    free(c->layers[i].kv);
+  free(c->layers);
+  c->layers = NULL;
+  c->n_layers = 0;
+}
+
+const char *nto_section_get(const nto_section *s, const char *key) {
+  for (int i = 0; i < s->n_kv; i++)
+    if (strcmp(s->kv[i].key, key) == 0)
+      return s->kv[i].value;
+  return NULL;
+}

@@ -1,0 +1,428 @@
+/* graph.c - build the layer graph from a config. See graph.h. */
+#include "graph.h"
+#include "registry.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A layer before sorting: the layer plus its unresolved input names. */
+typedef struct proto {
+  nto_layer l;
+  char inputs[NTO_MAX_INPUTS][NTO_NAME_MAX];
+  int n_inputs;   /* -1: default (previous proto) */
+  int section;    /* config section index it came from */
+  int redirect;   /* 1: references to this name mean the next proto (its
+                     realized activation) */
+} proto;
+
+typedef struct builder {
+  const nto_config *c;
+  proto *p;
+  int n, cap;
+  nto_err *err;
+} builder;
+
+static proto *push(builder *b) {
+  if (b->n == b->cap) {
+    int cap = b->cap ? b->cap * 2 : 32;
+    proto *np = realloc(b->p, (size_t)cap * sizeof *np);
+    if (!np)
+      return NULL;
+    b->p = np;
+    b->cap = cap;
+  }
+  proto *p = &b->p[b->n++];
+  memset(p, 0, sizeof *p);
+  p->n_inputs = -1;
+  return p;
+}
+
+/* Copy a name into a NTO_NAME_MAX buffer, truncating. */
+static void set_name(char *dst, const char *src) {
+  size_t n = strlen(src);
+  if (n >= NTO_NAME_MAX)
+    n = NTO_NAME_MAX - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+static int make_layer(nto_layer *l, const nto_layer_ops *ops,
+                      const char *name) {
+  set_name(l->name, name);
+  l->ops = ops;
+  l->trainable = 1;
+  l->priv = calloc(1, ops->priv_size ? ops->priv_size : 1);
+  if (!l->priv)
+    return NTO_ENOMEM;
+  if (ops->defaults)
+    ops->defaults(l);
+  return 0;
+}
+
+static void trim_copy(char *dst, size_t len, const char *s, size_t n) {
+  while (n && isspace((unsigned char)*s))
+    s++, n--;
+  while (n && isspace((unsigned char)s[n - 1]))
+    n--;
+  if (n >= len)
+    n = len - 1;
+  memcpy(dst, s, n);
+  dst[n] = '\0';
+}
+
+/* Parse "a, b" into p->inputs. */
+static int parse_inputs(builder *b, proto *p, const char *sec,
+                        const char *v) {
+  p->n_inputs = 0;
+  const char *s = v;
+  for (;;) {
+    const char *comma = strchr(s, ',');
+    size_t n = comma ? (size_t)(comma - s) : strlen(s);
+    if (p->n_inputs == NTO_MAX_INPUTS)
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'input_layers': at most %d inputs, got "
+                         "'%s'",
+                         b->c->path, sec, NTO_MAX_INPUTS, v);
+    char *dst = p->inputs[p->n_inputs];
+    trim_copy(dst, NTO_NAME_MAX, s, n);
+    if (dst[0] == '\0')
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'input_layers': expected a "
+                         "comma-separated list of layer names, got '%s'",
+                         b->c->path, sec, v);
+    p->n_inputs++;
+    if (!comma)
+      break;
+    s = comma + 1;
+  }
+  return 0;
+}
+
+/* Turn one config section into one to three protos. */
+static int add_section(builder *b, int si) {
+  const nto_section *s = &b->c->layers[si];
+  const char *type = nto_section_get(s, "type");
+  const nto_layer_ops *ops = type ? nto_layer_find(type) : NULL;
+  if (!type)
+    return nto_err_set(b->err, NTO_ECONFIG, "%s: [%s] missing key 'type'",
+                       b->c->path, s->name);
+  if (!ops) {
+    char list[512];
+    nto_layer_type_list(list, sizeof list);
+    return nto_err_set(b->err, NTO_ECONFIG,
+                       "%s: [%s] key 'type': unknown layer type '%s' "
+                       "(expected one of: %s)",
+                       b->c->path, s->name, type, list);
+  }
+  const char *shape = nto_section_get(s, "input_shape");
+  int is_input = ops == &nto_input_layer;
+  int insert_input = shape && !is_input;
+  char nm_input[NTO_NAME_MAX + 8];
+  snprintf(nm_input, sizeof nm_input, "%s/input", s->name);
+  if (insert_input && nto_section_get(s, "input_layers"))
+    return nto_err_set(b->err, NTO_ECONFIG,
+                       "%s: [%s] key 'input_shape': only allowed on a layer "
+                       "without input_layers",
+                       b->c->path, s->name);
+  if (insert_input) {
+    proto *ip = push(b);
+    char nm[NTO_NAME_MAX + 8];
+    if (!ip)
+      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+    snprintf(nm, sizeof nm, "%s/input", s->name);
+    if (make_layer(&ip->l, &nto_input_layer, nm) != 0)
+      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+    ip->section = si;
+    ip->n_inputs = 0;
+    int rc = nto_input_layer.set_prop(&ip->l, "input_shape", shape, b->err);
+    if (rc != 0)
+      return nto_err_prefix(b->err, rc, "%s: [%s] key 'input_shape': ",
+                            b->c->path, s->name);
+  }
+  proto *p = push(b);
+  if (!p || make_layer(&p->l, ops, s->name) != 0)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  p->section = si;
+  if (is_input)
+    p->n_inputs = 0;
+  if (insert_input) {
+    p->n_inputs = 1;
+    set_name(p->inputs[0], nm_input);
+  }
+  const char *act = NULL;
+  for (int k = 0; k < s->n_kv; k++) {
+    const char *key = s->kv[k].key, *val = s->kv[k].value;
+    int rc = 0;
+    if (!strcmp(key, "type") || !strcmp(key, "name") ||
+        (insert_input && !strcmp(key, "input_shape")))
+      continue;
+    if (!strcmp(key, "input_layers") || !strcmp(key, "input_layer")) {
+      if (is_input)
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s] key '%s': an input layer takes no "
+                           "inputs",
+                           b->c->path, s->name, key);
+      rc = parse_inputs(b, p, s->name, val);
+      if (rc != 0)
+        return rc;
+      continue;
+    }
+    if (!strcmp(key, "trainable")) {
+      rc = nto_parse_bool(val, &p->l.trainable, b->err);
+    } else if (!strcmp(key, "activation") && ops != &nto_activation_layer) {
+      act = val;
+      continue;
+    } else {
+      rc = ops->set_prop(&p->l, key, val, b->err);
+      if (rc == NTO_ENOKEY)
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s] unknown key '%s' for layer type '%s'",
+                           b->c->path, s->name, key, ops->type);
+    }
+    if (rc != 0)
+      return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ", b->c->path,
+                            s->name, key);
+  }
+  if (act) {
+    int none = nto_streq(act, "none");
+    if (none)
+      return 0;
+    proto *ap = push(b);
+    if (!ap)
+      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+    p = &b->p[b->n - 2]; /* push may have moved the array */
+    char nm[NTO_NAME_MAX + 16];
+    snprintf(nm, sizeof nm, "%s/activation", s->name);
+    if (make_layer(&ap->l, &nto_activation_layer, nm) != 0)
+      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+    ap->section = si;
+    ap->n_inputs = 1;
+    set_name(ap->inputs[0], p->l.name);
+    int rc = nto_activation_layer.set_prop(&ap->l, "activation", act, b->err);
+    if (rc != 0)
+      return nto_err_prefix(b->err, rc, "%s: [%s] key 'activation': ",
+                            b->c->path, s->name);
+    p->redirect = 1;
+  }
+  return 0;
+}
+
+/* Index of the proto a reference to `name` means, or -1. */
+static int resolve(const builder *b, const char *name) {
+  for (int i = 0; i < b->n; i++)
+    if (nto_streq(b->p[i].l.name, name))
+      return b->p[i].redirect ? i + 1 : i;
+  return -1;
+}
+
+/* Fill in[] of every proto with proto indices (before sorting). */
+static int wire(builder *b) {
+  for (int i = 0; i < b->n; i++) {
+    proto *p = &b->p[i];
+    const char *sec = b->c->layers[p->section].name;
+    if (p->n_inputs < 0) { /* default: the previous section's output */
+      int prev = i - 1;
+      while (prev >= 0 && b->p[prev].section == p->section)
+        prev--;
+      if (prev < 0)
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s] missing key 'input_layers' (the first "
+                           "layer must be an input layer or have "
+                           "input_shape)",
+                           b->c->path, sec);
+      p->n_inputs = 1;
+      set_name(p->inputs[0], b->p[prev].l.name);
+    }
+    p->l.n_in = p->n_inputs;
+    for (int k = 0; k < p->n_inputs; k++) {
+      int j = resolve(b, p->inputs[k]);
+      if (j < 0)
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s] key 'input_layers': unknown layer '%s'",
+                           b->c->path, sec, p->inputs[k]);
+      p->l.in[k] = j;
+    }
+    const nto_layer_ops *ops = p->l.ops;
+    if (p->l.n_in < ops->min_inputs || p->l.n_in > ops->max_inputs)
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'input_layers': layer type '%s' takes "
+                         "%d to %d inputs, got %d",
+                         b->c->path, sec, ops->type, ops->min_inputs,
+                         ops->max_inputs, p->l.n_in);
+  }
+  return 0;
+}
+
+/* Kahn's algorithm, taking ready layers in file order. order[] gets the
+ * proto indices. A cycle is reported with one of its layers. */
+static int topo_sort(builder *b, int *order) {
+  int n = b->n, done = 0;
+  char *placed = calloc((size_t)n, 1);
+  if (!placed)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  while (done < n) {
+    int progress = 0;
+    for (int i = 0; i < n; i++) {
+      if (placed[i])
+        continue;
+      int ready = 1;
+      for (int k = 0; k < b->p[i].l.n_in && ready; k++)
+        ready = placed[b->p[i].l.in[k]];
+      if (!ready)
+        continue;
+      placed[i] = 1;
+      order[done++] = i;
+      progress = 1;
+      break; /* restart: keeps file order among ready layers */
+    }
+    if (!progress) {
+      int i = 0;
+      while (placed[i])
+        i++;
+      free(placed);
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'input_layers': cycle in the layer "
+                         "graph through '%s'",
+                         b->c->path, b->c->layers[b->p[i].section].name,
+                         b->p[i].l.name);
+    }
+  }
+  free(placed);
+  return 0;
+}
+
+int nto_graph_find(const nto_graph *g, const char *name) {
+  for (int i = 0; i < g->n_layers; i++)
+    if (nto_streq(g->layers[i].name, name))
+      return i;
+  return -1;
+}
+
+void nto_graph_free(nto_graph *g) {
+  for (int i = 0; i < g->n_layers; i++)
+    free(g->layers[i].priv);
+  if (g->consumers)
+    for (int i = 0; i < g->n_layers; i++)
+      free(g->consumers[i]);
+  free(g->layers);
+  free(g->consumers);
+  free(g->n_consumers);
+  memset(g, 0, sizeof *g);
+}
+
+/* Adopt protos in topological order; build consumer lists. */
+static int adopt(nto_graph *g, builder *b, const int *order) {
+  int n = b->n;
+  int *pos = malloc((size_t)n * sizeof *pos);
+  g->layers = calloc((size_t)n, sizeof *g->layers);
+  g->consumers = calloc((size_t)n, sizeof *g->consumers);
+  g->n_consumers = calloc((size_t)n, sizeof *g->n_consumers);
+  if (!pos || !g->layers || !g->consumers || !g->n_consumers) {
+    free(pos);
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++)
+    pos[order[i]] = i;
+  for (int i = 0; i < n; i++) {
+    g->layers[i] = b->p[order[i]].l;
+    b->p[order[i]].l.priv = NULL; /* now owned by g */
+    for (int k = 0; k < g->layers[i].n_in; k++)
+      g->layers[i].in[k] = pos[g->layers[i].in[k]];
+  }
+  g->n_layers = n;
+  free(pos);
+  for (int i = 0; i < n; i++) {
+    nto_layer *l = &g->layers[i];
+    for (int k = 0; k < l->n_in; k++) {
+      int p = l->in[k];
+      nto_edge *e = realloc(g->consumers[p],
+                            (size_t)(g->n_consumers[p] + 1) * sizeof *e);
+      if (!e)
+        return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+      e[g->n_consumers[p]++] = (nto_edge){.layer = i, .input = k};
+      g->consumers[p] = e;
+    }
+  }
+  return 0;
+}
+
+/* Exactly one layer without consumers, and it must be last in order. */
+static int check_outputs(const nto_graph *g, const nto_config *c,
+                         nto_err *err) {
+  int outs = 0, first = -1, second = -1;
+  for (int i = 0; i < g->n_layers; i++)
+    if (g->n_consumers[i] == 0) {
+      if (outs == 0)
+        first = i;
+      else if (outs == 1)
+        second = i;
+      outs++;
+    }
+  if (outs > 1)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: layers '%s' and '%s' both have no consumer; "
+                       "exactly one output layer is supported",
+                       c->path, g->layers[first].name, g->layers[second].name);
+  if (first != g->n_layers - 1) {
+    /* Move the output last: it is a sink, so order stays topological. */
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: layer '%s' has no consumer but is not the last "
+                       "layer of the graph",
+                       c->path, g->layers[first].name);
+  }
+  return 0;
+}
+
+static int plan_all(nto_graph *g, const nto_config *c, nto_err *err) {
+  for (int i = 0; i < g->n_layers; i++) {
+    nto_layer *l = &g->layers[i];
+    l->batch = g->batch;
+    for (int k = 0; k < l->n_in; k++)
+      l->in_shape[k] = g->layers[l->in[k]].out_shape;
+    int rc = l->ops->plan(l, err);
+    if (rc != 0)
+      return nto_err_prefix(err, rc, "%s: [%s]: ", c->path, l->name);
+    if (l->out_shape.n != g->batch || nto_shape_numel(l->out_shape) == 0)
+      return nto_err_set(err, NTO_ESHAPE, "%s: [%s]: invalid output shape",
+                         c->path, l->name);
+  }
+  return 0;
+}
+
+int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
+                    nto_err *err) {
+  memset(g, 0, sizeof *g);
+  g->batch = batch;
+  builder b = {.c = c, .err = err};
+  int rc = 0;
+  int *order = NULL;
+  if (c->n_layers == 0) {
+    rc = nto_err_set(err, NTO_ECONFIG, "%s: no layer sections", c->path);
+    goto out;
+  }
+  for (int i = 0; i < c->n_layers && rc == 0; i++)
+    rc = add_section(&b, i);
+  if (rc == 0)
+    rc = wire(&b);
+  if (rc == 0) {
+    order = malloc((size_t)b.n * sizeof *order);
+    rc = order ? topo_sort(&b, order)
+               : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  if (rc == 0)
+    rc = adopt(g, &b, order);
+  if (rc == 0)
+    rc = check_outputs(g, c, err);
+  if (rc == 0)
+    rc = plan_all(g, c, err);
+out:
+  for (int i = 0; i < b.n; i++)
+    free(b.p[i].l.priv);
+  free(b.p);
+  free(order);
+  if (rc != 0)
+    nto_graph_free(g);
+  return rc;
+}

@@ -1,0 +1,53 @@
+/*
+ * graph.h - the layer graph built from a loaded config.
+ *
+ * Layers are created from the config's layer sections through the registry,
+ * properties applied (unknown keys are errors), `activation = X` on a layer
+ * realized as a separate activation layer "<name>/activation" placed right
+ * after it (references to <name> then mean the activated output, as in
+ * nntrainer), `input_shape` on a non-input first layer realized as an input
+ * layer "<name>/input", inputs wired by `input_layers` (default: the previous
+ * section), sorted topologically (file order among ready layers), and
+ * planned in that order (shapes, weights, workspace).
+ *
+ * Exactly one layer has no consumer: the output layer, the last in order.
+ * A layer may feed several consumers; the executor sums their gradients.
+ * Built and used on one thread.
+ */
+#ifndef NTO_GRAPH_H
+#define NTO_GRAPH_H
+
+#include "config.h"
+#include "layer.h"
+
+/* A consumer edge: layer `layer` reads the producer as its input `input`. */
+typedef struct nto_edge {
+  int layer;
+  int input;
+} nto_edge;
+
+typedef struct nto_graph {
+  nto_layer *layers; /* n_layers, topological order; [n_layers-1] = output */
+  int n_layers;
+  int batch;
+  nto_edge **consumers; /* consumers[l]: n_consumers[l] edges, in order */
+  int *n_consumers;
+} nto_graph;
+
+/*
+ * Build and plan the graph of config c for batch size `batch` (>= 1).
+ * Errors (NTO_ECONFIG / NTO_ESHAPE) name the file, the section and the key:
+ * unknown type (lists the known ones), unknown key for the type, bad value,
+ * missing/unknown input layer, cycle, wrong number of inputs, several
+ * outputs, no layers, shape errors from plan. On error *g is freed.
+ */
+int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
+                    nto_err *err);
+
+/* Release the graph (layers' priv included). Safe on a zeroed graph. */
+void nto_graph_free(nto_graph *g);
+
+/* Index of the layer named name (case-insensitive), or -1. */
+int nto_graph_find(const nto_graph *g, const char *name);
+
+#endif /* NTO_GRAPH_H */

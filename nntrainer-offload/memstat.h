@@ -1,0 +1,19 @@
+/*
+ * memstat.h - process memory as the kernel counts it (Linux /proc).
+ * Peak RSS is VmHWM of /proc/self/status; it can be reset between measured
+ * phases by writing "5" to /proc/self/clear_refs (Linux >= 4.0).
+ * Any thread.
+ */
+#ifndef NTO_MEMSTAT_H
+#define NTO_MEMSTAT_H
+
+#include <stddef.h>
+
+/* Peak resident set size in bytes (VmHWM), or 0 if unavailable. */
+size_t nto_peak_rss_bytes(void);
+/* Current resident set size in bytes (VmRSS), or 0 if unavailable. */
+size_t nto_current_rss_bytes(void);
+/* Reset the peak to the current RSS. Returns 0 or -1 (not supported). */
+int nto_reset_peak_rss(void);
+
+#endif /* NTO_MEMSTAT_H */

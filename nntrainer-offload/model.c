@@ -1,0 +1,649 @@
+/* model.c - tensor table, execution plan, arena, executor. See model.h. */
+#include "model.h"
+#include "loss.h"
+#include "lr_scheduler.h"
+#include "optimizer.h"
+#include "registry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Step interval of a transient tensor; first > last means unused. */
+typedef struct span {
+  int first, last;
+} span;
+
+struct nto_model {
+  const nto_config *conf;
+  nto_opt_conf opt;
+  nto_lr_conf lr;
+  nto_graph g;
+  int L;
+
+  nto_tensor *t; /* tensor table */
+  span *life;    /* per tensor; persistent tensors have first = -1 */
+  int n_t, cap_t;
+
+  int *out_t;            /* per layer: output tensor */
+  int **edge_t;          /* per layer, per input edge: gradient tensor or -1 */
+  int loss_grad_t;       /* dL/d(out of last layer), -1 when fused */
+  int (*pgrad_t)[NTO_MAX_WEIGHTS]; /* per layer, per weight: param grad */
+  int (*state_t)[NTO_MAX_WEIGHTS][2]; /* optimizer state per weight */
+
+  nto_loss_form form;
+  int fused;
+  int logits_layer; /* layer whose output the loss reads */
+
+  float *arena;
+  size_t arena_bytes;
+  float *ws;
+  size_t ws_bytes;
+  float *input_grad; /* persistent copy when compute_input_grad */
+  int compute_input_grad;
+
+  long iteration;
+  nto_rng rng;
+  nto_grad_hook hook;
+  void *hook_user;
+};
+
+static int step_f(const nto_model *m, int i) { (void)m; return i; }
+static int step_b(const nto_model *m, int i) { return 2 * m->L - 1 - i; }
+
+/* Append a tensor descriptor; returns its index or -1. */
+static int add_tensor(nto_model *m, const char *layer, const char *what,
+                      nto_shape shape, nto_role role, int owner) {
+  if (m->n_t == m->cap_t) {
+    int cap = m->cap_t ? m->cap_t * 2 : 256;
+    nto_tensor *t = realloc(m->t, (size_t)cap * sizeof *t);
+    span *s = t ? realloc(m->life, (size_t)cap * sizeof *s) : NULL;
+    if (t)
+      m->t = t;
+    if (!t || !s)
+      return -1;
+    m->life = s;
+    m->cap_t = cap;
+  }
+  nto_tensor *t = &m->t[m->n_t];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%.60s:%.30s", layer, what);
+  t->shape = shape;
+  t->role = role;
+  t->bytes = nto_round_page(nto_shape_bytes(shape));
+  t->swap_offset = -1;
+  t->state = NTO_RES_NONE;
+  t->layer = owner;
+  m->life[m->n_t] = (span){.first = -1, .last = -2};
+  return m->n_t++;
+}
+
+static void use(nto_model *m, int t, int step) {
+  if (t < 0)
+    return;
+  span *s = &m->life[t];
+  if (s->first < 0 || step < s->first)
+    s->first = step;
+  if (step > s->last)
+    s->last = step;
+}
+
+static int is_input(const nto_layer *l) { return l->ops == &nto_input_layer; }
+
+/* Does layer p's output need a gradient? */
+static int needs_grad(const nto_model *m, int p) {
+  return !is_input(&m->g.layers[p]) || m->compute_input_grad;
+}
+
+/* Create every tensor descriptor and record its uses. */
+static int build_tensors(nto_model *m) {
+  int L = m->L;
+  nto_graph *g = &m->g;
+  m->out_t = calloc((size_t)L, sizeof *m->out_t);
+  m->edge_t = calloc((size_t)L, sizeof *m->edge_t);
+  m->pgrad_t = calloc((size_t)L, sizeof *m->pgrad_t);
+  m->state_t = calloc((size_t)L, sizeof *m->state_t);
+  if (!m->out_t || !m->edge_t || !m->pgrad_t || !m->state_t)
+    return -1;
+  int n_state = nto_opt_state_count(&m->opt);
+  for (int i = 0; i < L; i++) {
+    nto_layer *l = &g->layers[i];
+    m->out_t[i] = add_tensor(m, l->name, "out", l->out_shape,
+                             NTO_ROLE_ACTIVATION, i);
+    m->edge_t[i] = malloc((size_t)(l->n_in ? l->n_in : 1) * sizeof(int));
+    if (m->out_t[i] < 0 || !m->edge_t[i])
+      return -1;
+    for (int j = 0; j < l->n_w; j++) {
+      char what[48];
+      l->w[j].tensor = add_tensor(m, l->name, l->w[j].name, l->w[j].shape,
+                                  NTO_ROLE_WEIGHT, i);
+      m->pgrad_t[i][j] = -1;
+      m->state_t[i][j][0] = m->state_t[i][j][1] = -1;
+      if (l->w[j].tensor < 0)
+        return -1;
+      if (!l->w[j].trainable || !l->trainable)
+        continue;
+      snprintf(what, sizeof what, "d%.40s", l->w[j].name);
+      m->pgrad_t[i][j] = add_tensor(m, l->name, what, l->w[j].shape,
+                                    NTO_ROLE_PARAM_GRAD, i);
+      for (int k = 0; k < n_state; k++) {
+        snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, k);
+        m->state_t[i][j][k] = add_tensor(m, l->name, what, l->w[j].shape,
+                                         NTO_ROLE_OPT_STATE, i);
+      }
+    }
+    for (int k = 0; k < l->n_saved; k++) {
+      l->saved[k].tensor = add_tensor(m, l->name, l->saved[k].name,
+                                      l->saved[k].shape, NTO_ROLE_ACTIVATION,
+                                      i);
+      if (l->saved[k].tensor < 0)
+        return -1;
+    }
+    for (int k = 0; k < l->n_in; k++) {
+      char what[32];
+      snprintf(what, sizeof what, "grad_in%d", k);
+      m->edge_t[i][k] = needs_grad(m, l->in[k])
+                            ? add_tensor(m, l->name, what, l->in_shape[k],
+                                         NTO_ROLE_GRAD, i)
+                            : -1;
+    }
+  }
+  return 0;
+}
+
+/* Record the step uses of every transient tensor (see model.h). */
+static void record_uses(nto_model *m) {
+  int L = m->L;
+  nto_graph *g = &m->g;
+  for (int i = 0; i < L; i++) {
+    nto_layer *l = &g->layers[i];
+    int fi = step_f(m, i), bi = step_b(m, i);
+    int skip_bwd = m->fused && i == L - 1;
+    use(m, m->out_t[i], fi);
+    for (int k = 0; k < l->n_in; k++) {
+      use(m, m->out_t[l->in[k]], fi);
+      if (l->bwd_needs_input && !skip_bwd)
+        use(m, m->out_t[l->in[k]], bi);
+      use(m, m->edge_t[i][k], bi);             /* written by B_i */
+      use(m, m->edge_t[i][k], step_b(m, l->in[k])); /* read by B_p */
+    }
+    if (l->bwd_needs_output && !skip_bwd)
+      use(m, m->out_t[i], bi);
+    for (int k = 0; k < l->n_saved; k++) {
+      use(m, l->saved[k].tensor, fi);
+      if (!skip_bwd)
+        use(m, l->saved[k].tensor, bi);
+    }
+    for (int j = 0; j < l->n_w; j++)
+      if (!skip_bwd)
+        use(m, m->pgrad_t[i][j], bi);
+  }
+  /* The loss, at the start of B_{L-1}, reads the output, the logits and
+   * the targets, and writes the loss gradient. */
+  int s = step_b(m, L - 1);
+  use(m, m->out_t[L - 1], s);
+  use(m, m->out_t[m->logits_layer], s);
+  use(m, m->loss_grad_t, s);
+}
+
+/* Order of placement: larger first, then earlier first use, then index. */
+static const nto_model *sort_model;
+static int by_size(const void *a, const void *b) {
+  int i = *(const int *)a, j = *(const int *)b;
+  const nto_tensor *ti = &sort_model->t[i], *tj = &sort_model->t[j];
+  if (ti->bytes != tj->bytes)
+    return ti->bytes < tj->bytes ? 1 : -1;
+  if (sort_model->life[i].first != sort_model->life[j].first)
+    return sort_model->life[i].first - sort_model->life[j].first;
+  return i - j;
+}
+
+static int overlap(span a, span b) {
+  return a.first <= b.last && b.first <= a.last;
+}
+
+/*
+ * Greedy best-fit placement of transient tensors in one arena: each tensor,
+ * largest first, goes to the lowest offset where it overlaps no placed
+ * tensor whose step interval intersects its own. Offsets are multiples of
+ * NTO_PAGE. Sets t->swap_offset temporarily to the arena offset; returns the
+ * arena size in bytes.
+ */
+static size_t place_arena(nto_model *m, size_t *offset) {
+  int *idx = malloc((size_t)m->n_t * sizeof *idx);
+  int *placed = malloc((size_t)m->n_t * sizeof *placed);
+  if (!idx || !placed) {
+    free(idx);
+    free(placed);
+    return (size_t)-1;
+  }
+  int n = 0, np = 0;
+  for (int i = 0; i < m->n_t; i++)
+    if (m->life[i].first >= 0 && m->life[i].first <= m->life[i].last)
+      idx[n++] = i;
+  sort_model = m;
+  qsort(idx, (size_t)n, sizeof *idx, by_size);
+  size_t total = 0;
+  for (int a = 0; a < n; a++) {
+    int i = idx[a];
+    size_t off = 0;
+    int moved = 1;
+    while (moved) { /* lowest offset free of time-overlapping tensors */
+      moved = 0;
+      for (int b = 0; b < np; b++) {
+        int j = placed[b];
+        if (!overlap(m->life[i], m->life[j]))
+          continue;
+        if (off < offset[j] + m->t[j].bytes && offset[j] < off + m->t[i].bytes) {
+          off = offset[j] + m->t[j].bytes;
+          moved = 1;
+        }
+      }
+    }
+    offset[i] = off;
+    placed[np++] = i;
+    if (off + m->t[i].bytes > total)
+      total = off + m->t[i].bytes;
+  }
+  free(idx);
+  free(placed);
+  return total;
+}
+
+/* Allocate persistent tensors, place transients in the arena. */
+static int allocate(nto_model *m, nto_err *err) {
+  size_t *offset = calloc((size_t)m->n_t, sizeof *offset);
+  if (!offset)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  size_t total = place_arena(m, offset);
+  if (total == (size_t)-1) {
+    free(offset);
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  m->arena_bytes = total;
+  m->arena = nto_alloc_aligned(total);
+  m->ws_bytes = 0;
+  for (int i = 0; i < m->L; i++)
+    if (m->g.layers[i].ws_bytes > m->ws_bytes)
+      m->ws_bytes = m->g.layers[i].ws_bytes;
+  m->ws = m->ws_bytes ? nto_alloc_aligned(m->ws_bytes) : NULL;
+  if (!m->arena || (m->ws_bytes && !m->ws)) {
+    free(offset);
+    return nto_err_set(err, NTO_ENOMEM, "cannot allocate %zu bytes",
+                       total + m->ws_bytes);
+  }
+  for (int i = 0; i < m->n_t; i++) {
+    nto_tensor *t = &m->t[i];
+    if (t->role == NTO_ROLE_WEIGHT || t->role == NTO_ROLE_OPT_STATE) {
+      t->data = nto_alloc_aligned(t->bytes);
+      if (!t->data) {
+        free(offset);
+        return nto_err_set(err, NTO_ENOMEM, "cannot allocate %zu bytes for %s",
+                           t->bytes, t->name);
+      }
+    } else if (m->life[i].first >= 0 && m->life[i].first <= m->life[i].last) {
+      t->data = (float *)((char *)m->arena + offset[i]);
+    } else {
+      continue; /* never used */
+    }
+    t->state = NTO_RES_RESIDENT;
+  }
+  free(offset);
+  return 0;
+}
+
+/* Plan only: arena size and workspace, nothing allocated. */
+static int plan_arena(nto_model *m, nto_err *err) {
+  size_t *offset = calloc((size_t)m->n_t, sizeof *offset);
+  size_t total = offset ? place_arena(m, offset) : (size_t)-1;
+  free(offset);
+  if (total == (size_t)-1)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  m->arena_bytes = total;
+  for (int i = 0; i < m->L; i++)
+    if (m->g.layers[i].ws_bytes > m->ws_bytes)
+      m->ws_bytes = m->g.layers[i].ws_bytes;
+  return 0;
+}
+
+static void init_weights(nto_model *m) {
+  for (int i = 0; i < m->L; i++) {
+    nto_layer *l = &m->g.layers[i];
+    for (int j = 0; j < l->n_w; j++) {
+      nto_tensor *t = &m->t[l->w[j].tensor];
+      nto_init_fill(t->data, nto_tensor_numel(t), l->w[j].init,
+                    l->w[j].fan_in, l->w[j].fan_out, &m->rng);
+    }
+  }
+}
+
+static int setup_loss(nto_model *m, nto_err *err) {
+  int last = m->L - 1;
+  nto_layer *out = &m->g.layers[last];
+  m->form = nto_loss_form_for(m->conf->model.loss, out->out_kind, &m->fused);
+  m->logits_layer = m->fused ? out->in[0] : last;
+  int inputs = 0;
+  for (int i = 0; i < m->L; i++)
+    inputs += is_input(&m->g.layers[i]);
+  if (inputs != 1 || !is_input(&m->g.layers[0]))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: exactly one input layer is supported, found %d",
+                       m->conf->path, inputs);
+  if (last == 0)
+    return nto_err_set(err, NTO_ECONFIG, "%s: the model has no layer after "
+                       "its input", m->conf->path);
+  return 0;
+}
+
+int nto_model_create(nto_model **out, const nto_config *c,
+                     const nto_model_opts *opts, nto_err *err) {
+  *out = NULL;
+  nto_model *m = calloc(1, sizeof *m);
+  if (!m)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  m->conf = c;
+  m->opt = c->opt;
+  m->lr = c->lr;
+  m->compute_input_grad = opts->compute_input_grad;
+  nto_rng_seed(&m->rng, opts->seed);
+  int batch = opts->batch > 0 ? opts->batch : c->model.batch_size;
+  int rc = nto_graph_build(&m->g, c, batch, err);
+  if (rc == 0) {
+    m->L = m->g.n_layers;
+    rc = setup_loss(m, err);
+  }
+  if (rc == 0 && build_tensors(m) != 0)
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0) {
+    m->loss_grad_t = -1;
+    if (!m->fused) {
+      m->loss_grad_t = add_tensor(m, m->g.layers[m->L - 1].name, "loss_grad",
+                                  m->g.layers[m->L - 1].out_shape,
+                                  NTO_ROLE_GRAD, m->L - 1);
+      if (m->loss_grad_t < 0)
+        rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+    }
+  }
+  if (rc == 0) {
+    record_uses(m);
+    rc = opts->plan_only ? plan_arena(m, err) : allocate(m, err);
+  }
+  if (rc == 0 && m->compute_input_grad && !opts->plan_only) {
+    m->input_grad = nto_alloc_aligned(nto_shape_bytes(m->g.layers[0].out_shape));
+    if (!m->input_grad)
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  if (rc != 0) {
+    nto_model_free(m);
+    return rc;
+  }
+  if (!opts->plan_only)
+    init_weights(m);
+  *out = m;
+  return 0;
+}
+
+void nto_model_free(nto_model *m) {
+  if (!m)
+    return;
+  for (int i = 0; i < m->n_t; i++)
+    if (m->t[i].role == NTO_ROLE_WEIGHT || m->t[i].role == NTO_ROLE_OPT_STATE)
+      nto_free_aligned(m->t[i].data);
+  if (m->edge_t)
+    for (int i = 0; i < m->L; i++)
+      free(m->edge_t[i]);
+  free(m->edge_t);
+  free(m->out_t);
+  free(m->pgrad_t);
+  free(m->state_t);
+  free(m->t);
+  free(m->life);
+  nto_free_aligned(m->arena);
+  nto_free_aligned(m->ws);
+  nto_free_aligned(m->input_grad);
+  nto_graph_free(&m->g);
+  free(m);
+}
+
+static float *T(const nto_model *m, int t) {
+  return t >= 0 ? m->t[t].data : NULL;
+}
+
+/* F_i: run layer i's forward. */
+static void forward_step(nto_model *m, int i, const float *x, int training) {
+  nto_layer *l = &m->g.layers[i];
+  nto_fwd f = {0};
+  if (is_input(l))
+    memcpy(T(m, m->out_t[i]), x, nto_shape_bytes(l->out_shape));
+  for (int k = 0; k < l->n_in; k++)
+    f.in[k] = T(m, m->out_t[l->in[k]]);
+  f.out = T(m, m->out_t[i]);
+  for (int j = 0; j < l->n_w; j++)
+    f.w[j] = T(m, l->w[j].tensor);
+  for (int k = 0; k < l->n_saved; k++)
+    f.saved[k] = T(m, l->saved[k].tensor);
+  f.ws = m->ws;
+  f.training = training;
+  f.rng = &m->rng;
+  l->ops->forward(l, &f);
+}
+
+/* dL/d(out of layer i): the sum of its consumer edges' gradients, summed
+ * in consumer order into the first edge's buffer. */
+static const float *gather_dout(nto_model *m, int i) {
+  if (i == m->L - 1)
+    return T(m, m->loss_grad_t);
+  const nto_edge *e = m->g.consumers[i];
+  float *d = T(m, m->edge_t[e[0].layer][e[0].input]);
+  size_t n = nto_shape_numel(m->g.layers[i].out_shape);
+  for (int c = 1; c < m->g.n_consumers[i]; c++) {
+    const float *o = T(m, m->edge_t[e[c].layer][e[c].input]);
+    for (size_t k = 0; k < n; k++)
+      d[k] += o[k];
+  }
+  return d;
+}
+
+/* B_i: backward of layer i and the fused optimizer update of its weights. */
+static void backward_step(nto_model *m, int i, double lr) {
+  nto_layer *l = &m->g.layers[i];
+  if (is_input(l) && !m->input_grad)
+    return;
+  const float *dout = gather_dout(m, i);
+  if (is_input(l)) {
+    memcpy(m->input_grad, dout, nto_shape_bytes(l->out_shape));
+    return;
+  }
+  nto_bwd b = {0};
+  for (int k = 0; k < l->n_in; k++) {
+    b.in[k] = l->bwd_needs_input ? T(m, m->out_t[l->in[k]]) : NULL;
+    b.din[k] = T(m, m->edge_t[i][k]);
+  }
+  b.out = l->bwd_needs_output ? T(m, m->out_t[i]) : NULL;
+  b.dout = dout;
+  for (int j = 0; j < l->n_w; j++) {
+    b.w[j] = T(m, l->w[j].tensor);
+    b.dw[j] = T(m, m->pgrad_t[i][j]);
+  }
+  for (int k = 0; k < l->n_saved; k++)
+    b.saved[k] = T(m, l->saved[k].tensor);
+  b.ws = m->ws;
+  l->ops->backward(l, &b);
+  for (int j = 0; j < l->n_w; j++) {
+    if (m->pgrad_t[i][j] < 0)
+      continue;
+    size_t n = nto_shape_numel(l->w[j].shape);
+    if (m->hook)
+      m->hook(m->hook_user, l, j, b.dw[j], n);
+    float *st[2] = {T(m, m->state_t[i][j][0]), T(m, m->state_t[i][j][1])};
+    nto_opt_update(&m->opt, T(m, l->w[j].tensor), b.dw[j], st, n, lr,
+                   m->iteration + 1);
+  }
+}
+
+/* The loss on the last forward; writes its gradient when grad != 0. */
+static int loss_step(nto_model *m, const float *y, int valid, int grad,
+                     nto_step_stats *st, nto_err *err) {
+  int last = m->L - 1;
+  int n = m->g.batch;
+  int k = (int)nto_shape_sample(m->g.layers[last].out_shape);
+  float *g = NULL;
+  if (grad)
+    g = m->fused ? T(m, m->edge_t[last][0]) : T(m, m->loss_grad_t);
+  double loss = nto_loss_compute(m->form, T(m, m->out_t[m->logits_layer]), y,
+                                 n, k, valid, g);
+  st->loss = loss;
+  st->samples = valid;
+  st->correct = nto_count_correct(T(m, m->out_t[last]), y, n, k, valid);
+  if (!isfinite(loss))
+    return nto_err_set(err, NTO_ENUMERIC,
+                       "loss is not finite (%g) at iteration %ld", loss,
+                       m->iteration);
+  return 0;
+}
+
+int nto_model_train_step(nto_model *m, const float *x, const float *y,
+                         nto_step_stats *st, nto_err *err) {
+  for (int i = 0; i < m->L; i++)
+    forward_step(m, i, x, 1);
+  int rc = loss_step(m, y, m->g.batch, 1, st, err);
+  if (rc != 0)
+    return rc;
+  double lr = nto_lr_at(&m->lr, &m->opt, m->iteration);
+  for (int i = m->L - 1 - m->fused; i >= 0; i--)
+    backward_step(m, i, lr);
+  m->iteration++;
+  return 0;
+}
+
+int nto_model_eval_step(nto_model *m, const float *x, const float *y,
+                        int valid, nto_step_stats *st, nto_err *err) {
+  if (valid < 1 || valid > m->g.batch)
+    return nto_err_set(err, NTO_EINVAL, "eval: %d valid samples of %d", valid,
+                       m->g.batch);
+  for (int i = 0; i < m->L; i++)
+    forward_step(m, i, x, 0);
+  return loss_step(m, y, valid, 0, st, err);
+}
+
+const float *nto_model_output(const nto_model *m) {
+  return T(m, m->out_t[m->L - 1]);
+}
+
+const float *nto_model_input_grad(const nto_model *m) { return m->input_grad; }
+
+void nto_model_set_grad_hook(nto_model *m, nto_grad_hook hook, void *user) {
+  m->hook = hook;
+  m->hook_user = user;
+}
+
+const nto_graph *nto_model_graph(const nto_model *m) { return &m->g; }
+int nto_model_batch(const nto_model *m) { return m->g.batch; }
+long nto_model_iteration(const nto_model *m) { return m->iteration; }
+
+nto_shape nto_model_input_shape(const nto_model *m) {
+  nto_shape s = m->g.layers[0].out_shape;
+  s.n = 1;
+  return s;
+}
+
+int nto_model_output_size(const nto_model *m) {
+  return (int)nto_shape_sample(m->g.layers[m->L - 1].out_shape);
+}
+
+nto_mem_plan nto_model_mem_plan(const nto_model *m) {
+  nto_mem_plan p = {0};
+  for (int i = 0; i < m->n_t; i++) {
+    if (m->t[i].role == NTO_ROLE_WEIGHT)
+      p.weights += m->t[i].bytes;
+    else if (m->t[i].role == NTO_ROLE_OPT_STATE)
+      p.opt_state += m->t[i].bytes;
+  }
+  p.arena = m->arena_bytes;
+  p.workspace = nto_round_page(m->ws_bytes);
+  p.total = p.weights + p.opt_state + p.arena + p.workspace;
+  return p;
+}
+
+size_t nto_model_param_count(const nto_model *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->L; i++)
+    for (int j = 0; j < m->g.layers[i].n_w; j++)
+      if (m->g.layers[i].w[j].trainable)
+        n += nto_shape_numel(m->g.layers[i].w[j].shape);
+  return n;
+}
+
+int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
+                            const nto_lr_conf *lr, nto_err *err) {
+  m->opt = *o;
+  m->lr = *lr;
+  m->iteration = 0;
+  int n_state = nto_opt_state_count(o);
+  for (int i = 0; i < m->L; i++) {
+    nto_layer *l = &m->g.layers[i];
+    for (int j = 0; j < l->n_w; j++) {
+      if (m->pgrad_t[i][j] < 0)
+        continue;
+      for (int k = 0; k < 2; k++) {
+        int t = m->state_t[i][j][k];
+        if (t < 0 && k < n_state) {
+          char what[48];
+          snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, k);
+          t = add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_OPT_STATE,
+                         i);
+          if (t < 0 || !(m->t[t].data = nto_alloc_aligned(m->t[t].bytes)))
+            return nto_err_set(err, NTO_ENOMEM, "out of memory");
+          m->t[t].state = NTO_RES_RESIDENT;
+          m->state_t[i][j][k] = t;
+        }
+        if (t >= 0)
+          memset(m->t[t].data, 0, m->t[t].bytes);
+      }
+    }
+  }
+  return 0;
+}
+
+int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
+                      nto_err *err) {
+  int count = 0;
+  for (int i = 0; i < m->L; i++)
+    count += m->g.layers[i].n_w;
+  nto_named_tensor *ts = calloc((size_t)(count ? count : 1), sizeof *ts);
+  if (!ts)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  int c = 0;
+  for (int i = 0; i < m->L; i++) {
+    nto_layer *l = &m->g.layers[i];
+    for (int j = 0; j < l->n_w; j++, c++) {
+      size_t len = strlen(l->name) + strlen(l->w[j].name) + 2;
+      char *name = malloc(len);
+      if (!name) {
+        nto_model_weights_free(ts, c);
+        return nto_err_set(err, NTO_ENOMEM, "out of memory");
+      }
+      snprintf(name, len, "%s.%s", l->name, l->w[j].name);
+      ts[c].name = name;
+      int d[4] = {l->w[j].shape.n, l->w[j].shape.c, l->w[j].shape.h,
+                  l->w[j].shape.w};
+      int nd = l->w[j].ndim >= 1 && l->w[j].ndim <= 4 ? l->w[j].ndim : 4;
+      ts[c].ndim = nd;
+      for (int k = 0; k < nd; k++)
+        ts[c].dims[k] = d[4 - nd + k];
+      ts[c].data = T(m, l->w[j].tensor);
+    }
+  }
+  *out = ts;
+  *n = count;
+  return 0;
+}
+
+void nto_model_weights_free(nto_named_tensor *ts, int n) {
+  if (!ts)
+    return;
+  for (int i = 0; i < n; i++)
+    free((char *)ts[i].name);
+  free(ts);
+}

@@ -1,0 +1,125 @@
+/*
+ * model.h - a trainable model: graph + tensor table + static execution plan
+ * + the executor loop (all tensors resident; the offload engine replaces
+ * the residency policy, not this interface).
+ *
+ * Execution plan: one training iteration is the step sequence
+ *   F_0 .. F_{L-1}, then B_{L-1} .. B_0   (step index s: F_i = i,
+ *   B_i = 2L-1-i; the loss is computed at the start of B_{L-1}),
+ * with the optimizer update of layer i fused into B_i, so parameter
+ * gradients live only within B_i. For every tensor the plan records the
+ * first and last step that use it. Weights and optimizer state persist;
+ * activations, saved tensors, edge gradients and parameter gradients are
+ * placed at planned offsets of one arena so that tensors whose step
+ * intervals overlap never share bytes (greedy best-fit, largest first, as in
+ * TFLite's arena planner). Gradients of a layer with several consumers are
+ * summed, in consumer order, at the start of its backward step.
+ *
+ * Threads: all functions run on one thread (the executor's); the model owns
+ * BLAS calls made through its layers.
+ */
+#ifndef NTO_MODEL_H
+#define NTO_MODEL_H
+
+#include "config.h"
+#include "graph.h"
+#include "tensor.h"
+#include "weights.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct nto_model nto_model;
+
+typedef struct nto_model_opts {
+  int batch;              /* 0: the config's batch_size */
+  uint64_t seed;          /* weight initialization and dropout */
+  int compute_input_grad; /* also compute dL/d(input batch) (tests) */
+  int plan_only;          /* build graph and plan, allocate no tensor
+                             (summary): only the query functions work */
+} nto_model_opts;
+
+/* Result of one step. */
+typedef struct nto_step_stats {
+  double loss;  /* mean loss over the valid samples */
+  int correct;  /* samples whose argmax matches the label's */
+  int samples;  /* valid samples */
+} nto_step_stats;
+
+/* Planned memory (bytes, page-rounded tensors). */
+typedef struct nto_mem_plan {
+  size_t weights;   /* weights incl. running statistics */
+  size_t opt_state; /* optimizer state */
+  size_t arena;     /* activations + gradients + parameter gradients */
+  size_t workspace; /* shared scratch (im2col) */
+  size_t total;     /* sum of the above */
+} nto_mem_plan;
+
+/*
+ * Build the model of config c (borrowed: must outlive the model): graph,
+ * tensors, initial weights from opts->seed, optimizer state, the plan, the
+ * arena. Returns 0, NTO_ECONFIG/NTO_ESHAPE (from graph building, with
+ * file/section/key) or NTO_ENOMEM.
+ */
+int nto_model_create(nto_model **out, const nto_config *c,
+                     const nto_model_opts *opts, nto_err *err);
+void nto_model_free(nto_model *m);
+
+/* The graph (layers in execution order). */
+const nto_graph *nto_model_graph(const nto_model *m);
+/* Batch size N the model was planned for. */
+int nto_model_batch(const nto_model *m);
+/* Input sample shape (n = 1) and number of output values per sample. */
+nto_shape nto_model_input_shape(const nto_model *m);
+int nto_model_output_size(const nto_model *m);
+/* Planned memory. */
+nto_mem_plan nto_model_mem_plan(const nto_model *m);
+/* Trainable parameter count. */
+size_t nto_model_param_count(const nto_model *m);
+
+/* Replace the optimizer / scheduler settings (tests); resets the update
+ * count to 0 and zeroes optimizer state. Returns 0 or NTO_ENOMEM. */
+int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
+                            const nto_lr_conf *lr, nto_err *err);
+
+/*
+ * One training iteration on a full batch: forward, loss, backward with the
+ * fused optimizer update. x: N * c*h*w floats (NCHW), y: N * K targets.
+ * Returns 0 or NTO_ENUMERIC if the loss is not finite; that check comes
+ * before any update, so only batch-norm running statistics have moved.
+ */
+int nto_model_train_step(nto_model *m, const float *x, const float *y,
+                         nto_step_stats *st, nto_err *err);
+
+/*
+ * Forward in inference mode (batch-norm running statistics, no dropout) and
+ * loss on the first `valid` samples (valid <= N; the rest is padding).
+ */
+int nto_model_eval_step(nto_model *m, const float *x, const float *y,
+                        int valid, nto_step_stats *st, nto_err *err);
+
+/* Output of the last step: N x K floats, valid until the next step. */
+const float *nto_model_output(const nto_model *m);
+/* dL/d(input) of the last train step when opts.compute_input_grad, else
+ * NULL: N x c*h*w floats, valid until the next step. */
+const float *nto_model_input_grad(const nto_model *m);
+
+/* Called for every parameter gradient right before its update (tests). */
+typedef void (*nto_grad_hook)(void *user, const nto_layer *l, int j,
+                              const float *grad, size_t n);
+void nto_model_set_grad_hook(nto_model *m, nto_grad_hook hook, void *user);
+
+/*
+ * The model's weights as named tensors "<layer>.<weight>" (layer order,
+ * then weight order), dims from each weight's export rank; data points into
+ * the model (valid while the model lives and weights are resident).
+ * *out is malloc'd with its names: free with nto_model_weights_free.
+ */
+int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
+                      nto_err *err);
+void nto_model_weights_free(nto_named_tensor *ts, int n);
+
+/* Number of optimizer updates done. */
+long nto_model_iteration(const nto_model *m);
+
+#endif /* NTO_MODEL_H */

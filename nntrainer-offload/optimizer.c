@@ -1,0 +1,66 @@
+/* optimizer.c - SGD, Adam, AdamW. See optimizer.h for the formulas. */
+#include "optimizer.h"
+
+#include <math.h>
+
+int nto_opt_state_count(const nto_opt_conf *o) {
+  switch (o->kind) {
+  case NTO_OPT_SGD:
+    return o->momentum > 0 ? 1 : 0;
+  case NTO_OPT_ADAM:
+  case NTO_OPT_ADAMW:
+    return 2;
+  }
+  return 0;
+}
+
+/* w (n), g (n), v (n) or NULL when momentum == 0. */
+static void sgd_update(float *w, const float *g, float *v, size_t n, float lr,
+                       float mu, float wd, long t) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] + wd * w[i];
+    if (v) {
+      v[i] = t == 1 ? gi : mu * v[i] + gi;
+      gi = v[i];
+    }
+    w[i] -= lr * gi;
+  }
+}
+
+/* w, g, m, v: n floats each. wd is L2 (added to g); decoupled is AdamW. */
+static void adam_update(float *w, const float *g, float *m, float *v, size_t n,
+                        const nto_opt_conf *o, double lr, long t) {
+  float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->epsilon;
+  double bc1 = 1.0 - pow(o->beta1, (double)t);
+  double bc2 = 1.0 - pow(o->beta2, (double)t);
+  float step = (float)(lr / bc1);
+  float sbc2 = (float)sqrt(bc2);
+  float wd = (float)o->weight_decay;
+  int decoupled = o->kind == NTO_OPT_ADAMW;
+  float shrink = (float)(1.0 - lr * o->weight_decay);
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i];
+    if (decoupled)
+      w[i] *= shrink;
+    else
+      gi += wd * w[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    float denom = sqrtf(v[i]) / sbc2 + eps;
+    w[i] -= step * (m[i] / denom);
+  }
+}
+
+void nto_opt_update(const nto_opt_conf *o, float *w, const float *g,
+                    float *const *state, size_t n, double lr, long t) {
+  switch (o->kind) {
+  case NTO_OPT_SGD:
+    sgd_update(w, g, o->momentum > 0 ? state[0] : NULL, n, (float)lr,
+               (float)o->momentum, (float)o->weight_decay, t);
+    break;
+  case NTO_OPT_ADAM:
+  case NTO_OPT_ADAMW:
+    adam_update(w, g, state[0], state[1], n, o, lr, t);
+    break;
+  }
+}

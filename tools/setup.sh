@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install what nntrainer-offload needs from Debian 12 packages (only what is
+# missing), then configure and build into ./build. Safe to run repeatedly.
+set -eu
+cd "$(dirname "$0")/.."
+PKGS="gcc libc6-dev meson ninja-build pkg-config liburing-dev libopenblas-dev \
+libiniparser-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "setup: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+    --no-install-recommends $missing
+fi
+[ -f build/build.ninja ] || meson setup build
+ninja -C build
