@@ -58,6 +58,11 @@ static int ini_error(const char *file, nto_err *err) {
     size_t n = strlen(text);
     while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
       text[--n] = '\0';
+    if (line == 1 && strncmp(text, "\xEF\xBB\xBF", 3) == 0)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: syntax error at line 1: the file starts with a "
+                         "UTF-8 byte order mark; save it without one",
+                         file);
     return nto_err_set(err, NTO_ECONFIG,
                        "%s: syntax error at line %ld: expected '[section]' "
                        "or 'key = value', got '%s'",

@@ -15,6 +15,7 @@ typedef struct proto {
   int section;    /* config section index it came from */
   int redirect;   /* 1: references to this name mean the next proto (its
                      realized activation) */
+  int realized;   /* 1: a realized activation, reading its base layer */
 } proto;
 
 typedef struct builder {
@@ -198,6 +199,7 @@ static int add_section(builder *b, int si) {
     if (make_layer(&ap->l, &nto_activation_layer, nm) != 0)
       return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
     ap->section = si;
+    ap->realized = 1;
     ap->n_inputs = 1;
     set_name(ap->inputs[0], p->l.name);
     int rc = nto_activation_layer.set_prop(&ap->l, "activation", act, b->err);
@@ -210,10 +212,10 @@ static int add_section(builder *b, int si) {
 }
 
 /* Index of the proto a reference to `name` means, or -1. */
-static int resolve(const builder *b, const char *name) {
+static int resolve(const builder *b, const char *name, int follow) {
   for (int i = 0; i < b->n; i++)
     if (nto_streq(b->p[i].l.name, name))
-      return b->p[i].redirect ? i + 1 : i;
+      return b->p[i].redirect && follow ? i + 1 : i;
   return -1;
 }
 
@@ -237,7 +239,7 @@ static int wire(builder *b) {
     }
     p->l.n_in = p->n_inputs;
     for (int k = 0; k < p->n_inputs; k++) {
-      int j = resolve(b, p->inputs[k]);
+      int j = resolve(b, p->inputs[k], !p->realized);
       if (j < 0)
         return nto_err_set(b->err, NTO_ECONFIG,
                            "%s: [%s] key 'input_layers': unknown layer '%s'",

@@ -42,8 +42,9 @@ typedef struct nto_weight_req {
   nto_init_kind init; /* initializer */
   int fan_in, fan_out;
   int trainable;      /* 0 for running statistics: no gradient, no update */
-  int ndim;           /* rank when exported (safetensors): the trailing ndim
-                         dims of shape, e.g. conv weight 4, bias 1, fc 2 */
+  int ndim;           /* rank when exported (safetensors): 1 = a vector of
+                         all elements, else the trailing ndim dims of shape;
+                         e.g. conv weight 4, bias 1, fc weight 2 */
   int tensor;         /* index in the model's tensor table (set by model) */
 } nto_weight_req;
 
@@ -135,7 +136,7 @@ struct nto_layer {
 
 /*
  * Request a weight during plan. name is copied (<= 31 chars). ndim: export
- * rank (1..4, the trailing dims of shape). fan_in and fan_out feed the
+ * rank (1: a vector; 2..4: the trailing dims of shape). fan_in and fan_out feed the
  * initializer formulas (props.h). Returns the weight's index j (used as
  * f->w[j]) or NTO_EINVAL if NTO_MAX_WEIGHTS is reached.
  * Shapes by convention: conv2d weight (filters, c/groups, kh, kw) ndim 4,

@@ -182,7 +182,7 @@ static void record_uses(nto_model *m) {
   /* The loss, at the start of B_{L-1}, reads the output, the logits and
    * the targets, and writes the loss gradient. */
   int s = step_b(m, L - 1);
-  use(m, m->out_t[L - 1], s);
+  use(m, m->out_t[L - 1], step_b(m, 0)); /* nto_model_output: to the end */
   use(m, m->out_t[m->logits_layer], s);
   use(m, m->loss_grad_t, s);
 }
@@ -632,6 +632,8 @@ int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
       ts[c].ndim = nd;
       for (int k = 0; k < nd; k++)
         ts[c].dims[k] = d[4 - nd + k];
+      if (nd == 1) /* vectors stored as (1, F, 1, 1) or (1, 1, 1, F) */
+        ts[c].dims[0] = (int)nto_shape_numel(l->w[j].shape);
       ts[c].data = T(m, l->w[j].tensor);
     }
   }

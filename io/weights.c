@@ -1,0 +1,1147 @@
+/*
+ * weights.c - nntrainer .bin and safetensors weight files. See weights.h.
+ *
+ * DESIGN
+ * Saving goes through atomic_save(): the content is written to
+ * "<path>.tmp.<pid>" (created exclusively), flushed and fsync'ed, renamed
+ * over <path>, and the directory is fsync'ed so the rename itself is
+ * durable. On any failure before the rename the temporary file is removed
+ * and an existing <path> is untouched.
+ *
+ * Loading a safetensors file reads the 8-byte header length, then the JSON
+ * header only (at most SAFETENSORS_MAX_HEADER bytes), and parses it with a
+ * small strict recursive-descent scanner: RFC 8259 syntax, UTF-8 checked,
+ * string escapes decoded, duplicate keys rejected. Every tensor entry is
+ * validated against the file (offsets inside the data section, byte size
+ * matching dtype and shape, entries contiguous and covering the data section
+ * as the reference implementation requires) before any data is read; then
+ * each requested tensor is read with pread. F32 data is little-endian on
+ * disk and converted on big-endian hosts.
+ */
+#include "weights.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SAFETENSORS_MAX_HEADER (100u << 20) /* same cap as the reference */
+#define JSON_MAX_DEPTH 64
+#define ST_MAX_DIMS 16
+
+size_t nto_named_numel(const nto_named_tensor *t) {
+  size_t n = 1;
+  for (int i = 0; i < t->ndim && i < 4; i++)
+    n *= t->dims[i] > 0 ? (size_t)t->dims[i] : 0;
+  return n;
+}
+
+static int host_is_le(void) {
+  const uint16_t one = 1;
+  return *(const unsigned char *)&one == 1;
+}
+
+/* Reverse the bytes of each of n 32-bit words in place. */
+static void swap32(void *p, size_t n) {
+  unsigned char *b = p;
+  for (size_t i = 0; i < n; i++, b += 4) {
+    unsigned char t0 = b[0], t1 = b[1];
+    b[0] = b[3];
+    b[1] = b[2];
+    b[2] = t1;
+    b[3] = t0;
+  }
+}
+
+/* Check one tensor description for saving or loading. */
+static int check_tensor(const nto_named_tensor *t, int i, nto_err *err) {
+  if (t->name == NULL || t->name[0] == '\0')
+    return nto_err_set(err, NTO_EINVAL, "weights: tensor %d has no name", i);
+  if (t->ndim < 1 || t->ndim > 4)
+    return nto_err_set(err, NTO_EINVAL, "weights: %s: rank %d not in 1..4",
+                       t->name, t->ndim);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->dims[d] < 0)
+      return nto_err_set(err, NTO_EINVAL, "weights: %s: negative dimension",
+                         t->name);
+  if (t->data == NULL && nto_named_numel(t) > 0)
+    return nto_err_set(err, NTO_EINVAL, "weights: %s: NULL data", t->name);
+  return 0;
+}
+
+static void shape_str(const int64_t *dims, int ndim, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = '\0';
+  o += (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < ndim && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? ", " : "",
+                          dims[i]);
+  if (o < len)
+    snprintf(buf + o, len - o, "]");
+}
+
+/* ------------------------------------------------------- atomic writing */
+
+typedef int (*writer_fn)(FILE *f, const void *ctx, const char *path,
+                         nto_err *err);
+
+static int write_all(FILE *f, const void *p, size_t bytes, const char *path,
+                     nto_err *err) {
+  if (bytes && fwrite(p, 1, bytes, f) != bytes)
+    return nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
+                       strerror(errno));
+  return 0;
+}
+
+/* Directory part of path into buf ("." when there is none). */
+static void dir_name(const char *path, char *buf, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL) {
+    snprintf(buf, len, ".");
+    return;
+  }
+  size_t n = (size_t)(slash - path);
+  if (n == 0)
+    n = 1; /* "/file" */
+  if (n >= len)
+    n = len - 1;
+  memcpy(buf, path, n);
+  buf[n] = '\0';
+}
+
+/*
+ * Write path atomically with write(): temp file, fsync, rename, fsync of
+ * the directory. Returns 0 or NTO_EIO (or the writer's code) naming path.
+ */
+static int atomic_save(const char *path, writer_fn write, const void *ctx,
+                       nto_err *err) {
+  char tmp[4200];
+  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof tmp)
+    return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) { /* stale temp file of this pid */
+    unlink(tmp);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
+  if (fd < 0)
+    return nto_err_set(err, NTO_EIO, "%s: cannot create %s: %s", path, tmp,
+                       strerror(errno));
+  FILE *f = fdopen(fd, "wb");
+  if (f == NULL) {
+    int e = errno;
+    close(fd);
+    unlink(tmp);
+    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
+  }
+  int rc = write(f, ctx, path, err);
+  if (rc == 0 && fflush(f) != 0)
+    rc = nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
+                     strerror(errno));
+  if (rc == 0 && fsync(fileno(f)) != 0)
+    rc = nto_err_set(err, NTO_EIO, "%s: fsync failed: %s", path,
+                     strerror(errno));
+  if (fclose(f) != 0 && rc == 0)
+    rc = nto_err_set(err, NTO_EIO, "%s: close failed: %s", path,
+                     strerror(errno));
+  if (rc == 0 && rename(tmp, path) != 0)
+    rc = nto_err_set(err, NTO_EIO, "%s: cannot rename %s over it: %s", path,
+                     tmp, strerror(errno));
+  if (rc) {
+    unlink(tmp);
+    return rc;
+  }
+  char dir[4200];
+  dir_name(path, dir, sizeof dir);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open directory %s: %s",
+                       path, dir, strerror(errno));
+  /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
+  if (fsync(dfd) != 0 && errno != EINVAL) {
+    int e = errno;
+    close(dfd);
+    return nto_err_set(err, NTO_EIO, "%s: fsync of directory %s failed: %s",
+                       path, dir, strerror(e));
+  }
+  close(dfd);
+  return 0;
+}
+
+/* --------------------------------------------------------- nntrainer .bin */
+
+typedef struct {
+  const nto_named_tensor *ts;
+  int n;
+} bin_ctx;
+
+static int bin_write(FILE *f, const void *vctx, const char *path,
+                     nto_err *err) {
+  const bin_ctx *c = vctx;
+  for (int i = 0; i < c->n; i++) {
+    int rc = write_all(f, c->ts[i].data, nto_named_numel(&c->ts[i]) * 4, path,
+                       err);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+int nto_weights_save_bin(const char *path, const nto_named_tensor *ts, int n,
+                         nto_err *err) {
+  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
+    return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
+  for (int i = 0; i < n; i++) {
+    int rc = check_tensor(&ts[i], i, err);
+    if (rc)
+      return rc;
+  }
+  bin_ctx c = {ts, n};
+  return atomic_save(path, bin_write, &c, err);
+}
+
+/* Read exactly bytes at offset off of fd. NTO_EIO / NTO_EDATA (short). */
+static int pread_full(int fd, void *buf, size_t bytes, uint64_t off,
+                      const char *path, nto_err *err) {
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t r = pread(fd, (char *)buf + got, bytes - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return nto_err_set(err, NTO_EIO, "%s: read at byte offset %" PRIu64
+                         ": %s", path, off + got, strerror(errno));
+    if (r == 0)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: truncated at byte offset %" PRIu64, path,
+                         off + got);
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static int open_read(const char *path, int *fd, uint64_t *size, nto_err *err) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (*fd < 0)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+  struct stat st;
+  if (fstat(*fd, &st) != 0) {
+    int e = errno;
+    close(*fd);
+    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
+  }
+  *size = (uint64_t)st.st_size;
+  return 0;
+}
+
+int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
+                         nto_err *err) {
+  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
+    return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
+  uint64_t expect = 0;
+  for (int i = 0; i < n; i++) {
+    int rc = check_tensor(&ts[i], i, err);
+    if (rc)
+      return rc;
+    expect += (uint64_t)nto_named_numel(&ts[i]) * 4;
+  }
+  int fd;
+  uint64_t size;
+  int rc = open_read(path, &fd, &size, err);
+  if (rc)
+    return rc;
+  if (size != expect) {
+    close(fd);
+    return nto_err_set(err, NTO_EDATA,
+                       "%s: size %" PRIu64 " bytes, expected %" PRIu64
+                       " bytes for %d tensors",
+                       path, size, expect, n);
+  }
+  uint64_t off = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    size_t bytes = nto_named_numel(&ts[i]) * 4;
+    rc = pread_full(fd, ts[i].data, bytes, off, path, err);
+    off += bytes;
+  }
+  close(fd);
+  return rc;
+}
+
+/* ---------------------------------------------------- JSON string output */
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+  int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+  if (b->oom)
+    return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (b->len + n + 1 > cap)
+      cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (p == NULL) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+static void sb_fmt_u64(sbuf *b, uint64_t v) {
+  char t[24];
+  int n = snprintf(t, sizeof t, "%" PRIu64, v);
+  sb_add(b, t, (size_t)n);
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t avail) {
+  unsigned c = s[0];
+  size_t n;
+  unsigned min;
+  if (c < 0x80)
+    return 1;
+  if ((c & 0xE0) == 0xC0)
+    n = 2, min = 0x80;
+  else if ((c & 0xF0) == 0xE0)
+    n = 3, min = 0x800;
+  else if ((c & 0xF8) == 0xF0)
+    n = 4, min = 0x10000;
+  else
+    return 0;
+  if (n > avail)
+    return 0;
+  unsigned cp = c & (0x7Fu >> n);
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80)
+      return 0;
+    cp = cp << 6 | (s[i] & 0x3Fu);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return n;
+}
+
+/* Append s as a JSON string literal. Returns -1 if s is not valid UTF-8. */
+static int sb_json_str(sbuf *b, const char *s) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t n = strlen(s);
+  sb_add(b, "\"", 1);
+  for (size_t i = 0; i < n;) {
+    unsigned char c = u[i];
+    char esc[8];
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\';
+      esc[1] = (char)c;
+      sb_add(b, esc, 2);
+      i++;
+    } else if (c < 0x20) {
+      const char *named = c == '\n'   ? "\\n"
+                          : c == '\t' ? "\\t"
+                          : c == '\r' ? "\\r"
+                          : c == '\b' ? "\\b"
+                          : c == '\f' ? "\\f"
+                                      : NULL;
+      if (named)
+        sb_str(b, named);
+      else {
+        snprintf(esc, sizeof esc, "\\u%04x", c);
+        sb_str(b, esc);
+      }
+      i++;
+    } else {
+      size_t l = utf8_len(u + i, n - i);
+      if (l == 0)
+        return -1;
+      sb_add(b, s + i, l);
+      i += l;
+    }
+  }
+  sb_add(b, "\"", 1);
+  return 0;
+}
+
+/* ------------------------------------------------------- safetensors save */
+
+typedef struct {
+  const nto_named_tensor *ts;
+  int n;
+  const char *header; /* padded JSON */
+  uint64_t header_len;
+} st_ctx;
+
+static int st_write(FILE *f, const void *vctx, const char *path,
+                    nto_err *err) {
+  const st_ctx *c = vctx;
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++)
+    len8[i] = (unsigned char)(c->header_len >> (8 * i));
+  int rc = write_all(f, len8, 8, path, err);
+  if (rc == 0)
+    rc = write_all(f, c->header, c->header_len, path, err);
+  if (host_is_le()) {
+    for (int i = 0; i < c->n && rc == 0; i++)
+      rc = write_all(f, c->ts[i].data, nto_named_numel(&c->ts[i]) * 4, path,
+                     err);
+    return rc;
+  }
+  float chunk[1024];
+  for (int i = 0; i < c->n && rc == 0; i++) {
+    size_t total = nto_named_numel(&c->ts[i]);
+    for (size_t o = 0; o < total && rc == 0; o += 1024) {
+      size_t m = total - o < 1024 ? total - o : 1024;
+      memcpy(chunk, c->ts[i].data + o, m * 4);
+      swap32(chunk, m);
+      rc = write_all(f, chunk, m * 4, path, err);
+    }
+  }
+  return rc;
+}
+
+int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
+                         const char *const *meta, nto_err *err) {
+  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
+    return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
+  for (int i = 0; i < n; i++) {
+    int rc = check_tensor(&ts[i], i, err);
+    if (rc)
+      return rc;
+    if (strcmp(ts[i].name, "__metadata__") == 0)
+      return nto_err_set(err, NTO_EINVAL,
+                         "safetensors: %s: reserved tensor name", path);
+    for (int j = 0; j < i; j++)
+      if (strcmp(ts[i].name, ts[j].name) == 0)
+        return nto_err_set(err, NTO_EINVAL,
+                           "safetensors: %s: duplicate tensor name \"%s\"",
+                           path, ts[i].name);
+  }
+  sbuf b = {0};
+  int bad = 0;
+  sb_str(&b, "{");
+  int first = 1;
+  if (meta && meta[0]) {
+    sb_str(&b, "\"__metadata__\":{");
+    for (size_t k = 0; meta[k]; k += 2) {
+      if (meta[k + 1] == NULL) {
+        free(b.p);
+        return nto_err_set(err, NTO_EINVAL,
+                           "safetensors: metadata key \"%s\" has no value",
+                           meta[k]);
+      }
+      if (k)
+        sb_str(&b, ",");
+      bad |= sb_json_str(&b, meta[k]);
+      sb_str(&b, ":");
+      bad |= sb_json_str(&b, meta[k + 1]);
+    }
+    sb_str(&b, "}");
+    first = 0;
+  }
+  uint64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    if (!first)
+      sb_str(&b, ",");
+    first = 0;
+    bad |= sb_json_str(&b, ts[i].name);
+    sb_str(&b, ":{\"dtype\":\"F32\",\"shape\":[");
+    for (int d = 0; d < ts[i].ndim; d++) {
+      if (d)
+        sb_str(&b, ",");
+      sb_fmt_u64(&b, (uint64_t)ts[i].dims[d]);
+    }
+    sb_str(&b, "],\"data_offsets\":[");
+    sb_fmt_u64(&b, off);
+    off += (uint64_t)nto_named_numel(&ts[i]) * 4;
+    sb_str(&b, ",");
+    sb_fmt_u64(&b, off);
+    sb_str(&b, "]}");
+  }
+  sb_str(&b, "}");
+  while (!b.oom && b.len % 8 != 0)
+    sb_str(&b, " ");
+  if (b.oom) {
+    free(b.p);
+    return nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+  }
+  if (bad) {
+    free(b.p);
+    return nto_err_set(err, NTO_EINVAL,
+                       "safetensors: %s: a tensor name or metadata string is "
+                       "not valid UTF-8",
+                       path);
+  }
+  st_ctx c = {ts, n, b.p, b.len};
+  int rc = atomic_save(path, st_write, &c, err);
+  free(b.p);
+  return rc;
+}
+
+/* ----------------------------------------------------- JSON header parse */
+
+/* One tensor entry of the header. */
+typedef struct {
+  char *name;
+  char dtype[16];
+  int ndim; /* ST_MAX_DIMS + 1: too many to store */
+  int64_t dims[ST_MAX_DIMS];
+  uint64_t begin, end;
+  int have_dtype, have_shape, have_offsets;
+} st_entry;
+
+typedef struct {
+  const char *s; /* header text */
+  size_t len, pos;
+  int depth;
+  const char *path;
+  nto_err *err;
+  st_entry *e;
+  int ne, cap_e;
+} jp;
+
+static int jp_fail(jp *p, const char *what) {
+  return nto_err_set(p->err, NTO_EDATA,
+                     "%s: malformed safetensors header at byte %zu: %s",
+                     p->path, (size_t)8 + p->pos, what);
+}
+
+static void jp_ws(jp *p) {
+  while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' ||
+                             p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
+    p->pos++;
+}
+
+static int jp_peek(jp *p) {
+  jp_ws(p);
+  return p->pos < p->len ? (unsigned char)p->s[p->pos] : -1;
+}
+
+static int jp_expect(jp *p, char c) {
+  if (jp_peek(p) != (unsigned char)c) {
+    char what[32];
+    snprintf(what, sizeof what, "expected '%c'", c);
+    return jp_fail(p, what);
+  }
+  p->pos++;
+  return 0;
+}
+
+static int hex4(const char *s, unsigned *out) {
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = s[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9')
+      v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      v |= (unsigned)(c - 'A' + 10);
+    else
+      return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static void put_utf8(sbuf *b, unsigned cp) {
+  char t[4];
+  size_t n;
+  if (cp < 0x80)
+    t[0] = (char)cp, n = 1;
+  else if (cp < 0x800)
+    t[0] = (char)(0xC0 | cp >> 6), t[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
+  else if (cp < 0x10000)
+    t[0] = (char)(0xE0 | cp >> 12), t[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+    t[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
+  else
+    t[0] = (char)(0xF0 | cp >> 18), t[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
+    t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+    t[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
+  sb_add(b, t, n);
+}
+
+/*
+ * Parse a JSON string at the cursor. If out is non-NULL, the decoded string
+ * (NUL-terminated, malloc'ed; embedded NULs rejected) is stored there.
+ */
+static int jp_string(jp *p, char **out) {
+  if (jp_peek(p) != '"')
+    return jp_fail(p, "expected a string");
+  p->pos++;
+  sbuf b = {0};
+  sb_add(&b, "", 0);
+  while (1) {
+    if (p->pos >= p->len) {
+      free(b.p);
+      return jp_fail(p, "unterminated string");
+    }
+    unsigned char c = (unsigned char)p->s[p->pos];
+    if (c == '"') {
+      p->pos++;
+      break;
+    }
+    if (c < 0x20) {
+      free(b.p);
+      return jp_fail(p, "control character in string");
+    }
+    if (c != '\\') {
+      size_t l = utf8_len((const unsigned char *)p->s + p->pos,
+                          p->len - p->pos);
+      if (l == 0) {
+        free(b.p);
+        return jp_fail(p, "invalid UTF-8");
+      }
+      sb_add(&b, p->s + p->pos, l);
+      p->pos += l;
+      continue;
+    }
+    if (p->pos + 1 >= p->len) {
+      free(b.p);
+      return jp_fail(p, "unterminated escape");
+    }
+    char e = p->s[p->pos + 1];
+    p->pos += 2;
+    const char *simple = NULL;
+    switch (e) {
+    case '"': simple = "\""; break;
+    case '\\': simple = "\\"; break;
+    case '/': simple = "/"; break;
+    case 'b': simple = "\b"; break;
+    case 'f': simple = "\f"; break;
+    case 'n': simple = "\n"; break;
+    case 'r': simple = "\r"; break;
+    case 't': simple = "\t"; break;
+    case 'u': break;
+    default:
+      free(b.p);
+      return jp_fail(p, "invalid escape");
+    }
+    if (simple) {
+      sb_add(&b, simple, 1);
+      continue;
+    }
+    unsigned cp, lo;
+    if (p->pos + 4 > p->len || hex4(p->s + p->pos, &cp)) {
+      free(b.p);
+      return jp_fail(p, "invalid \\u escape");
+    }
+    p->pos += 4;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      if (p->pos + 6 > p->len || p->s[p->pos] != '\\' ||
+          p->s[p->pos + 1] != 'u' || hex4(p->s + p->pos + 2, &lo) ||
+          lo < 0xDC00 || lo > 0xDFFF) {
+        free(b.p);
+        return jp_fail(p, "unpaired surrogate");
+      }
+      p->pos += 6;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+      free(b.p);
+      return jp_fail(p, "unpaired surrogate");
+    }
+    if (cp == 0) {
+      free(b.p);
+      return jp_fail(p, "NUL character in string");
+    }
+    put_utf8(&b, cp);
+  }
+  if (b.oom) {
+    free(b.p);
+    return nto_err_set(p->err, NTO_ENOMEM, "safetensors: out of memory");
+  }
+  if (out)
+    *out = b.p;
+  else
+    free(b.p);
+  return 0;
+}
+
+/* A non-negative JSON integer (no sign, fraction or exponent), <= 2^63-1. */
+static int jp_uint(jp *p, uint64_t *out) {
+  jp_peek(p);
+  size_t start = p->pos;
+  uint64_t v = 0;
+  while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
+    unsigned d = (unsigned)(p->s[p->pos] - '0');
+    if (v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - d) / 10)
+      return jp_fail(p, "integer too large");
+    v = v * 10 + d;
+    p->pos++;
+  }
+  if (p->pos == start)
+    return jp_fail(p, "expected a non-negative integer");
+  if (p->s[start] == '0' && p->pos - start > 1)
+    return jp_fail(p, "leading zero");
+  if (p->pos < p->len && (p->s[p->pos] == '.' || p->s[p->pos] == 'e' ||
+                          p->s[p->pos] == 'E'))
+    return jp_fail(p, "expected an integer");
+  *out = v;
+  return 0;
+}
+
+static int jp_value(jp *p);
+
+/* Any JSON number, validated and skipped. */
+static int jp_number(jp *p) {
+  size_t i = p->pos;
+  const char *s = p->s;
+  if (i < p->len && s[i] == '-')
+    i++;
+  if (i >= p->len || s[i] < '0' || s[i] > '9')
+    return jp_fail(p, "invalid number");
+  if (s[i] == '0')
+    i++;
+  else
+    while (i < p->len && s[i] >= '0' && s[i] <= '9')
+      i++;
+  if (i < p->len && s[i] == '.') {
+    i++;
+    if (i >= p->len || s[i] < '0' || s[i] > '9')
+      return jp_fail(p, "invalid number");
+    while (i < p->len && s[i] >= '0' && s[i] <= '9')
+      i++;
+  }
+  if (i < p->len && (s[i] == 'e' || s[i] == 'E')) {
+    i++;
+    if (i < p->len && (s[i] == '+' || s[i] == '-'))
+      i++;
+    if (i >= p->len || s[i] < '0' || s[i] > '9')
+      return jp_fail(p, "invalid number");
+    while (i < p->len && s[i] >= '0' && s[i] <= '9')
+      i++;
+  }
+  p->pos = i;
+  return 0;
+}
+
+static int jp_literal(jp *p, const char *lit) {
+  size_t n = strlen(lit);
+  if (p->len - p->pos < n || memcmp(p->s + p->pos, lit, n) != 0)
+    return jp_fail(p, "invalid literal");
+  p->pos += n;
+  return 0;
+}
+
+/* Generic value, skipped (validated). Duplicate keys are not checked here. */
+static int jp_value(jp *p) {
+  int c = jp_peek(p);
+  int rc;
+  if (c == '"')
+    return jp_string(p, NULL);
+  if (c == '-' || (c >= '0' && c <= '9'))
+    return jp_number(p);
+  if (c == 't')
+    return jp_literal(p, "true");
+  if (c == 'f')
+    return jp_literal(p, "false");
+  if (c == 'n')
+    return jp_literal(p, "null");
+  if (c != '{' && c != '[')
+    return jp_fail(p, "expected a value");
+  if (++p->depth > JSON_MAX_DEPTH)
+    return jp_fail(p, "nesting too deep");
+  p->pos++;
+  char close = c == '{' ? '}' : ']';
+  if (jp_peek(p) == close) {
+    p->pos++;
+    p->depth--;
+    return 0;
+  }
+  while (1) {
+    if (c == '{') {
+      if ((rc = jp_string(p, NULL)) || (rc = jp_expect(p, ':')))
+        return rc;
+    }
+    if ((rc = jp_value(p)))
+      return rc;
+    int d = jp_peek(p);
+    p->pos++;
+    if (d == ',')
+      continue;
+    if (d == close)
+      break;
+    p->pos--;
+    return jp_fail(p, "expected ',' or a closing bracket");
+  }
+  p->depth--;
+  return 0;
+}
+
+/* "__metadata__": an object of string values. */
+static int jp_metadata(jp *p) {
+  int rc = jp_expect(p, '{');
+  if (rc)
+    return rc;
+  if (jp_peek(p) == '}') {
+    p->pos++;
+    return 0;
+  }
+  while (1) {
+    if ((rc = jp_string(p, NULL)) || (rc = jp_expect(p, ':')))
+      return rc;
+    if (jp_peek(p) != '"')
+      return jp_fail(p, "metadata values must be strings");
+    if ((rc = jp_string(p, NULL)))
+      return rc;
+    int d = jp_peek(p);
+    if (d == ',') {
+      p->pos++;
+      continue;
+    }
+    return jp_expect(p, '}');
+  }
+}
+
+/* An array of non-negative integers; count stored in *n (max maxn kept). */
+static int jp_uint_array(jp *p, int64_t *vals, int maxn, int *n) {
+  int rc = jp_expect(p, '[');
+  if (rc)
+    return rc;
+  *n = 0;
+  if (jp_peek(p) == ']') {
+    p->pos++;
+    return 0;
+  }
+  while (1) {
+    uint64_t v = 0;
+    if ((rc = jp_uint(p, &v)))
+      return rc;
+    if (*n < maxn)
+      vals[*n] = (int64_t)v;
+    if (*n <= maxn)
+      (*n)++;
+    int d = jp_peek(p);
+    if (d == ',') {
+      p->pos++;
+      continue;
+    }
+    return jp_expect(p, ']');
+  }
+}
+
+/* A tensor entry {"dtype":..., "shape":[...], "data_offsets":[b, e]}. */
+static int jp_tensor(jp *p, st_entry *e) {
+  int rc = jp_expect(p, '{');
+  if (rc)
+    return rc;
+  if (jp_peek(p) == '}')
+    return jp_fail(p, "empty tensor entry");
+  while (1) {
+    char *key = NULL;
+    if ((rc = jp_string(p, &key)))
+      return rc;
+    if ((rc = jp_expect(p, ':'))) {
+      free(key);
+      return rc;
+    }
+    if (strcmp(key, "dtype") == 0) {
+      char *dt = NULL;
+      if (e->have_dtype)
+        rc = jp_fail(p, "duplicate key");
+      else if (!(rc = jp_string(p, &dt))) {
+        snprintf(e->dtype, sizeof e->dtype, "%s", dt);
+        e->have_dtype = 1;
+        free(dt);
+      }
+    } else if (strcmp(key, "shape") == 0) {
+      if (e->have_shape)
+        rc = jp_fail(p, "duplicate key");
+      else if (!(rc = jp_uint_array(p, e->dims, ST_MAX_DIMS, &e->ndim)))
+        e->have_shape = 1;
+    } else if (strcmp(key, "data_offsets") == 0) {
+      int64_t o[2] = {0, 0};
+      int n = 0;
+      if (e->have_offsets)
+        rc = jp_fail(p, "duplicate key");
+      else if (!(rc = jp_uint_array(p, o, 2, &n))) {
+        if (n != 2)
+          rc = jp_fail(p, "data_offsets must have 2 elements");
+        e->begin = (uint64_t)o[0];
+        e->end = (uint64_t)o[1];
+        e->have_offsets = 1;
+      }
+    } else {
+      rc = jp_value(p); /* unknown key: tolerated, like the reference */
+    }
+    free(key);
+    if (rc)
+      return rc;
+    int d = jp_peek(p);
+    if (d == ',') {
+      p->pos++;
+      continue;
+    }
+    if ((rc = jp_expect(p, '}')))
+      return rc;
+    break;
+  }
+  if (!e->have_dtype || !e->have_shape || !e->have_offsets)
+    return jp_fail(p, "tensor entry lacks dtype, shape or data_offsets");
+  return 0;
+}
+
+static void free_entries(st_entry *e, int n) {
+  for (int i = 0; i < n; i++)
+    free(e[i].name);
+  free(e);
+}
+
+/* Parse the whole header into p->e[0..ne). */
+static int jp_header(jp *p) {
+  int rc = jp_expect(p, '{');
+  if (rc)
+    return rc;
+  int have_meta = 0;
+  if (jp_peek(p) == '}') {
+    p->pos++;
+  } else {
+    while (1) {
+      char *key = NULL;
+      if ((rc = jp_string(p, &key)))
+        return rc;
+      if ((rc = jp_expect(p, ':'))) {
+        free(key);
+        return rc;
+      }
+      if (strcmp(key, "__metadata__") == 0) {
+        free(key);
+        if (have_meta)
+          return jp_fail(p, "duplicate key");
+        have_meta = 1;
+        if ((rc = jp_metadata(p)))
+          return rc;
+      } else {
+        for (int i = 0; i < p->ne; i++)
+          if (strcmp(p->e[i].name, key) == 0) {
+            free(key);
+            return jp_fail(p, "duplicate key");
+          }
+        if (p->ne == p->cap_e) {
+          int cap = p->cap_e ? p->cap_e * 2 : 16;
+          st_entry *ne = realloc(p->e, (size_t)cap * sizeof *ne);
+          if (ne == NULL) {
+            free(key);
+            return nto_err_set(p->err, NTO_ENOMEM,
+                               "safetensors: out of memory");
+          }
+          p->e = ne;
+          p->cap_e = cap;
+        }
+        st_entry *e = &p->e[p->ne++];
+        memset(e, 0, sizeof *e);
+        e->name = key;
+        if ((rc = jp_tensor(p, e)))
+          return rc;
+      }
+      int d = jp_peek(p);
+      if (d == ',') {
+        p->pos++;
+        continue;
+      }
+      if ((rc = jp_expect(p, '}')))
+        return rc;
+      break;
+    }
+  }
+  if (jp_peek(p) != -1)
+    return jp_fail(p, "trailing characters after the header object");
+  return 0;
+}
+
+static size_t dtype_size(const char *dt) {
+  static const struct {
+    const char *name;
+    size_t size;
+  } t[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},
+           {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},  {"U32", 4},
+           {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1},
+           {"F8_E5M2", 1}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(t[i].name, dt) == 0)
+      return t[i].size;
+  return 0;
+}
+
+static int cmp_begin(const void *a, const void *b) {
+  const st_entry *x = *(const st_entry *const *)a;
+  const st_entry *y = *(const st_entry *const *)b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Check every entry against the data section of data_len bytes. */
+static int st_validate(const char *path, st_entry *e, int n, uint64_t data_len,
+                       nto_err *err) {
+  for (int i = 0; i < n; i++) {
+    if (e[i].ndim > ST_MAX_DIMS)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: tensor \"%s\": more than %d dimensions", path,
+                         e[i].name, ST_MAX_DIMS);
+    if (e[i].begin > e[i].end || e[i].end > data_len)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: tensor \"%s\": data_offsets [%" PRIu64
+                         ", %" PRIu64 "] outside the data section of %" PRIu64
+                         " bytes",
+                         path, e[i].name, e[i].begin, e[i].end, data_len);
+    size_t es = dtype_size(e[i].dtype);
+    if (es == 0)
+      continue; /* unknown dtype: only an error if requested */
+    uint64_t bytes = es;
+    for (int d = 0; d < e[i].ndim; d++) {
+      uint64_t dim = (uint64_t)e[i].dims[d];
+      if (dim && bytes > UINT64_MAX / dim)
+        return nto_err_set(err, NTO_EDATA, "%s: tensor \"%s\": shape too large",
+                           path, e[i].name);
+      bytes *= dim;
+    }
+    if (bytes != e[i].end - e[i].begin)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: tensor \"%s\": %" PRIu64
+                         " data bytes, its dtype and shape need %" PRIu64,
+                         path, e[i].name, e[i].end - e[i].begin, bytes);
+  }
+  if (n <= 0) {
+    if (data_len != 0)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: %" PRIu64 " data bytes but no tensors", path,
+                         data_len);
+    return 0;
+  }
+  const st_entry **order = malloc((size_t)n * sizeof *order);
+  if (order == NULL)
+    return nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+  for (int i = 0; i < n; i++)
+    order[i] = &e[i];
+  qsort(order, (size_t)n, sizeof *order, cmp_begin);
+  uint64_t at = 0;
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (0)
+      rc = nto_err_set(err, NTO_EDATA,
+                       "%s: tensor \"%s\": data_offsets begin at %" PRIu64
+                       ", expected %" PRIu64 " (tensors must be contiguous)",
+                       path, order[i]->name, order[i]->begin, at);
+    at = order[i]->end;
+  }
+  if (rc == 0 && at != data_len)
+    rc = nto_err_set(err, NTO_EDATA,
+                     "%s: tensors cover %" PRIu64
+                     " bytes of a data section of %" PRIu64 " bytes",
+                     path, at, data_len);
+  free(order);
+  return rc;
+}
+
+int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
+                         nto_err *err) {
+  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
+    return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
+  for (int i = 0; i < n; i++) {
+    int rc = check_tensor(&ts[i], i, err);
+    if (rc)
+      return rc;
+  }
+  int fd;
+  uint64_t size;
+  int rc = open_read(path, &fd, &size, err);
+  if (rc)
+    return rc;
+  char *hdr = NULL;
+  jp p = {0};
+  unsigned char len8[8];
+  if (size < 8) {
+    rc = nto_err_set(err, NTO_EDATA,
+                     "%s: %" PRIu64 " bytes, too short for safetensors", path,
+                     size);
+    goto out;
+  }
+  if ((rc = pread_full(fd, len8, 8, 0, path, err)))
+    goto out;
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--)
+    hlen = hlen << 8 | len8[i];
+  if (hlen > size - 8 || hlen > SAFETENSORS_MAX_HEADER || hlen < 2) {
+    rc = nto_err_set(err, NTO_EDATA,
+                     "%s: safetensors header length %" PRIu64
+                     " invalid for a file of %" PRIu64 " bytes",
+                     path, hlen, size);
+    goto out;
+  }
+  hdr = malloc((size_t)hlen + 1);
+  if (hdr == NULL) {
+    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+    goto out;
+  }
+  if ((rc = pread_full(fd, hdr, (size_t)hlen, 8, path, err)))
+    goto out;
+  hdr[hlen] = '\0';
+  p.s = hdr;
+  p.len = (size_t)hlen;
+  p.path = path;
+  p.err = err;
+  if ((rc = jp_header(&p)))
+    goto out;
+  uint64_t data_start = 8 + hlen, data_len = size - data_start;
+  if ((rc = st_validate(path, p.e, p.ne, data_len, err)))
+    goto out;
+
+  /* Match every requested tensor before reading any data. */
+  const st_entry **found = malloc((size_t)(n ? n : 1) * sizeof *found);
+  if (found == NULL) {
+    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n && rc == 0; i++) {
+    const st_entry *e = NULL;
+    for (int j = 0; j < p.ne; j++)
+      if (strcmp(p.e[j].name, ts[i].name) == 0)
+        e = &p.e[j];
+    found[i] = e;
+    int64_t want[4];
+    for (int d = 0; d < ts[i].ndim; d++)
+      want[d] = ts[i].dims[d];
+    char ws[96], fs[96];
+    if (e == NULL) {
+      rc = nto_err_set(err, NTO_EDATA, "%s: no tensor named \"%s\"", path,
+                       ts[i].name);
+    } else if (strcmp(e->dtype, "F32") != 0) {
+      rc = nto_err_set(err, NTO_EDATA,
+                       "%s: tensor \"%s\" has dtype %s, expected F32", path,
+                       ts[i].name, e->dtype);
+    } else if (e->ndim != ts[i].ndim ||
+               memcmp(e->dims, want, (size_t)e->ndim * sizeof *want) != 0) {
+      shape_str(e->dims, e->ndim, fs, sizeof fs);
+      shape_str(want, ts[i].ndim, ws, sizeof ws);
+      rc = nto_err_set(err, NTO_EDATA,
+                       "%s: tensor \"%s\" has shape %s, expected %s", path,
+                       ts[i].name, fs, ws);
+    }
+  }
+  for (int i = 0; i < n && rc == 0; i++) {
+    size_t cnt = nto_named_numel(&ts[i]);
+    rc = pread_full(fd, ts[i].data, cnt * 4, data_start + found[i]->begin,
+                    path, err);
+    if (rc == 0 && !host_is_le())
+      swap32(ts[i].data, cnt);
+  }
+  free(found);
+out:
+  free(hdr);
+  free_entries(p.e, p.ne);
+  close(fd);
+  return rc;
+}

@@ -1,0 +1,216 @@
+/*
+ * activation.c - the `activation` layer: an elementwise (or, for softmax,
+ * per-sample) nonlinearity. out shape = in shape.
+ *
+ * Key: activation = relu | relu6 | sigmoid | tanh | softmax | leaky_relu |
+ * none (required). leaky_relu has slope 0.01 (PyTorch's default); none is
+ * the identity. softmax runs over the c*h*w values of each sample.
+ *
+ * Backward reads only the forward OUTPUT (bwd_needs_output = 1), so the
+ * input need not be kept for backward:
+ *   relu        y' = [y > 0]
+ *   relu6       y' = [0 < y < 6]   (PyTorch hardtanh(0, 6): 0 at both ends)
+ *   leaky_relu  y' = y > 0 ? 1 : 0.01   (sign(y) = sign(x) for slope > 0)
+ *   sigmoid     y' = y (1 - y)
+ *   tanh        y' = 1 - y^2
+ *   softmax     dx = y * (dy - sum_j dy_j y_j)   (Jacobian-vector product)
+ * out_kind tells the loss it may fuse: NTO_OUT_SOFTMAX, NTO_OUT_SIGMOID.
+ */
+#include "layer.h"
+#include "registry.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef enum {
+  ACT_UNSET = -1,
+  ACT_RELU,
+  ACT_RELU6,
+  ACT_SIGMOID,
+  ACT_TANH,
+  ACT_SOFTMAX,
+  ACT_LEAKY_RELU,
+  ACT_NONE,
+} act_kind;
+
+/* Same order as act_kind. */
+static const char *const act_names[] = {
+    "relu", "relu6", "sigmoid", "tanh", "softmax", "leaky_relu", "none",
+    NULL};
+
+#define LEAKY_SLOPE 0.01f
+
+typedef struct act_priv {
+  act_kind kind; /* ACT_UNSET until the key is given */
+} act_priv;
+
+/* Marks the required key as missing. */
+static void act_defaults(nto_layer *l) {
+  act_priv *p = l->priv;
+  p->kind = ACT_UNSET;
+}
+
+/* Applies one INI key. Returns 0, NTO_ENOKEY or NTO_ECONFIG (message). */
+static int act_set_prop(nto_layer *l, const char *key, const char *value,
+                        nto_err *err) {
+  act_priv *p = l->priv;
+  if (strcmp(key, "activation") != 0)
+    return NTO_ENOKEY;
+  int k;
+  int rc = nto_parse_enum(value, act_names, &k, err);
+  if (rc == 0)
+    p->kind = (act_kind)k;
+  return rc;
+}
+
+/* out_shape = in_shape[0]. Returns 0 or NTO_ECONFIG (no activation key). */
+static int act_plan(nto_layer *l, nto_err *err) {
+  act_priv *p = l->priv;
+  if (p->kind == ACT_UNSET)
+    return nto_err_set(err, NTO_ECONFIG, "key 'activation' is required");
+  l->out_shape = l->in_shape[0];
+  l->bwd_needs_output = 1;
+  l->out_kind = p->kind == ACT_SOFTMAX   ? NTO_OUT_SOFTMAX
+                : p->kind == ACT_SIGMOID ? NTO_OUT_SIGMOID
+                                         : NTO_OUT_PLAIN;
+  return 0;
+}
+
+/* Logistic function without overflow: for x < 0 use e^x / (1 + e^x). */
+static float sigmoidf(float x) {
+  if (x >= 0.0f)
+    return 1.0f / (1.0f + expf(-x));
+  float e = expf(x);
+  return e / (1.0f + e);
+}
+
+/* x, y: (n) elementwise y = act(x); x may equal y. Not for softmax. */
+static void act_elementwise_forward(act_kind k, float *y, const float *x,
+                                    size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    switch (k) {
+    case ACT_RELU:
+      y[i] = v > 0.0f ? v : 0.0f;
+      break;
+    case ACT_RELU6:
+      y[i] = v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f;
+      break;
+    case ACT_SIGMOID:
+      y[i] = sigmoidf(v);
+      break;
+    case ACT_TANH:
+      y[i] = tanhf(v);
+      break;
+    case ACT_LEAKY_RELU:
+      y[i] = v > 0.0f ? v : LEAKY_SLOPE * v;
+      break;
+    default:
+      y[i] = v;
+      break;
+    }
+  }
+}
+
+/* y, dy, dx: (n) elementwise dx = dy * act'(from y); dx may equal dy. */
+static void act_elementwise_backward(act_kind k, float *dx, const float *y,
+                                     const float *dy, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = y[i], g;
+    switch (k) {
+    case ACT_RELU:
+      g = v > 0.0f ? 1.0f : 0.0f;
+      break;
+    case ACT_RELU6:
+      g = v > 0.0f && v < 6.0f ? 1.0f : 0.0f;
+      break;
+    case ACT_SIGMOID:
+      g = v * (1.0f - v);
+      break;
+    case ACT_TANH:
+      g = 1.0f - v * v;
+      break;
+    case ACT_LEAKY_RELU:
+      g = v > 0.0f ? 1.0f : LEAKY_SLOPE;
+      break;
+    default:
+      g = 1.0f;
+      break;
+    }
+    dx[i] = dy[i] * g;
+  }
+}
+
+/*
+ * x, y: (N, D) with D = c*h*w; y = softmax(x) per row, stabilized by
+ * subtracting the row max (so exp never overflows); sum in double.
+ * x may equal y.
+ */
+static void softmax_forward(float *y, const float *x, int N, size_t D) {
+  for (int s = 0; s < N; s++) {
+    const float *xr = x + (size_t)s * D;
+    float *yr = y + (size_t)s * D;
+    float mx = xr[0];
+    for (size_t i = 1; i < D; i++)
+      mx = xr[i] > mx ? xr[i] : mx;
+    double sum = 0.0;
+    for (size_t i = 0; i < D; i++) {
+      yr[i] = expf(xr[i] - mx);
+      sum += yr[i];
+    }
+    for (size_t i = 0; i < D; i++)
+      yr[i] = (float)(yr[i] / sum);
+  }
+}
+
+/*
+ * y, dy, dx: (N, D); dx = y * (dy - sum_j dy_j y_j) per row (softmax
+ * Jacobian J = diag(y) - y y^T is symmetric). dx may equal dy.
+ */
+static void softmax_backward(float *dx, const float *y, const float *dy,
+                             int N, size_t D) {
+  for (int s = 0; s < N; s++) {
+    const float *yr = y + (size_t)s * D, *dyr = dy + (size_t)s * D;
+    float *dxr = dx + (size_t)s * D;
+    double dot = 0.0;
+    for (size_t i = 0; i < D; i++)
+      dot += (double)dyr[i] * yr[i];
+    for (size_t i = 0; i < D; i++)
+      dxr[i] = yr[i] * (dyr[i] - (float)dot);
+  }
+}
+
+/* f->in[0], f->out: (N, C, H, W). */
+static void act_forward(nto_layer *l, const nto_fwd *f) {
+  act_priv *p = l->priv;
+  nto_shape s = l->out_shape;
+  if (p->kind == ACT_SOFTMAX)
+    softmax_forward(f->out, f->in[0], s.n, nto_shape_sample(s));
+  else
+    act_elementwise_forward(p->kind, f->out, f->in[0], nto_shape_numel(s));
+}
+
+/* b->out, b->dout, b->din[0]: (N, C, H, W); din[0] may be NULL (skip). */
+static void act_backward(nto_layer *l, const nto_bwd *b) {
+  act_priv *p = l->priv;
+  nto_shape s = l->out_shape;
+  if (b->din[0] == NULL)
+    return;
+  if (p->kind == ACT_SOFTMAX)
+    softmax_backward(b->din[0], b->out, b->dout, s.n, nto_shape_sample(s));
+  else
+    act_elementwise_backward(p->kind, b->din[0], b->out, b->dout,
+                             nto_shape_numel(s));
+}
+
+const nto_layer_ops nto_activation_layer = {
+    .type = "activation",
+    .priv_size = sizeof(act_priv),
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .defaults = act_defaults,
+    .set_prop = act_set_prop,
+    .plan = act_plan,
+    .forward = act_forward,
+    .backward = act_backward,
+};

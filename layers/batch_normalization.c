@@ -1,0 +1,263 @@
+/*
+ * batch_normalization.c - the `batch_normalization` layer (alias `bn`),
+ * Ioffe & Szegedy 2015, with nntrainer's (Keras') property names.
+ *
+ * Feature axis: the channel C of an (N, C, H, W) input; but for an input
+ * with C == 1 and H == 1 (a fully_connected output (N, 1, 1, W)), the W
+ * features. F = number of features; each feature has m = N*H*W (resp. N)
+ * elements per batch.
+ *
+ * Training forward (f->training = 1), per feature, sums in double:
+ *   mean = sum(x) / m,  var = sum((x - mean)^2) / m        (biased)
+ *   y = gamma * (x - mean) / sqrt(var + epsilon) + beta
+ *   moving_mean     = momentum * moving_mean     + (1 - momentum) * mean
+ *   moving_variance = momentum * moving_variance + (1 - momentum) * var_u
+ * with var_u = var * m / (m - 1) (unbiased; var itself when m == 1). This
+ * equals PyTorch's BatchNorm with torch momentum = 1 - momentum.
+ * Eval forward (f->training = 0): y = gamma * (x - moving_mean) /
+ *   sqrt(moving_variance + epsilon) + beta; no statistics are updated.
+ *
+ * Backward (the training-mode formula; eval-mode backward is not defined
+ * here), with xhat = (x - mean) * inv_std:
+ *   dbeta = sum(dy), dgamma = sum(dy * xhat),
+ *   dx = gamma * inv_std / m * (m * dy - dbeta - xhat * dgamma).
+ * Saved for backward: "mean" and "inv_std", each (1, F, 1, 1), written by
+ * the training forward; backward recomputes xhat from the forward input
+ * (bwd_needs_input = 1) instead of keeping an input-sized xhat tensor.
+ * No workspace.
+ *
+ * Keys: epsilon (default 0.001, > 0), momentum (default 0.99, in [0, 1)),
+ * moving_mean_initializer (zeros), moving_variance_initializer (ones),
+ * gamma_initializer (ones), beta_initializer (zeros).
+ *
+ * Weights, in nntrainer's order, each (1, F, 1, 1), export rank 1,
+ * fan_in = fan_out = F: "moving_mean" and "moving_variance" (not
+ * trainable), "gamma", "beta".
+ */
+#include "layer.h"
+#include "registry.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+enum { BN_MEAN, BN_VAR, BN_GAMMA, BN_BETA, BN_NW };
+
+static const char *const bn_weight_names[BN_NW] = {
+    "moving_mean", "moving_variance", "gamma", "beta"};
+static const char *const bn_init_keys[BN_NW] = {
+    "moving_mean_initializer", "moving_variance_initializer",
+    "gamma_initializer", "beta_initializer"};
+
+typedef struct bn_priv {
+  /* properties */
+  double epsilon;            /* added to the variance, > 0 */
+  double momentum;           /* running-average decay, [0, 1) */
+  nto_init_kind init[BN_NW]; /* initializer per weight, BN_* order */
+  /* set by plan */
+  int nf;        /* F: number of features */
+  int inner;     /* contiguous elements per feature per sample (H*W, 1) */
+  int iw[BN_NW]; /* weight indices */
+  int imean;     /* saved "mean" (1, F, 1, 1) */
+  int iinv;      /* saved "inv_std" (1, F, 1, 1) */
+} bn_priv;
+
+static void bn_defaults(nto_layer *l) {
+  bn_priv *p = l->priv;
+  p->epsilon = 0.001;
+  p->momentum = 0.99;
+  p->init[BN_MEAN] = NTO_INIT_ZEROS;
+  p->init[BN_VAR] = NTO_INIT_ONES;
+  p->init[BN_GAMMA] = NTO_INIT_ONES;
+  p->init[BN_BETA] = NTO_INIT_ZEROS;
+}
+
+/* Applies one INI key. Returns 0, NTO_ENOKEY or NTO_ECONFIG (message). */
+static int bn_set_prop(nto_layer *l, const char *key, const char *value,
+                       nto_err *err) {
+  bn_priv *p = l->priv;
+  double x;
+  int rc;
+  if (strcmp(key, "epsilon") == 0) {
+    rc = nto_parse_float(value, 0.0, DBL_MAX, &x, err);
+    if (rc == 0 && x <= 0.0)
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "expected a positive number, got "
+                       "'%s'",
+                       value);
+    if (rc == 0)
+      p->epsilon = x;
+    return rc;
+  }
+  if (strcmp(key, "momentum") == 0) {
+    rc = nto_parse_float(value, 0.0, 1.0, &x, err);
+    if (rc == 0 && x >= 1.0)
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "expected a number in [0, 1), got '%s'", value);
+    if (rc == 0)
+      p->momentum = x;
+    return rc;
+  }
+  for (int k = 0; k < BN_NW; k++)
+    if (strcmp(key, bn_init_keys[k]) == 0)
+      return nto_parse_initializer(value, &p->init[k], err);
+  return NTO_ENOKEY;
+}
+
+/* out_shape = in_shape; requests the four weights and the two saved
+ * vectors. Returns 0 or NTO_ESHAPE. */
+static int bn_plan(nto_layer *l, nto_err *err) {
+  bn_priv *p = l->priv;
+  l->n_w = 0;
+  l->n_saved = 0;
+  l->ws_bytes = 0;
+  l->bwd_needs_input = 1;
+  l->bwd_needs_output = 0;
+  l->out_kind = NTO_OUT_PLAIN;
+  if (l->n_in != 1)
+    return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
+  nto_shape in = l->in_shape[0];
+  if (in.c == 1 && in.h == 1) {
+    p->nf = in.w;
+    p->inner = 1;
+  } else {
+    p->nf = in.c;
+    p->inner = in.h * in.w;
+  }
+  l->out_shape = in;
+  nto_shape v = {1, p->nf, 1, 1};
+  for (int k = 0; k < BN_NW; k++)
+    p->iw[k] = nto_layer_add_weight(l, bn_weight_names[k], v, 1, p->init[k],
+                                    p->nf, p->nf, k >= BN_GAMMA);
+  p->imean = nto_layer_add_saved(l, "mean", v);
+  p->iinv = nto_layer_add_saved(l, "inv_std", v);
+  return 0;
+}
+
+/*
+ * Training forward. x, y: (n, nf, inner); gamma, beta: (nf);
+ * mean, inv_std: (nf) written; rmean, rvar: (nf) updated with momentum.
+ */
+static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
+                             const float *gamma, const float *beta, float *mean,
+                             float *inv_std, float *rmean, float *rvar,
+                             double eps, double momentum) {
+  size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
+  for (int f = 0; f < nf; f++) {
+    const float *xf = x + (size_t)f * inner;
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++)
+        s += xf[i * fstride + k];
+    double mu = s / (double)m;
+    double sq = 0.0;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++) {
+        double d = xf[i * fstride + k] - mu;
+        sq += d * d;
+      }
+    double var = sq / (double)m;
+    double inv = 1.0 / sqrt(var + eps);
+    double var_u = m > 1 ? var * (double)m / (double)(m - 1) : var;
+    rmean[f] = (float)(momentum * rmean[f] + (1.0 - momentum) * mu);
+    rvar[f] = (float)(momentum * rvar[f] + (1.0 - momentum) * var_u);
+    mean[f] = (float)mu;
+    inv_std[f] = (float)inv;
+    float muf = mean[f], scale = gamma[f] * inv_std[f], b = beta[f];
+    float *yf = y + (size_t)f * inner;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++)
+        yf[i * fstride + k] = (xf[i * fstride + k] - muf) * scale + b;
+  }
+}
+
+/* Eval forward with running statistics. x, y: (n, nf, inner);
+ * gamma, beta, rmean, rvar: (nf). */
+static void bn_forward_eval(const float *x, float *y, int n, int nf, int inner,
+                            const float *gamma, const float *beta,
+                            const float *rmean, const float *rvar, double eps) {
+  size_t fstride = (size_t)nf * inner;
+  for (int f = 0; f < nf; f++) {
+    float mu = rmean[f];
+    float scale = (float)(gamma[f] / sqrt((double)rvar[f] + eps));
+    float b = beta[f];
+    const float *xf = x + (size_t)f * inner;
+    float *yf = y + (size_t)f * inner;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++)
+        yf[i * fstride + k] = (xf[i * fstride + k] - mu) * scale + b;
+  }
+}
+
+/* f->in[0] -> f->out, both (N, C, H, W); see the formulas at the top. */
+static void bn_forward(nto_layer *l, const nto_fwd *f) {
+  bn_priv *p = l->priv;
+  if (f->training)
+    bn_forward_train(
+        f->in[0], f->out, l->batch, p->nf, p->inner, f->w[p->iw[BN_GAMMA]],
+        f->w[p->iw[BN_BETA]], f->saved[p->imean], f->saved[p->iinv],
+        f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon, p->momentum);
+  else
+    bn_forward_eval(f->in[0], f->out, l->batch, p->nf, p->inner,
+                    f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]],
+                    f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon);
+}
+
+/*
+ * Training-mode backward. x, dy, dx: (n, nf, inner); gamma, mean,
+ * inv_std: (nf); dgamma, dbeta: (nf). dx, dgamma, dbeta may be NULL
+ * (skipped); all written with "=". Sums in double.
+ */
+static void bn_backward_train(const float *x, const float *dy, float *dx, int n,
+                              int nf, int inner, const float *gamma,
+                              const float *mean, const float *inv_std,
+                              float *dgamma, float *dbeta) {
+  size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
+  for (int f = 0; f < nf; f++) {
+    const float *xf = x + (size_t)f * inner;
+    const float *dyf = dy + (size_t)f * inner;
+    double mu = mean[f], inv = inv_std[f];
+    double sdy = 0.0, sdyx = 0.0;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++) {
+        size_t j = i * fstride + k;
+        sdy += dyf[j];
+        sdyx += dyf[j] * ((xf[j] - mu) * inv);
+      }
+    if (dgamma)
+      dgamma[f] = (float)sdyx;
+    if (dbeta)
+      dbeta[f] = (float)sdy;
+    if (!dx)
+      continue;
+    double c = gamma[f] * inv / (double)m;
+    float *dxf = dx + (size_t)f * inner;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++) {
+        size_t j = i * fstride + k;
+        double xhat = (xf[j] - mu) * inv;
+        dxf[j] = (float)(c * ((double)m * dyf[j] - sdy - xhat * sdyx));
+      }
+  }
+}
+
+/* dout, in[0] -> din[0], dgamma, dbeta; see the formulas at the top. */
+static void bn_backward(nto_layer *l, const nto_bwd *b) {
+  bn_priv *p = l->priv;
+  bn_backward_train(b->in[0], b->dout, b->din[0], l->batch, p->nf, p->inner,
+                    b->w[p->iw[BN_GAMMA]], b->saved[p->imean],
+                    b->saved[p->iinv], b->dw[p->iw[BN_GAMMA]],
+                    b->dw[p->iw[BN_BETA]]);
+}
+
+const nto_layer_ops nto_batch_normalization_layer = {
+    .type = "batch_normalization",
+    .priv_size = sizeof(bn_priv),
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .defaults = bn_defaults,
+    .set_prop = bn_set_prop,
+    .plan = bn_plan,
+    .forward = bn_forward,
+    .backward = bn_backward,
+};

@@ -1,0 +1,541 @@
+/*
+ * conv2d.c - the `conv2d` layer: 2-d convolution (cross-correlation, as in
+ * PyTorch's nn.Conv2d and nntrainer's Conv2DLayer), NCHW, float32.
+ *
+ *   out[n, f, oy, ox] = bias[f] + sum_{ci, ky, kx}
+ *       weight[f, ci, ky, kx] * in[n, g*C/G + ci, oy*sh - pt + ky*dh,
+ *                                                 ox*sw - pl + kx*dw]
+ * with g = f / (F/G) the group of filter f, ci < C/G, and zero outside the
+ * input (padding). Output size (PyTorch's formula):
+ *   OH = (H + pt + pb - dh*(kh-1) - 1) / sh + 1, likewise OW.
+ *
+ * Keys: filters (required, >= 1), kernel_size ("kh,kw" or "k", required),
+ * stride (default 1), padding (default 0; "same", "valid", "full", "p",
+ * "rows,cols" or "top,bottom,left,right"), dilation (default 1), groups
+ * (default 1; must divide C and filters), weight_initializer (default
+ * xavier_uniform), bias_initializer (default zeros), disable_bias (default
+ * false).
+ *   "same": TensorFlow's rule, OH = ceil(H / sh), total padding
+ *     max((OH-1)*sh + dh*(kh-1)+1 - H, 0), top = total/2, bottom = rest
+ *     (the extra row goes to the bottom/right), likewise for columns.
+ *   "valid": no padding. "full": dh*(kh-1) rows / dw*(kw-1) columns on
+ *     each side (nntrainer's "full").
+ *
+ * Weights, in this order: "weight" (filters, C/G, kh, kw), export rank 4,
+ * fan_in = C/G*kh*kw, fan_out = filters*kh*kw (PyTorch's fan rule);
+ * "bias" (1, filters, 1, 1), export rank 1, unless disable_bias.
+ *
+ * Three kernels, chosen at plan:
+ *   - im2col + cblas_sgemm per image and per group (the general case);
+ *   - 1x1 kernel, stride 1, no padding: the input slice of one image and
+ *     group already is the column matrix, so no im2col and no workspace;
+ *   - depthwise (G == C > 1): a direct loop, no workspace.
+ * Workspace (im2col path only): ONE column matrix of one group of one
+ * image, (C/G*kh*kw) x (OH*OW) floats; it does not grow with the batch or
+ * the number of groups. Backward reuses it: first as the column matrix of
+ * the input (for dW), then as d(columns) (for dX, scattered by col2im).
+ *
+ * Backward needs the forward input (bwd_needs_input = 1), nothing saved.
+ * dW and db are written with "=" (summed over the batch within the call);
+ * din is zeroed, then col2im adds into it. A NULL din or dw skips that part.
+ */
+#include "layer.h"
+#include "registry.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#define CONV_DIM_MAX (1L << 24) /* largest accepted size property */
+
+enum { PAD_EXPLICIT, PAD_SAME, PAD_VALID, PAD_FULL };
+enum { PATH_IM2COL, PATH_1X1, PATH_DEPTHWISE };
+
+/* Geometry of one convolution, fixed by plan. */
+typedef struct conv_geom {
+  int c, h, w; /* input channels and size */
+  int f;       /* filters (output channels) */
+  int oh, ow;  /* output size */
+  int kh, kw;  /* kernel size */
+  int sh, sw;  /* stride */
+  int dh, dw;  /* dilation */
+  int pt, pl;  /* top and left padding (bottom/right are implicit) */
+  int groups;  /* G */
+  int cg, fg;  /* C/G input channels and F/G filters per group */
+  int kcol;    /* cg*kh*kw: rows of a column matrix */
+} conv_geom;
+
+typedef struct conv_priv {
+  /* properties */
+  int filters;  /* 0 = not set (required) */
+  int kh, kw;   /* 0 = not set (required) */
+  int sh, sw;   /* stride */
+  int dh, dw;   /* dilation */
+  int pad_mode; /* PAD_* */
+  int pad[4];   /* top, bottom, left, right (PAD_EXPLICIT) */
+  int groups;
+  nto_init_kind winit, binit;
+  int disable_bias;
+  /* set by plan */
+  conv_geom g;
+  int path; /* PATH_* */
+  int iw;   /* index of "weight" */
+  int ib;   /* index of "bias", -1 with disable_bias */
+} conv_priv;
+
+static void conv_defaults(nto_layer *l) {
+  conv_priv *p = l->priv;
+  p->sh = p->sw = 1;
+  p->dh = p->dw = 1;
+  p->pad_mode = PAD_EXPLICIT;
+  p->groups = 1;
+  p->winit = NTO_INIT_XAVIER_UNIFORM;
+  p->binit = NTO_INIT_ZEROS;
+}
+
+/* "a,b" or "a" (replicated) with values in [min, CONV_DIM_MAX] into *a, *b.
+ * Returns 0 or NTO_ECONFIG (message from the props.h parser). */
+static int parse_pair(const char *v, long min, int *a, int *b, nto_err *err) {
+  long x[2];
+  int n;
+  int rc = nto_parse_int_list(v, min, CONV_DIM_MAX, x, 2, &n, err);
+  if (rc != 0)
+    return rc;
+  *a = (int)x[0];
+  *b = (int)x[n - 1];
+  return 0;
+}
+
+/* padding value: same | valid | full | p | rows,cols | t,b,l,r.
+ * Returns 0 or NTO_ECONFIG. */
+static int parse_padding(conv_priv *p, const char *v, nto_err *err) {
+  static const char *const modes[] = {"same", "valid", "full", NULL};
+  int m;
+  if (nto_parse_enum(v, modes, &m, NULL) == 0) {
+    p->pad_mode = PAD_SAME + m;
+    return 0;
+  }
+  long x[4];
+  int n = 0;
+  if (nto_parse_int_list(v, 0, CONV_DIM_MAX, x, 4, &n, NULL) != 0 || n == 3)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "expected same, valid, full, or 1, 2 or 4 "
+                       "non-negative integers (p | rows,cols | "
+                       "top,bottom,left,right), got '%s'",
+                       v);
+  p->pad_mode = PAD_EXPLICIT;
+  if (n == 1) {
+    p->pad[0] = p->pad[1] = p->pad[2] = p->pad[3] = (int)x[0];
+  } else if (n == 2) {
+    p->pad[0] = p->pad[1] = (int)x[0];
+    p->pad[2] = p->pad[3] = (int)x[1];
+  } else {
+    for (int i = 0; i < 4; i++)
+      p->pad[i] = (int)x[i];
+  }
+  return 0;
+}
+
+/* Applies one INI key. Returns 0, NTO_ENOKEY or NTO_ECONFIG (message).
+ * A failing value leaves the property unchanged. */
+static int conv_set_prop(nto_layer *l, const char *key, const char *value,
+                         nto_err *err) {
+  conv_priv *p = l->priv;
+  long x;
+  int rc;
+  if (strcmp(key, "filters") == 0) {
+    rc = nto_parse_int(value, 1, CONV_DIM_MAX, &x, err);
+    if (rc == 0)
+      p->filters = (int)x;
+    return rc;
+  }
+  if (strcmp(key, "kernel_size") == 0)
+    return parse_pair(value, 1, &p->kh, &p->kw, err);
+  if (strcmp(key, "stride") == 0)
+    return parse_pair(value, 1, &p->sh, &p->sw, err);
+  if (strcmp(key, "dilation") == 0)
+    return parse_pair(value, 1, &p->dh, &p->dw, err);
+  if (strcmp(key, "padding") == 0)
+    return parse_padding(p, value, err);
+  if (strcmp(key, "groups") == 0) {
+    rc = nto_parse_int(value, 1, CONV_DIM_MAX, &x, err);
+    if (rc == 0)
+      p->groups = (int)x;
+    return rc;
+  }
+  if (strcmp(key, "weight_initializer") == 0)
+    return nto_parse_initializer(value, &p->winit, err);
+  if (strcmp(key, "bias_initializer") == 0)
+    return nto_parse_initializer(value, &p->binit, err);
+  if (strcmp(key, "disable_bias") == 0)
+    return nto_parse_bool(value, &p->disable_bias, err);
+  return NTO_ENOKEY;
+}
+
+/* TensorFlow's "same" padding along one axis of size in, kernel k,
+ * stride s, dilation d: writes the leading and trailing padding. */
+static void same_padding(int in, int k, int s, int d, int *lead, int *trail) {
+  long out = (in + s - 1) / s;
+  long total = (out - 1) * s + (long)d * (k - 1) + 1 - in;
+  if (total < 0)
+    total = 0;
+  *lead = (int)(total / 2);
+  *trail = (int)(total - total / 2);
+}
+
+/*
+ * out_shape = (N, filters, OH, OW); requests weight and bias; workspace as
+ * described at the top. Returns 0, NTO_ECONFIG (missing key, groups not
+ * dividing C and filters) or NTO_ESHAPE (kernel larger than padded input).
+ */
+static int conv_plan(nto_layer *l, nto_err *err) {
+  conv_priv *p = l->priv;
+  l->n_w = 0;
+  l->n_saved = 0;
+  l->ws_bytes = 0;
+  l->bwd_needs_input = 1;
+  l->bwd_needs_output = 0;
+  l->out_kind = NTO_OUT_PLAIN;
+  if (p->filters == 0)
+    return nto_err_set(err, NTO_ECONFIG, "key 'filters' is required");
+  if (p->kh == 0)
+    return nto_err_set(err, NTO_ECONFIG, "key 'kernel_size' is required");
+  if (l->n_in != 1)
+    return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
+  nto_shape in = l->in_shape[0];
+  conv_geom *g = &p->g;
+  memset(g, 0, sizeof *g);
+  g->c = in.c;
+  g->h = in.h;
+  g->w = in.w;
+  g->f = p->filters;
+  g->kh = p->kh;
+  g->kw = p->kw;
+  g->sh = p->sh;
+  g->sw = p->sw;
+  g->dh = p->dh;
+  g->dw = p->dw;
+  g->groups = p->groups;
+  if (g->c % g->groups != 0 || g->f % g->groups != 0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "groups %d must divide both input channels %d and "
+                       "filters %d",
+                       g->groups, g->c, g->f);
+  g->cg = g->c / g->groups;
+  g->fg = g->f / g->groups;
+  g->kcol = g->cg * g->kh * g->kw;
+
+  int pt, pb, pl, pr;
+  switch (p->pad_mode) {
+  case PAD_SAME:
+    same_padding(g->h, g->kh, g->sh, g->dh, &pt, &pb);
+    same_padding(g->w, g->kw, g->sw, g->dw, &pl, &pr);
+    break;
+  case PAD_VALID:
+    pt = pb = pl = pr = 0;
+    break;
+  case PAD_FULL:
+    pt = pb = g->dh * (g->kh - 1);
+    pl = pr = g->dw * (g->kw - 1);
+    break;
+  default:
+    pt = p->pad[0];
+    pb = p->pad[1];
+    pl = p->pad[2];
+    pr = p->pad[3];
+    break;
+  }
+  long ekh = (long)g->dh * (g->kh - 1) + 1; /* dilated kernel extent */
+  long ekw = (long)g->dw * (g->kw - 1) + 1;
+  long ph = (long)g->h + pt + pb, pw = (long)g->w + pl + pr;
+  if (ekh > ph || ekw > pw)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "kernel %ldx%ld (dilated) larger than padded input "
+                       "%ldx%ld",
+                       ekh, ekw, ph, pw);
+  g->pt = pt;
+  g->pl = pl;
+  g->oh = (int)((ph - ekh) / g->sh + 1);
+  g->ow = (int)((pw - ekw) / g->sw + 1);
+  l->out_shape = (nto_shape){l->batch, g->f, g->oh, g->ow};
+
+  if (g->groups == g->c && g->c > 1)
+    p->path = PATH_DEPTHWISE;
+  else if (g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && pt == 0 &&
+           pb == 0 && pl == 0 && pr == 0)
+    p->path = PATH_1X1;
+  else
+    p->path = PATH_IM2COL;
+  if (p->path == PATH_IM2COL)
+    l->ws_bytes = (size_t)g->kcol * g->oh * g->ow * sizeof(float);
+
+  p->iw =
+      nto_layer_add_weight(l, "weight", (nto_shape){g->f, g->cg, g->kh, g->kw},
+                           4, p->winit, g->kcol, g->f * g->kh * g->kw, 1);
+  p->ib = -1;
+  if (!p->disable_bias)
+    p->ib = nto_layer_add_weight(l, "bias", (nto_shape){1, g->f, 1, 1}, 1,
+                                 p->binit, g->kcol, g->f * g->kh * g->kw, 1);
+  return 0;
+}
+
+/*
+ * col: (cg*kh*kw, oh*ow) <- x: (cg, h, w), one image and group.
+ * Row (ci*kh + ky)*kw + kx, column oy*ow + ox holds
+ * x[ci, oy*sh - pt + ky*dh, ox*sw - pl + kx*dw], or 0 outside x.
+ */
+static void im2col(const conv_geom *g, const float *x, float *col) {
+  size_t ohw = (size_t)g->oh * g->ow;
+  for (int ci = 0; ci < g->cg; ci++) {
+    const float *xc = x + (size_t)ci * g->h * g->w;
+    for (int ky = 0; ky < g->kh; ky++) {
+      for (int kx = 0; kx < g->kw; kx++) {
+        float *row = col + ((size_t)(ci * g->kh + ky) * g->kw + kx) * ohw;
+        for (int oy = 0; oy < g->oh; oy++) {
+          float *r = row + (size_t)oy * g->ow;
+          int iy = oy * g->sh - g->pt + ky * g->dh;
+          if (iy < 0 || iy >= g->h) {
+            memset(r, 0, (size_t)g->ow * sizeof *r);
+            continue;
+          }
+          const float *xr = xc + (size_t)iy * g->w;
+          int ix = kx * g->dw - g->pl;
+          for (int ox = 0; ox < g->ow; ox++, ix += g->sw)
+            r[ox] = (ix >= 0 && ix < g->w) ? xr[ix] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/*
+ * dx: (cg, h, w) += col2im(dcol: (cg*kh*kw, oh*ow)), the adjoint of im2col:
+ * every column entry is added to the input element it was copied from.
+ */
+static void col2im_add(const conv_geom *g, const float *dcol, float *dx) {
+  size_t ohw = (size_t)g->oh * g->ow;
+  for (int ci = 0; ci < g->cg; ci++) {
+    float *xc = dx + (size_t)ci * g->h * g->w;
+    for (int ky = 0; ky < g->kh; ky++) {
+      for (int kx = 0; kx < g->kw; kx++) {
+        const float *row =
+            dcol + ((size_t)(ci * g->kh + ky) * g->kw + kx) * ohw;
+        for (int oy = 0; oy < g->oh; oy++) {
+          int iy = oy * g->sh - g->pt + ky * g->dh;
+          if (iy < 0 || iy >= g->h)
+            continue;
+          const float *r = row + (size_t)oy * g->ow;
+          float *xr = xc + (size_t)iy * g->w;
+          int ix = kx * g->dw - g->pl;
+          for (int ox = 0; ox < g->ow; ox++, ix += g->sw)
+            if (ix >= 0 && ix < g->w)
+              xr[ix] += r[ox];
+        }
+      }
+    }
+  }
+}
+
+/* y: (fg, oh*ow) <- bias: (fg) broadcast along each row, or 0 if NULL. */
+static void fill_bias(float *y, const float *bias, int fg, size_t ohw) {
+  for (int f = 0; f < fg; f++) {
+    float v = bias ? bias[f] : 0.0f;
+    float *r = y + (size_t)f * ohw;
+    for (size_t i = 0; i < ohw; i++)
+      r[i] = v;
+  }
+}
+
+/*
+ * Depthwise forward, one image: y: (C*m, oh, ow) <- x: (C, h, w),
+ * w: (C*m, 1, kh, kw), bias: (C*m) or NULL; m = fg (channel multiplier),
+ * filter f reads input channel f / m.
+ */
+static void depthwise_forward(const conv_geom *g, const float *x,
+                              const float *w, const float *bias, float *y) {
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t kk = (size_t)g->kh * g->kw;
+  for (int f = 0; f < g->f; f++) {
+    const float *xc = x + (size_t)(f / g->fg) * hw;
+    const float *wf = w + (size_t)f * kk;
+    float *yf = y + (size_t)f * ohw;
+    float b = bias ? bias[f] : 0.0f;
+    for (int oy = 0; oy < g->oh; oy++) {
+      for (int ox = 0; ox < g->ow; ox++) {
+        float s = 0.0f;
+        for (int ky = 0; ky < g->kh; ky++) {
+          int iy = oy * g->sh - g->pt + ky * g->dh;
+          if (iy < 0 || iy >= g->h)
+            continue;
+          const float *xr = xc + (size_t)iy * g->w;
+          const float *wr = wf + (size_t)ky * g->kw;
+          for (int kx = 0; kx < g->kw; kx++) {
+            int ix = ox * g->sw - g->pl + kx * g->dw;
+            if (ix >= 0 && ix < g->w)
+              s += wr[kx] * xr[ix];
+          }
+        }
+        yf[(size_t)oy * g->ow + ox] = s + b;
+      }
+    }
+  }
+}
+
+/*
+ * Depthwise backward, one image: dx: (C, h, w) += W^T dy (dx may be NULL),
+ * dw: (C*m, 1, kh, kw) += dy * x (dw may be NULL); shapes as in
+ * depthwise_forward. The caller zeroes dx and dw before the first image.
+ */
+static void depthwise_backward(const conv_geom *g, const float *x,
+                               const float *w, const float *dy, float *dx,
+                               float *dw) {
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t kk = (size_t)g->kh * g->kw;
+  for (int f = 0; f < g->f; f++) {
+    size_t ci = (size_t)(f / g->fg);
+    const float *xc = x + ci * hw;
+    float *dxc = dx ? dx + ci * hw : NULL;
+    const float *wf = w + (size_t)f * kk;
+    float *dwf = dw ? dw + (size_t)f * kk : NULL;
+    const float *dyf = dy + (size_t)f * ohw;
+    for (int oy = 0; oy < g->oh; oy++) {
+      for (int ox = 0; ox < g->ow; ox++) {
+        float d = dyf[(size_t)oy * g->ow + ox];
+        for (int ky = 0; ky < g->kh; ky++) {
+          int iy = oy * g->sh - g->pt + ky * g->dh;
+          if (iy < 0 || iy >= g->h)
+            continue;
+          for (int kx = 0; kx < g->kw; kx++) {
+            int ix = ox * g->sw - g->pl + kx * g->dw;
+            if (ix < 0 || ix >= g->w)
+              continue;
+            size_t xi = (size_t)iy * g->w + ix, wi = (size_t)ky * g->kw + kx;
+            if (dxc)
+              dxc[xi] += wf[wi] * d;
+            if (dwf)
+              dwf[wi] += xc[xi] * d;
+          }
+        }
+      }
+    }
+  }
+}
+
+/* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top. */
+static void conv_forward(nto_layer *l, const nto_fwd *f) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  const float *w = f->w[p->iw];
+  const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
+  size_t in_img = (size_t)g->c * g->h * g->w;
+  size_t out_img = (size_t)g->f * g->oh * g->ow;
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  for (int n = 0; n < l->batch; n++) {
+    const float *x = f->in[0] + (size_t)n * in_img;
+    float *y = f->out + (size_t)n * out_img;
+    if (p->path == PATH_DEPTHWISE) {
+      depthwise_forward(g, x, w, bias, y);
+      continue;
+    }
+    for (int gi = 0; gi < g->groups; gi++) {
+      const float *xg = x + (size_t)gi * g->cg * hw;
+      float *yg = y + (size_t)gi * g->fg * ohw;
+      const float *wg = w + (size_t)gi * g->fg * g->kcol;
+      const float *col = xg;
+      if (p->path == PATH_IM2COL) {
+        im2col(g, xg, f->ws);
+        col = f->ws;
+      }
+      fill_bias(yg, bias ? bias + (size_t)gi * g->fg : NULL, g->fg, ohw);
+      /* yg (fg, ohw) += wg (fg, kcol) . col (kcol, ohw) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->fg, (int)ohw,
+                  g->kcol, 1.0f, wg, g->kcol, col, (int)ohw, 1.0f, yg,
+                  (int)ohw);
+    }
+  }
+}
+
+/*
+ * dout: (N, F, OH, OW), in[0]: (N, C, H, W) -> din[0]: (N, C, H, W),
+ * dw[weight]: (F, C/G, kh, kw), dw[bias]: (F); each written with "=" and
+ * skipped when NULL.
+ */
+static void conv_backward(nto_layer *l, const nto_bwd *b) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  const float *w = b->w[p->iw];
+  float *dw = b->dw[p->iw];
+  float *db = p->ib >= 0 ? b->dw[p->ib] : NULL;
+  float *din = b->din[0];
+  size_t in_img = (size_t)g->c * g->h * g->w;
+  size_t out_img = (size_t)g->f * g->oh * g->ow;
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+
+  if (db) {
+    for (int fi = 0; fi < g->f; fi++) {
+      double s = 0.0;
+      for (int n = 0; n < l->batch; n++) {
+        const float *d = b->dout + (size_t)n * out_img + (size_t)fi * ohw;
+        for (size_t i = 0; i < ohw; i++)
+          s += d[i];
+      }
+      db[fi] = (float)s;
+    }
+  }
+  if (!dw && !din)
+    return;
+  if (din)
+    memset(din, 0, (size_t)l->batch * in_img * sizeof *din);
+  if (p->path == PATH_DEPTHWISE) {
+    if (dw)
+      memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
+    for (int n = 0; n < l->batch; n++)
+      depthwise_backward(g, b->in[0] + (size_t)n * in_img, w,
+                         b->dout + (size_t)n * out_img,
+                         din ? din + (size_t)n * in_img : NULL, dw);
+    return;
+  }
+  for (int n = 0; n < l->batch; n++) {
+    const float *x = b->in[0] + (size_t)n * in_img;
+    const float *dy = b->dout + (size_t)n * out_img;
+    for (int gi = 0; gi < g->groups; gi++) {
+      const float *xg = x + (size_t)gi * g->cg * hw;
+      const float *dyg = dy + (size_t)gi * g->fg * ohw;
+      const float *wg = w + (size_t)gi * g->fg * g->kcol;
+      if (dw) {
+        const float *col = xg;
+        if (p->path == PATH_IM2COL) {
+          im2col(g, xg, b->ws);
+          col = b->ws;
+        }
+        /* dWg (fg, kcol) (+)= dyg (fg, ohw) . col^T (ohw, kcol) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->fg, g->kcol,
+                    (int)ohw, 1.0f, dyg, (int)ohw, col, (int)ohw,
+                    n == 0 ? 0.0f : 1.0f, dw + (size_t)gi * g->fg * g->kcol,
+                    g->kcol);
+      }
+      if (din) {
+        float *dxg = din + (size_t)n * in_img + (size_t)gi * g->cg * hw;
+        /* dcol (kcol, ohw) = wg^T (kcol, fg) . dyg (fg, ohw); for 1x1 the
+         * column matrix is dxg itself. */
+        float *dcol = p->path == PATH_IM2COL ? b->ws : dxg;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->kcol, (int)ohw,
+                    g->fg, 1.0f, wg, g->kcol, dyg, (int)ohw, 0.0f, dcol,
+                    (int)ohw);
+        if (p->path == PATH_IM2COL)
+          col2im_add(g, dcol, dxg);
+      }
+    }
+  }
+}
+
+const nto_layer_ops nto_conv2d_layer = {
+    .type = "conv2d",
+    .priv_size = sizeof(conv_priv),
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .defaults = conv_defaults,
+    .set_prop = conv_set_prop,
+    .plan = conv_plan,
+    .forward = conv_forward,
+    .backward = conv_backward,
+};

@@ -1,0 +1,145 @@
+/*
+ * fully_connected.c - the `fully_connected` layer (alias `fc`): an affine
+ * map of each flattened sample, in nntrainer's layout
+ *   out (N, unit) = x (N, in) . weight (in, unit) + bias (unit),
+ * with the input (N, C, H, W) read as (N, in = C*H*W) and the output shaped
+ * (N, 1, 1, unit). (PyTorch's nn.Linear stores the transpose, (unit, in).)
+ *
+ * Keys: unit (required, >= 1), weight_initializer (default xavier_uniform),
+ * bias_initializer (default zeros), disable_bias (default false).
+ *
+ * Weights, in this order: "weight" (1, 1, in, unit), export rank 2,
+ * fan_in = in, fan_out = unit; "bias" (1, 1, 1, unit), export rank 1,
+ * unless disable_bias.
+ *
+ * Forward and backward are cblas_sgemm calls; no workspace, nothing saved;
+ * backward reads the forward input (bwd_needs_input = 1):
+ *   dW = x^T . dout, db = sum over the batch of dout, dx = dout . W^T,
+ * each written with "=" and skipped when its pointer is NULL.
+ */
+#include "layer.h"
+#include "registry.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#define FC_UNIT_MAX (1L << 24) /* largest accepted `unit` */
+
+typedef struct fc_priv {
+  /* properties */
+  int unit; /* output features; 0 = not set (required) */
+  nto_init_kind winit, binit;
+  int disable_bias;
+  /* set by plan */
+  int in; /* input features C*H*W */
+  int iw; /* index of "weight" */
+  int ib; /* index of "bias", -1 with disable_bias */
+} fc_priv;
+
+static void fc_defaults(nto_layer *l) {
+  fc_priv *p = l->priv;
+  p->winit = NTO_INIT_XAVIER_UNIFORM;
+  p->binit = NTO_INIT_ZEROS;
+}
+
+/* Applies one INI key. Returns 0, NTO_ENOKEY or NTO_ECONFIG (message). */
+static int fc_set_prop(nto_layer *l, const char *key, const char *value,
+                       nto_err *err) {
+  fc_priv *p = l->priv;
+  if (strcmp(key, "unit") == 0) {
+    long x;
+    int rc = nto_parse_int(value, 1, FC_UNIT_MAX, &x, err);
+    if (rc == 0)
+      p->unit = (int)x;
+    return rc;
+  }
+  if (strcmp(key, "weight_initializer") == 0)
+    return nto_parse_initializer(value, &p->winit, err);
+  if (strcmp(key, "bias_initializer") == 0)
+    return nto_parse_initializer(value, &p->binit, err);
+  if (strcmp(key, "disable_bias") == 0)
+    return nto_parse_bool(value, &p->disable_bias, err);
+  return NTO_ENOKEY;
+}
+
+/* out_shape = (N, 1, 1, unit); requests weight and bias. Returns 0 or
+ * NTO_ECONFIG ('unit' missing). */
+static int fc_plan(nto_layer *l, nto_err *err) {
+  fc_priv *p = l->priv;
+  l->n_w = 0;
+  l->n_saved = 0;
+  l->ws_bytes = 0;
+  l->bwd_needs_input = 1;
+  l->bwd_needs_output = 0;
+  l->out_kind = NTO_OUT_PLAIN;
+  if (p->unit == 0)
+    return nto_err_set(err, NTO_ECONFIG, "key 'unit' is required");
+  if (l->n_in != 1)
+    return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
+  size_t in = nto_shape_sample(l->in_shape[0]);
+  if (in > (size_t)INT_MAX)
+    return nto_err_set(err, NTO_ESHAPE, "input of %zu features is too large",
+                       in);
+  p->in = (int)in;
+  l->out_shape = (nto_shape){l->batch, 1, 1, p->unit};
+  p->iw = nto_layer_add_weight(l, "weight", (nto_shape){1, 1, p->in, p->unit},
+                               2, p->winit, p->in, p->unit, 1);
+  p->ib = -1;
+  if (!p->disable_bias)
+    p->ib = nto_layer_add_weight(l, "bias", (nto_shape){1, 1, 1, p->unit}, 1,
+                                 p->binit, p->in, p->unit, 1);
+  return 0;
+}
+
+/* f->in[0]: (N, in) -> f->out: (N, unit) = x . W + b. */
+static void fc_forward(nto_layer *l, const nto_fwd *f) {
+  fc_priv *p = l->priv;
+  int n = l->batch, in = p->in, unit = p->unit;
+  const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
+  for (int i = 0; i < n; i++) {
+    float *r = f->out + (size_t)i * unit;
+    if (bias)
+      memcpy(r, bias, (size_t)unit * sizeof *r);
+    else
+      memset(r, 0, (size_t)unit * sizeof *r);
+  }
+  /* out (n, unit) += x (n, in) . W (in, unit) */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, unit, in, 1.0f,
+              f->in[0], in, f->w[p->iw], unit, 1.0f, f->out, unit);
+}
+
+/* dout: (N, unit), in[0]: (N, in) -> dW (in, unit), db (unit),
+ * din[0] (N, in); each written with "=", skipped when NULL. */
+static void fc_backward(nto_layer *l, const nto_bwd *b) {
+  fc_priv *p = l->priv;
+  int n = l->batch, in = p->in, unit = p->unit;
+  float *dw = b->dw[p->iw];
+  float *db = p->ib >= 0 ? b->dw[p->ib] : NULL;
+  if (dw) /* dW (in, unit) = x^T (in, n) . dout (n, unit) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, unit, n, 1.0f,
+                b->in[0], in, b->dout, unit, 0.0f, dw, unit);
+  if (db) {
+    for (int j = 0; j < unit; j++) {
+      double s = 0.0;
+      for (int i = 0; i < n; i++)
+        s += b->dout[(size_t)i * unit + j];
+      db[j] = (float)s;
+    }
+  }
+  if (b->din[0]) /* dx (n, in) = dout (n, unit) . W^T (unit, in) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, unit, 1.0f,
+                b->dout, unit, b->w[p->iw], unit, 0.0f, b->din[0], in);
+}
+
+const nto_layer_ops nto_fully_connected_layer = {
+    .type = "fully_connected",
+    .priv_size = sizeof(fc_priv),
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .defaults = fc_defaults,
+    .set_prop = fc_set_prop,
+    .plan = fc_plan,
+    .forward = fc_forward,
+    .backward = fc_backward,
+};

@@ -1,0 +1,778 @@
+/*
+ * test_config.c - INI model configuration loader (config.h).
+ *
+ * Every config is written from a string into a fresh temporary directory,
+ * loaded, and checked field by field; malformed files are checked for the
+ * status code and for the file, section and key named in the message.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------- */
+/* Temporary files                                                         */
+
+static char tmpdir[64];
+static char written[128][128]; /* relative names, removed at teardown */
+static int n_written;
+
+static int setup_dir(void **state) {
+  (void)state;
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/nto_test_config_XXXXXX");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state) {
+  (void)state;
+  char p[512];
+  for (int i = n_written - 1; i >= 0; i--) {
+    snprintf(p, sizeof p, "%s/%s", tmpdir, written[i]);
+    remove(p);
+  }
+  n_written = 0;
+  return rmdir(tmpdir);
+}
+
+static void remember(const char *name) {
+  assert_true(n_written < 128);
+  snprintf(written[n_written++], sizeof written[0], "%s", name);
+}
+
+/* Absolute path of name inside the temporary directory. */
+static const char *tmp_path(const char *name) {
+  static char p[512];
+  snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+  return p;
+}
+
+static const char *write_file(const char *name, const char *text) {
+  const char *p = tmp_path(name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+  remember(name);
+  return p;
+}
+
+/* Writes and loads text; fails the test with the message if it errors. */
+static void load_ok(const char *name, const char *text, nto_config *c) {
+  nto_err err = {0};
+  int rc = nto_config_load(c, write_file(name, text), &err);
+  if (rc != 0)
+    fail_msg("%s: rc %d: %s", name, rc, err.msg);
+}
+
+static const nto_section *layer(const nto_config *c, const char *name) {
+  for (int i = 0; i < c->n_layers; i++)
+    if (strcmp(c->layers[i].name, name) == 0)
+      return &c->layers[i];
+  fail_msg("no layer [%s]", name);
+  return NULL;
+}
+
+#define assert_near(a, b)                                                     \
+  assert_true(fabs((double)(a) - (double)(b)) <= 1e-12 * (1 + fabs((double)(b))))
+
+/* ---------------------------------------------------------------------- */
+/* Valid configs                                                           */
+
+static void test_model_every_key(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("all_keys.ini",
+          "[Model]\n"
+          "type = NeuralNetwork\n"
+          "epochs = 7\n"
+          "loss = mse\n"
+          "batch_size = 32\n"
+          "save_path = out/w.bin\n"
+          "memory_swap = true\n"
+          "memory_swap_lookahead = 3\n"
+          "memory_swap_path = /var/tmp/swap\n"
+          "memory_budget = 64MiB\n"
+          "[in]\n"
+          "type = input\n"
+          "input_shape = 1:28:28\n",
+          &c);
+  assert_int_equal(c.model.epochs, 7);
+  assert_int_equal(c.model.loss, NTO_LOSS_MSE);
+  assert_int_equal(c.model.batch_size, 32);
+  assert_string_equal(c.model.save_path, "out/w.bin");
+  assert_int_equal(c.model.memory_swap, 1);
+  assert_string_equal(c.model.swap_lookahead, "3");
+  assert_string_equal(c.model.swap_path, "/var/tmp/swap");
+  assert_string_equal(c.model.memory_budget, "64MiB");
+  assert_string_equal(c.path, tmp_path("all_keys.ini"));
+  assert_int_equal(c.n_layers, 1);
+  assert_string_equal(c.layers[0].name, "in");
+  assert_int_equal(c.layers[0].n_kv, 2);
+  assert_string_equal(c.layers[0].kv[0].key, "type");
+  assert_string_equal(c.layers[0].kv[1].value, "1:28:28");
+  nto_config_free(&c);
+  assert_null(c.layers);
+  nto_config_free(&c); /* twice is harmless */
+}
+
+static void test_fsu_aliases(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("fsu.ini",
+          "[Model]\n"
+          "fsu = yes\n"
+          "fsu_lookahead = AUTO\n"
+          "fsu_path = swapdir\n"
+          "loss = cross_softmax\n",
+          &c);
+  assert_int_equal(c.model.memory_swap, 1);
+  assert_string_equal(c.model.swap_lookahead, "auto");
+  assert_string_equal(c.model.swap_path, "swapdir");
+  assert_int_equal(c.model.loss, NTO_LOSS_CROSS);
+  nto_config_free(&c);
+}
+
+/* nntrainer's Applications/MNIST ini, with tabs, quotes, comments, case. */
+static const char mnist_ini[] =
+    "# Network Section : Network\n"
+    "[Model]\n"
+    "Type = NeuralNetwork\t# Network Type : Regression, KNN, NeuralNetwork\n"
+    "Epochs = 1500\t\t# Epochs\n"
+    "Loss = cross    \t\t# Loss function : mse (mean squared error)\n"
+    "                        # cross ( cross entropy )\n"
+    "Save_Path = \"mnist_model.bin\"  \t# model path to save / read\n"
+    "batch_size = 32\t\t; batch size\n"
+    "\n"
+    "[Optimizer]\n"
+    "Type = adam\n"
+    "Learning_rate = 1e-4 \t# Learning Rate\n"
+    "Decay_rate = 0.96\n"
+    "Decay_steps = 1000\n"
+    "beta1 = 0.9 \t\t# beta 1 for adam\n"
+    "beta2 = 0.999\t# beta 2 for adam\n"
+    "epsilon = 1e-7\t# epsilon for adam\n"
+    "\n"
+    "# Layer Section : Name\n"
+    "[InputLayer]\n"
+    "Type = input\n"
+    "Input_Shape = 1:28:28\n"
+    "\n"
+    "[Conv2D_C1_Layer]\n"
+    "Type = conv2d\n"
+    "input_layers = inputlayer\n"
+    "kernel_size = 5,5\n"
+    "bias_initializer=zeros\n"
+    "Activation=sigmoid\n"
+    "weight_initializer = xavier_uniform\n"
+    "filters = 6\n"
+    "stride = 1,1\n"
+    "padding = 0,0\n"
+    "\n"
+    "[pooling2d_p1]\n"
+    "Type=pooling2d\n"
+    "input_layers = conv2d_c1_layer\n"
+    "pool_size = 2,2\n"
+    "stride =2,2\n"
+    "padding = 0,0\n"
+    "pooling = 'average'\n"
+    "\n"
+    "[flatten]\n"
+    "Type=flatten\n"
+    "\n"
+    "[outputlayer]\n"
+    "Type = fully_connected\n"
+    "input_layers=flatten\n"
+    "Unit = 10\t\t# Output Layer Dimension ( = Weight Width )\n"
+    "weight_initializer = xavier_uniform\n"
+    "bias_initializer = zeros\n"
+    "Activation = \"softmax\" \t# activation : sigmoid, softmax\n";
+
+static void test_mnist_like(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("mnist.ini", mnist_ini, &c);
+  assert_int_equal(c.model.epochs, 1500);
+  assert_int_equal(c.model.loss, NTO_LOSS_CROSS);
+  assert_int_equal(c.model.batch_size, 32);
+  assert_string_equal(c.model.save_path, "mnist_model.bin");
+  assert_int_equal(c.opt.kind, NTO_OPT_ADAM);
+  assert_near(c.opt.learning_rate, 1e-4);
+  assert_int_equal(c.opt.lr_given, 1);
+  assert_near(c.opt.beta1, 0.9);
+  assert_near(c.opt.beta2, 0.999);
+  assert_near(c.opt.epsilon, 1e-7);
+  /* Legacy decay in [Optimizer] becomes an exponential schedule. */
+  assert_int_equal(c.lr.given, 1);
+  assert_int_equal(c.lr.kind, NTO_LR_EXPONENTIAL);
+  assert_near(c.lr.learning_rate[0], 1e-4);
+  assert_near(c.lr.decay_rate, 0.96);
+  assert_int_equal(c.lr.decay_steps, 1000);
+
+  static const char *const order[] = {"inputlayer", "conv2d_c1_layer",
+                                      "pooling2d_p1", "flatten",
+                                      "outputlayer"};
+  assert_int_equal(c.n_layers, 5);
+  for (int i = 0; i < 5; i++)
+    assert_string_equal(c.layers[i].name, order[i]);
+  const nto_section *conv = layer(&c, "conv2d_c1_layer");
+  assert_int_equal(conv->n_kv, 9);
+  assert_string_equal(conv->kv[0].key, "type");
+  assert_string_equal(conv->kv[0].value, "conv2d");
+  assert_string_equal(nto_section_get(conv, "kernel_size"), "5,5");
+  assert_string_equal(nto_section_get(conv, "activation"), "sigmoid");
+  assert_null(nto_section_get(conv, "Activation")); /* keys are lowercase */
+  assert_null(nto_section_get(conv, "unit"));
+  assert_string_equal(nto_section_get(layer(&c, "inputlayer"), "input_shape"),
+                      "1:28:28");
+  assert_string_equal(nto_section_get(layer(&c, "pooling2d_p1"), "pooling"),
+                      "average");
+  const nto_section *out = layer(&c, "outputlayer");
+  assert_string_equal(nto_section_get(out, "unit"), "10");
+  assert_string_equal(nto_section_get(out, "activation"), "softmax");
+  nto_config_free(&c);
+}
+
+static void test_resnet_like(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("resnet.ini",
+          "[Model]\n"
+          "Type = NeuralNetwork\n"
+          "Epochs = 1\n"
+          "Loss = cross\n"
+          "Save_Path = \"model.bin\"\n"
+          "batch_size = 128\n"
+          "\n"
+          "[Optimizer]\n"
+          "Type = sgd\n"
+          "Learning_rate = 0.1\n"
+          "Momentum = 0.9\n"
+          "Weight_Decay = 5e-4\n"
+          "\n"
+          "[conv0]\n"
+          "Type = conv2d\n"
+          "input_shape = 3:32:32\n"
+          "filters = 64\n"
+          "kernel_size = 3,3\n"
+          "padding = same\n"
+          "\n"
+          "[block1_a1]\n"
+          "type = conv2d\n"
+          "input_layers = conv0\n"
+          "filters = 64\n"
+          "kernel_size = 3,3\n"
+          "\n"
+          "[block1_add]\n"
+          "type = addition\n"
+          "input_layers = block1_a1, conv0\n",
+          &c);
+  assert_string_equal(c.model.save_path, "model.bin");
+  assert_int_equal(c.model.batch_size, 128);
+  assert_int_equal(c.opt.kind, NTO_OPT_SGD);
+  assert_near(c.opt.learning_rate, 0.1);
+  assert_near(c.opt.momentum, 0.9);
+  assert_near(c.opt.weight_decay, 5e-4);
+  assert_int_equal(c.lr.given, 0);
+  assert_int_equal(c.n_layers, 3);
+  assert_string_equal(c.layers[2].name, "block1_add");
+  assert_string_equal(nto_section_get(&c.layers[2], "input_layers"),
+                      "block1_a1, conv0");
+  nto_config_free(&c);
+}
+
+static void test_defaults(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("defaults.ini", "[Model]\n", &c);
+  assert_int_equal(c.model.epochs, 1);
+  assert_int_equal(c.model.loss, NTO_LOSS_CROSS);
+  assert_int_equal(c.model.batch_size, 1);
+  assert_string_equal(c.model.save_path, "");
+  assert_int_equal(c.model.memory_swap, 0);
+  assert_string_equal(c.model.swap_lookahead, "");
+  assert_string_equal(c.model.swap_path, "");
+  assert_string_equal(c.model.memory_budget, "");
+  assert_int_equal(c.opt.kind, NTO_OPT_ADAM);
+  assert_near(c.opt.learning_rate, 1e-3);
+  assert_int_equal(c.opt.lr_given, 0);
+  assert_near(c.opt.momentum, 0);
+  assert_near(c.opt.beta1, 0.9);
+  assert_near(c.opt.beta2, 0.999);
+  assert_near(c.opt.epsilon, 1e-7);
+  assert_near(c.opt.weight_decay, 0);
+  assert_int_equal(c.lr.given, 0);
+  assert_int_equal(c.lr.kind, NTO_LR_CONSTANT);
+  assert_near(c.lr.learning_rate[0], 1e-3);
+  assert_int_equal(c.train_set.kind, NTO_DATA_NONE);
+  assert_int_equal(c.valid_set.kind, NTO_DATA_NONE);
+  assert_int_equal(c.test_set.kind, NTO_DATA_NONE);
+  assert_int_equal(c.n_layers, 0);
+  assert_null(c.layers);
+  nto_config_free(&c);
+
+  /* [Optimizer] present: only the type is required. */
+  load_ok("defaults_sgd.ini", "[model]\n[optimizer]\ntype = SGD\n", &c);
+  assert_int_equal(c.opt.kind, NTO_OPT_SGD);
+  assert_near(c.opt.learning_rate, 1e-3);
+  nto_config_free(&c);
+}
+
+/* Learning rate precedence: the scheduler's rate wins. */
+static void test_lr_precedence(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    double opt_lr;  /* c.opt.learning_rate after load */
+    int lr_given;   /* c.opt.lr_given */
+    int sched;      /* c.lr.given */
+    double lr0;     /* c.lr.learning_rate[0] */
+  } cases[] = {
+      {"[Model]\n[Optimizer]\ntype = adam\nlearning_rate = 0.01\n", 0.01, 1, 0,
+       0.01},
+      {"[Model]\n[Optimizer]\ntype = adam\nlearning_rate = 0.01\n"
+       "[LearningRateScheduler]\ntype = constant\nlearning_rate = 0.5\n",
+       0.5, 1, 1, 0.5},
+      {"[Model]\n[Optimizer]\ntype = adam\nlearning_rate = 0.01\n"
+       "[LearningRateScheduler]\ntype = constant\n",
+       0.01, 1, 1, 0.01},
+      {"[Model]\n[LearningRateScheduler]\ntype = constant\n"
+       "learning_rate = 0.25\n",
+       0.25, 0, 1, 0.25},
+      /* scheduler before the optimizer in the file: same result */
+      {"[Model]\n[LearningRateScheduler]\ntype = exponential\n"
+       "learning_rate = 0.2\ndecay_rate = 0.5\ndecay_steps = 4\n"
+       "[Optimizer]\ntype = sgd\nlearning_rate = 0.01\n",
+       0.2, 1, 1, 0.2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "prec%zu.ini", i);
+    nto_config c;
+    load_ok(name, cases[i].text, &c);
+    if (fabs(c.opt.learning_rate - cases[i].opt_lr) > 1e-12 ||
+        c.opt.lr_given != cases[i].lr_given ||
+        c.lr.given != cases[i].sched ||
+        fabs(c.lr.learning_rate[0] - cases[i].lr0) > 1e-12)
+      fail_msg("case %zu: opt lr %g given %d, sched %d lr0 %g", i,
+               c.opt.learning_rate, c.opt.lr_given, c.lr.given,
+               c.lr.learning_rate[0]);
+    nto_config_free(&c);
+  }
+}
+
+static void test_schedulers(void **state) {
+  (void)state;
+  nto_config c;
+
+  load_ok("lr_const.ini",
+          "[Model]\n[LearningRateScheduler]\nType = Constant\n"
+          "Learning_Rate = 0.05\n",
+          &c);
+  assert_int_equal(c.lr.kind, NTO_LR_CONSTANT);
+  assert_int_equal(c.lr.given, 1);
+  assert_near(c.lr.learning_rate[0], 0.05);
+  nto_config_free(&c);
+
+  load_ok("lr_exp.ini",
+          "[Model]\n[LearningRateScheduler]\ntype = exponential\n"
+          "learning_rate = 0.1\ndecay_rate = 0.5\ndecay_steps = 10\n",
+          &c);
+  assert_int_equal(c.lr.kind, NTO_LR_EXPONENTIAL);
+  assert_near(c.lr.learning_rate[0], 0.1);
+  assert_near(c.lr.decay_rate, 0.5);
+  assert_int_equal(c.lr.decay_steps, 10);
+  nto_config_free(&c);
+
+  load_ok("lr_step.ini",
+          "[Model]\n[LearningRateScheduler]\ntype = step\n"
+          "learning_rate = 0.1, 0.01,0.001\niteration = 100, 200\n",
+          &c);
+  assert_int_equal(c.lr.kind, NTO_LR_STEP);
+  assert_int_equal(c.lr.n_steps, 2);
+  assert_near(c.lr.learning_rate[0], 0.1);
+  assert_near(c.lr.learning_rate[1], 0.01);
+  assert_near(c.lr.learning_rate[2], 0.001);
+  assert_int_equal(c.lr.iteration[0], 100);
+  assert_int_equal(c.lr.iteration[1], 200);
+  assert_near(c.opt.learning_rate, 0.1);
+  nto_config_free(&c);
+
+  load_ok("lr_cos.ini",
+          "[Model]\n[LearningRateScheduler]\ntype = cosine\n"
+          "max_learning_rate = 0.1\nmin_learning_rate = 0.001\n"
+          "decay_steps = 1000\n",
+          &c);
+  assert_int_equal(c.lr.kind, NTO_LR_COSINE);
+  assert_near(c.lr.max_learning_rate, 0.1);
+  assert_near(c.lr.min_learning_rate, 0.001);
+  assert_int_equal(c.lr.decay_steps, 1000);
+  assert_near(c.opt.learning_rate, 0.1);
+  nto_config_free(&c);
+
+  /* cosine without max_learning_rate starts at the optimizer's rate */
+  load_ok("lr_cos2.ini",
+          "[Model]\n[Optimizer]\ntype = adamw\nlearning_rate = 0.02\n"
+          "weight_decay = 0.01\n"
+          "[LearningRateScheduler]\ntype = cosine\ndecay_steps = 50\n",
+          &c);
+  assert_int_equal(c.opt.kind, NTO_OPT_ADAMW);
+  assert_near(c.opt.weight_decay, 0.01);
+  assert_near(c.lr.max_learning_rate, 0.02);
+  assert_near(c.lr.min_learning_rate, 0);
+  nto_config_free(&c);
+}
+
+static void test_dataset_paths(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("data.ini",
+          "[Model]\n"
+          "[train_set]\ntype = file\npath = data/train.dat\n"
+          "[valid_set]\nType = File\nPath = \"/abs/valid.dat\"\n"
+          "buffer_size = 100\n"
+          "[test_set]\ntype = file\npath = ../t.dat\n",
+          &c);
+  char want[600];
+  snprintf(want, sizeof want, "%s/data/train.dat", tmpdir);
+  assert_int_equal(c.train_set.kind, NTO_DATA_FILE);
+  assert_string_equal(c.train_set.path, want);
+  assert_int_equal(c.train_set.buffer_size, 0);
+  assert_int_equal(c.valid_set.kind, NTO_DATA_FILE);
+  assert_string_equal(c.valid_set.path, "/abs/valid.dat");
+  assert_int_equal(c.valid_set.buffer_size, 100);
+  snprintf(want, sizeof want, "%s/../t.dat", tmpdir);
+  assert_string_equal(c.test_set.path, want);
+  assert_int_equal(c.n_layers, 0);
+  nto_config_free(&c);
+
+  /* A config named without a directory: paths stay relative to it. */
+  char cwd[1024];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(tmpdir), 0);
+  nto_err err = {0};
+  int rc = nto_config_load(&c, "data.ini", &err);
+  assert_int_equal(chdir(cwd), 0);
+  assert_int_equal(rc, 0);
+  assert_string_equal(c.train_set.path, "data/train.dat");
+  nto_config_free(&c);
+}
+
+/* iniparser 4.1 lexing rules the loader relies on (pinned on purpose). */
+static void test_iniparser_rules(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("rules.ini",
+          "[Model]\n"
+          "[l]\n"
+          "type = x\n"
+          "semi = a;b\n"          /* ';' starts a comment even mid-value */
+          "hash = \"a # b\" # c\n" /* quotes protect '#' */
+          "cont = a \\\n"          /* backslash continues the line */
+          "   b\n"
+          "empty =\n"
+          "quoted_empty = \"\"\n"
+          "# comment \\\n"
+          "eaten = 1\n", /* a continued comment swallows this line */
+          &c);
+  const nto_section *l = layer(&c, "l");
+  assert_string_equal(nto_section_get(l, "semi"), "a");
+  assert_string_equal(nto_section_get(l, "hash"), "a # b");
+  assert_string_equal(nto_section_get(l, "cont"), "a    b");
+  assert_string_equal(nto_section_get(l, "empty"), "");
+  assert_string_equal(nto_section_get(l, "quoted_empty"), "");
+  assert_null(nto_section_get(l, "eaten"));
+  assert_int_equal(l->n_kv, 6);
+  nto_config_free(&c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Malformed configs                                                       */
+
+static char long_value_ini[1200];
+static char long_line_ini[1600];
+static char long_section_ini[800];
+
+static void build_long_inputs(void) {
+  char v[700];
+  memset(v, 'x', 600);
+  v[600] = '\0';
+  snprintf(long_value_ini, sizeof long_value_ini,
+           "[Model]\n[fc]\ntype = fully_connected\nname = %s\n", v);
+  memset(v, 'y', 1100 > sizeof v - 1 ? sizeof v - 1 : 1100);
+  v[sizeof v - 1] = '\0';
+  snprintf(long_line_ini, sizeof long_line_ini,
+           "[Model]\n[fc]\ntype = fc\nname = %s%s\n", v, v);
+  memset(v, 's', 70);
+  v[70] = '\0';
+  snprintf(long_section_ini, sizeof long_section_ini,
+           "[Model]\n[%s]\ntype = input\n", v);
+}
+
+typedef struct bad_case {
+  const char *name; /* file written in the temporary directory */
+  const char *text; /* NULL: not written (file not found) */
+  int code;
+  const char *want[3]; /* substrings of the message besides the file name */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    {"no_model.ini", "[Optimizer]\ntype = sgd\n", NTO_ECONFIG,
+     {"missing [Model] section"}},
+    {"empty.ini", "", NTO_ECONFIG, {"missing [Model] section"}},
+    {"comments_only.ini", "# nothing\n; here\n", NTO_ECONFIG,
+     {"missing [Model] section"}},
+    {"syntax_noeq.ini", "[Model]\nepochs = 1\nfoo bar\n", NTO_ECONFIG,
+     {"syntax error at line 3", "'foo bar'"}},
+    {"syntax_header.ini", "[Model\nepochs = 1\n", NTO_ECONFIG,
+     {"syntax error at line 1", "'[Model'"}},
+    {"long_line.ini", long_line_ini, NTO_ECONFIG,
+     {"syntax error at line 4", "longer than 1023"}},
+    {"model_unknown.ini", "[Model]\nepochz = 3\n", NTO_ECONFIG,
+     {"[model] unknown key 'epochz'", "epochs", "memory_budget"}},
+    {"model_type.ini", "[Model]\ntype = KNN\n", NTO_ECONFIG,
+     {"[model] key 'type'", "NeuralNetwork", "got 'KNN'"}},
+    {"bad_epochs.ini", "[Model]\nepochs = ten\n", NTO_ECONFIG,
+     {"[model] key 'epochs'", "integer >= 1", "got 'ten'"}},
+    {"zero_epochs.ini", "[Model]\nEpochs = 0\n", NTO_ECONFIG,
+     {"[model] key 'epochs'", "got '0'"}},
+    {"batch0.ini", "[Model]\nbatch_size = 0\n", NTO_ECONFIG,
+     {"[model] key 'batch_size'", "[1, 1048576]", "got '0'"}},
+    {"loss.ini", "[Model]\nloss = hinge\n", NTO_ECONFIG,
+     {"[model] key 'loss'", "cross|mse", "got 'hinge'"}},
+    {"swap_bool.ini", "[Model]\nmemory_swap = maybe\n", NTO_ECONFIG,
+     {"[model] key 'memory_swap'", "true or false", "got 'maybe'"}},
+    {"budget.ini", "[Model]\nmemory_budget = lots\n", NTO_ECONFIG,
+     {"[model] key 'memory_budget'", "expected a size like 64M, got 'lots'"}},
+    {"lookahead0.ini", "[Model]\nmemory_swap_lookahead = 0\n", NTO_ECONFIG,
+     {"[model] key 'memory_swap_lookahead'", "or auto", "got '0'"}},
+    {"alias_twice.ini", "[Model]\nmemory_swap = true\nfsu = false\n",
+     NTO_ECONFIG, {"[model] key 'fsu'", "'memory_swap'"}},
+    {"neg_lr.ini", "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = -0.1\n",
+     NTO_ECONFIG, {"[optimizer] key 'learning_rate'", "(0, 10]", "'-0.1'"}},
+    {"big_lr.ini", "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = 11\n",
+     NTO_ECONFIG, {"[optimizer] key 'learning_rate'", "got '11'"}},
+    {"opt_type.ini", "[Model]\n[Optimizer]\ntype = rmsprop\n", NTO_ECONFIG,
+     {"[optimizer] key 'type'", "sgd|adam|adamw", "got 'rmsprop'"}},
+    {"opt_notype.ini", "[Model]\n[Optimizer]\nlearning_rate = 0.1\n",
+     NTO_ECONFIG, {"[optimizer] missing key 'type'"}},
+    {"momentum_adam.ini",
+     "[Model]\n[Optimizer]\ntype = adam\nmomentum = 0.9\n", NTO_ECONFIG,
+     {"[optimizer] key 'momentum'", "optimizer adam"}},
+    {"beta1_sgd.ini", "[Model]\n[Optimizer]\nbeta1 = 0.9\ntype = sgd\n",
+     NTO_ECONFIG, {"[optimizer] key 'beta1'", "optimizer sgd"}},
+    {"beta2_range.ini", "[Model]\n[Optimizer]\ntype = adam\nbeta2 = 1\n",
+     NTO_ECONFIG, {"[optimizer] key 'beta2'", "[0, 1)", "got '1'"}},
+    {"epsilon0.ini", "[Model]\n[Optimizer]\ntype = adam\nepsilon = 0\n",
+     NTO_ECONFIG, {"[optimizer] key 'epsilon'", "(0, 1)"}},
+    {"wd_neg.ini", "[Model]\n[Optimizer]\ntype = adamw\nweight_decay = -1\n",
+     NTO_ECONFIG, {"[optimizer] key 'weight_decay'", ">= 0", "got '-1'"}},
+    {"opt_unknown.ini", "[Model]\n[Optimizer]\ntype = sgd\nnesterov = 1\n",
+     NTO_ECONFIG, {"[optimizer] unknown key 'nesterov'"}},
+    {"legacy_half.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\ndecay_rate = 0.9\n", NTO_ECONFIG,
+     {"[optimizer] key 'decay_rate'", "'decay_steps'"}},
+    {"legacy_and_sched.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\ndecay_rate = 0.9\ndecay_steps = 5\n"
+     "[LearningRateScheduler]\ntype = constant\n",
+     NTO_ECONFIG, {"[optimizer] key 'decay_rate'", "[LearningRateScheduler]"}},
+    {"sched_type.ini", "[Model]\n[LearningRateScheduler]\ntype = linear\n",
+     NTO_ECONFIG,
+     {"[learningratescheduler] key 'type'", "constant|exponential|step|cosine",
+      "got 'linear'"}},
+    {"sched_unknown.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = constant\nwarmup = 3\n",
+     NTO_ECONFIG, {"[learningratescheduler] unknown key 'warmup'"}},
+    {"sched_wrong_key.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = constant\ndecay_rate = 0.5\n",
+     NTO_ECONFIG,
+     {"[learningratescheduler] key 'decay_rate'", "scheduler constant"}},
+    {"exp_nosteps.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = exponential\n"
+     "decay_rate = 0.5\n",
+     NTO_ECONFIG, {"[learningratescheduler] missing key 'decay_steps'"}},
+    {"exp_rate.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = exponential\n"
+     "decay_rate = 1.5\ndecay_steps = 3\n",
+     NTO_ECONFIG, {"key 'decay_rate'", "(0, 1]", "got '1.5'"}},
+    {"step_mismatch.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = step\n"
+     "learning_rate = 0.1,0.01\niteration = 10,20\n",
+     NTO_ECONFIG,
+     {"[learningratescheduler] key 'iteration'", "expected 1 iteration",
+      "got '10,20'"}},
+    {"step_order.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = step\n"
+     "learning_rate = 0.1,0.01,0.001\niteration = 20,10\n",
+     NTO_ECONFIG, {"key 'iteration'", "increasing", "got '20,10'"}},
+    {"step_rates.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = step\n"
+     "learning_rate = 0.1,,0.01\niteration = 10,20\n",
+     NTO_ECONFIG, {"key 'learning_rate'", "comma-separated", "'0.1,,0.01'"}},
+    {"cosine_minmax.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = cosine\n"
+     "max_learning_rate = 0.1\nmin_learning_rate = 0.5\ndecay_steps = 10\n",
+     NTO_ECONFIG,
+     {"[learningratescheduler] key 'min_learning_rate'", "max_learning_rate",
+      "got '0.5'"}},
+    {"data_nopath.ini", "[Model]\n[train_set]\ntype = file\n", NTO_ECONFIG,
+     {"[train_set] missing key 'path'"}},
+    {"data_notype.ini", "[Model]\n[train_set]\npath = a.dat\n", NTO_ECONFIG,
+     {"[train_set] missing key 'type'"}},
+    {"data_unknown.ini",
+     "[Model]\n[valid_set]\ntype = file\npath = v.dat\nshuffle = 1\n",
+     NTO_ECONFIG, {"[valid_set] unknown key 'shuffle'", "buffer_size"}},
+    {"data_type.ini", "[Model]\n[test_set]\ntype = csv\npath = t.csv\n",
+     NTO_ECONFIG, {"[test_set] key 'type'", "got 'csv'"}},
+    {"data_buffer.ini",
+     "[Model]\n[train_set]\ntype = file\npath = a\nbuffer_size = 0\n",
+     NTO_ECONFIG, {"[train_set] key 'buffer_size'", "got '0'"}},
+    {"layer_notype.ini", "[Model]\n[fc1]\nunit = 10\n", NTO_ECONFIG,
+     {"[fc1] missing key 'type'"}},
+    {"layer_empty.ini", "[Model]\n[in]\ntype = input\n[Empty]\n", NTO_ECONFIG,
+     {"[empty] missing key 'type'"}},
+    {"long_value.ini", long_value_ini, NTO_ECONFIG,
+     {"[fc] key 'name'", "at most 511 characters", "got 600"}},
+    {"long_section.ini", long_section_ini, NTO_ECONFIG,
+     {"[ssssssss", "at most 63 characters"}},
+    {"dup_section.ini",
+     "[Model]\n[fc]\ntype = fully_connected\n[FC]\nunit = 3\n", NTO_ECONFIG,
+     {"[fc] section given twice", "lines 2 and 4"}},
+    {"dup_key.ini", "[Model]\nepochs = 1\nEpochs = 2\n", NTO_ECONFIG,
+     {"[model] key 'epochs'", "given twice", "lines 2 and 3"}},
+    {"key_outside.ini", "epochs = 3\n[Model]\n", NTO_ECONFIG,
+     {"key 'epochs' before any section"}},
+    {"empty_section.ini", "[Model]\n[]\ntype = x\n", NTO_ECONFIG,
+     {"empty section name"}},
+    {"colon_section.ini", "[Model]\n[a:b]\ntype = x\n", NTO_ECONFIG,
+     {"[a:b]", "':'"}},
+    {"bom.ini", "\xEF\xBB\xBF[Model]\n", NTO_ECONFIG,
+     {"syntax error at line 1", "byte order mark"}},
+    {"not_there.ini", NULL, NTO_EIO, {"cannot open", "No such file"}},
+};
+
+static void test_malformed(void **state) {
+  (void)state;
+  build_long_inputs();
+  size_t n = sizeof bad_cases / sizeof bad_cases[0];
+  assert_true(n >= 20);
+  for (size_t i = 0; i < n; i++) {
+    const bad_case *b = &bad_cases[i];
+    const char *path =
+        b->text ? write_file(b->name, b->text) : tmp_path(b->name);
+    nto_config c;
+    nto_err err = {0};
+    int rc = nto_config_load(&c, path, &err);
+    if (rc != b->code || err.code != b->code)
+      fail_msg("%s: rc %d (err.code %d), want %d: %s", b->name, rc, err.code,
+               b->code, err.msg);
+    if (!strstr(err.msg, b->name))
+      fail_msg("%s: file name missing from '%s'", b->name, err.msg);
+    for (int k = 0; k < 3 && b->want[k]; k++)
+      if (!strstr(err.msg, b->want[k]))
+        fail_msg("%s: '%s' missing from '%s'", b->name, b->want[k], err.msg);
+    if (strchr(err.msg, '\n'))
+      fail_msg("%s: message is not one line: '%s'", b->name, err.msg);
+    assert_null(c.layers);
+    assert_int_equal(c.n_layers, 0);
+    nto_config_free(&c);
+  }
+}
+
+static void test_directory_and_null_err(void **state) {
+  (void)state;
+  nto_config c;
+  nto_err err = {0};
+  assert_int_equal(mkdir(tmp_path("adir.ini"), 0700), 0);
+  remember("adir.ini");
+  assert_int_equal(nto_config_load(&c, tmp_path("adir.ini"), &err), NTO_EIO);
+  assert_non_null(strstr(err.msg, "adir.ini: cannot open"));
+  /* err may be NULL; the code is still returned and nothing leaks. */
+  assert_int_equal(
+      nto_config_load(&c, write_file("null_err.ini", "[Model]\nepochs=x\n"),
+                      NULL),
+      NTO_ECONFIG);
+  assert_int_equal(
+      nto_config_load(&c, write_file("null_err2.ini", "[Model]\n[x]\nk=1\n"),
+                      NULL),
+      NTO_ECONFIG);
+  /* A failed load followed by a good one: no state carried over. */
+  assert_int_equal(nto_config_load(&c, tmp_path("syntax_noeq.ini"), &err),
+                   NTO_ECONFIG);
+  assert_int_equal(nto_config_load(&c, tmp_path("mnist.ini"), &err), 0);
+  assert_int_equal(c.n_layers, 5);
+  nto_config_free(&c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* nto_parse_size                                                          */
+
+static void test_parse_size(void **state) {
+  (void)state;
+  static const struct {
+    const char *in;
+    size_t want;
+  } good[] = {
+      {"4096", 4096},
+      {"1", 1},
+      {"512K", 512u << 10},
+      {"64M", (size_t)64 << 20},
+      {"64m", (size_t)64 << 20},
+      {"64MiB", (size_t)64 << 20},
+      {"64MB", (size_t)64 << 20},
+      {"1.5G", (size_t)3 << 29},
+      {" 2k ", 2048},
+      {"2 GiB", (size_t)2 << 30},
+      {"1T", (size_t)1 << 40},
+      {"100B", 100},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    size_t got = 0;
+    nto_err err = {0};
+    if (nto_parse_size(good[i].in, &got, &err) != 0 || got != good[i].want)
+      fail_msg("'%s': got %zu, want %zu (%s)", good[i].in, got, good[i].want,
+               err.msg);
+  }
+  static const char *const bad[] = {
+      "",    "0",    "-1",   "abc",  "64X",     "0x10", "inf", "nan",
+      "1.5.2", "64MiBB", "0.0001", "M", "64 M B", "1e3", "99999999999T",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    size_t got = 7;
+    nto_err err = {0};
+    char want[128];
+    snprintf(want, sizeof want, "expected a size like 64M, got '%s'", bad[i]);
+    int rc = nto_parse_size(bad[i], &got, &err);
+    if (rc != NTO_ECONFIG || err.code != NTO_ECONFIG ||
+        strcmp(err.msg, want) != 0 || got != 7)
+      fail_msg("'%s': rc %d, msg '%s'", bad[i], rc, err.msg);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_model_every_key),
+      cmocka_unit_test(test_fsu_aliases),
+      cmocka_unit_test(test_mnist_like),
+      cmocka_unit_test(test_resnet_like),
+      cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_lr_precedence),
+      cmocka_unit_test(test_schedulers),
+      cmocka_unit_test(test_dataset_paths),
+      cmocka_unit_test(test_iniparser_rules),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_directory_and_null_err),
+      cmocka_unit_test(test_parse_size),
+  };
+  return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}

@@ -1,0 +1,537 @@
+/*
+ * test_weights.c - nntrainer .bin and safetensors files: round trips
+ * (bit-exact), the safetensors header layout, strict header parsing of
+ * corrupt files, and atomic saving (no temp file left, old file replaced
+ * only on success). Files live in a mkdtemp directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "rng.h"
+#include "weights.h"
+
+#include <dirent.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+  char dir[256];
+} fixture;
+
+static int rm_entry(const char *p, const struct stat *st, int flag,
+                    struct FTW *f) {
+  (void)st;
+  (void)flag;
+  (void)f;
+  return remove(p);
+}
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  const char *t = getenv("TMPDIR");
+  snprintf(fx->dir, sizeof fx->dir, "%s/nto-weights-XXXXXX", t ? t : "/tmp");
+  if (mkdtemp(fx->dir) == NULL) {
+    free(fx);
+    return -1;
+  }
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  free(fx);
+  return 0;
+}
+
+static void path_in(const fixture *fx, char *buf, size_t len,
+                    const char *name) {
+  snprintf(buf, len, "%s/%s", fx->dir, name);
+}
+
+static void assert_msg_has(const nto_err *err, const char *s) {
+  if (strstr(err->msg, s) == NULL)
+    fail_msg("message \"%s\" lacks \"%s\"", err->msg, s);
+}
+
+/* Number of entries of dir whose name contains ".tmp.". */
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    n += strstr(e->d_name, ".tmp.") != NULL;
+  closedir(d);
+  return n;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)n + 1);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  b[n] = 0;
+  *len = (size_t)n;
+  return b;
+}
+
+static void spit(const char *path, const void *b, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b, 1, len, f), len);
+  fclose(f);
+}
+
+/* A small model: conv (4,3,3,3) + bias (4), bn mean (4), fc (5,2). */
+enum { NT = 4 };
+typedef struct {
+  float conv[4 * 3 * 3 * 3], bias[4], mean[4], fc[5 * 2];
+  nto_named_tensor t[NT];
+} model;
+
+static void model_init(model *m, uint64_t seed, const char *const names[NT]) {
+  nto_rng r;
+  nto_rng_seed(&r, seed);
+  float *bufs[NT] = {m->conv, m->bias, m->mean, m->fc};
+  int ndims[NT] = {4, 1, 1, 2};
+  int dims[NT][4] = {{4, 3, 3, 3}, {4}, {4}, {5, 2}};
+  for (int i = 0; i < NT; i++) {
+    m->t[i].name = names[i];
+    m->t[i].ndim = ndims[i];
+    memcpy(m->t[i].dims, dims[i], sizeof dims[i]);
+    m->t[i].data = bufs[i];
+    for (size_t k = 0; k < nto_named_numel(&m->t[i]); k++)
+      bufs[i][k] = (float)nto_rng_normal(&r) * 0.5f;
+  }
+  m->conv[0] = -0.0f; /* bit patterns that must survive */
+  m->bias[1] = 1e-42f; /* subnormal */
+}
+
+static const char *const names_plain[NT] = {"conv1.weight", "conv1.bias",
+                                             "bn1.running_mean", "fc.weight"};
+static const char *const names_odd[NT] = {"conv1.weight", "q\"uote\\back",
+                                          "tab\tnl\nctl\x01", "caf\xc3\xa9"};
+
+static void assert_model_equal(const model *a, const model *b) {
+  for (int i = 0; i < NT; i++)
+    assert_memory_equal(a->t[i].data, b->t[i].data,
+                        nto_named_numel(&a->t[i]) * sizeof(float));
+}
+
+/* ----------------------------------------------------------------- .bin */
+
+static void test_bin_round_trip(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "model.bin");
+  model a, b;
+  model_init(&a, 1, names_plain);
+  model_init(&b, 2, names_plain);
+  nto_err err = {0};
+  if (nto_weights_save_bin(path, a.t, NT, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  size_t len;
+  unsigned char *raw = slurp(path, &len);
+  assert_int_equal(len, (108 + 4 + 4 + 10) * 4);
+  /* No header: the raw concatenation in order. */
+  assert_memory_equal(raw, a.conv, sizeof a.conv);
+  assert_memory_equal(raw + 4 * 108, a.bias, sizeof a.bias);
+  assert_memory_equal(raw + 4 * 116, a.fc, sizeof a.fc);
+  free(raw);
+  assert_int_equal(nto_weights_load_bin(path, b.t, NT, &err), 0);
+  assert_model_equal(&a, &b);
+}
+
+static void test_bin_wrong_size(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "model.bin");
+  model a;
+  model_init(&a, 1, names_plain);
+  nto_err err = {0};
+  assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), 0);
+  a.t[3].dims[0] = 6; /* fc now (6, 2): 2 floats more expected */
+  float big[12];
+  a.t[3].data = big;
+  assert_int_equal(nto_weights_load_bin(path, a.t, NT, &err), NTO_EDATA);
+  assert_msg_has(&err, path);
+  assert_msg_has(&err, "504");  /* actual */
+  assert_msg_has(&err, "512");  /* expected */
+  a.t[3].dims[0] = 4;
+  assert_int_equal(nto_weights_load_bin(path, a.t, NT, &err), NTO_EDATA);
+  assert_msg_has(&err, "496");
+  path_in(fx, path, sizeof path, "missing.bin");
+  assert_int_equal(nto_weights_load_bin(path, a.t, NT, &err), NTO_EIO);
+  assert_msg_has(&err, path);
+  assert_msg_has(&err, "No such file");
+}
+
+/* ---------------------------------------------------------- safetensors */
+
+/* Header checks done without the library: length, JSON shape, offsets. */
+static void check_header(const char *path, const model *m,
+                         const char *const *escaped) {
+  size_t len;
+  unsigned char *f = slurp(path, &len);
+  assert_true(len >= 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--)
+    n = n << 8 | f[i];
+  assert_true(n % 8 == 0);
+  assert_true(8 + n <= len);
+  char *h = (char *)f + 8;
+  assert_int_equal(h[0], '{');
+  size_t end = n;
+  while (end > 0 && h[end - 1] == ' ')
+    end--;
+  assert_int_equal(h[end - 1], '}');
+  assert_int_equal(n - end < 8, 1);
+  char save = h[n];
+  h[n] = '\0';
+  assert_non_null(strstr(h, "\"__metadata__\":{\"format\":\"pt\""));
+  assert_non_null(strstr(h, "\"step\":\"12\""));
+  uint64_t at = 0;
+  const char *p = h;
+  for (int i = 0; i < NT; i++) {
+    char key[128];
+    snprintf(key, sizeof key, "\"%s\":{\"dtype\":\"F32\",\"shape\":[",
+             escaped[i]);
+    const char *k = strstr(h, key);
+    if (k == NULL)
+      fail_msg("header lacks %s: %s", key, h);
+    assert_true(k >= p); /* tensors in the given order */
+    const char *o = strstr(k, "\"data_offsets\":[");
+    assert_non_null(o);
+    unsigned long long b, e;
+    assert_int_equal(sscanf(o, "\"data_offsets\":[%llu,%llu]", &b, &e), 2);
+    assert_true(b == at); /* contiguous */
+    assert_true(e - b == nto_named_numel(&m->t[i]) * 4);
+    assert_memory_equal(f + 8 + n + b, m->t[i].data, e - b); /* LE host */
+    at = e;
+    p = o;
+  }
+  assert_true(8 + n + at == len);
+  h[n] = save;
+  free(f);
+}
+
+static const char *const meta[] = {"format", "pt", "step", "12",
+                                   "note", "a \"quoted\"\\ value\n", NULL};
+
+static void test_safetensors_round_trip(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "model.safetensors");
+  model a, b;
+  model_init(&a, 3, names_odd);
+  model_init(&b, 4, names_odd);
+  nto_err err = {0};
+  if (nto_safetensors_save(path, a.t, NT, meta, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  static const char *const escaped[NT] = {
+      "conv1.weight", "q\\\"uote\\\\back", "tab\\tnl\\nctl\\u0001",
+      "caf\xc3\xa9"};
+  check_header(path, &a, escaped);
+  /* Load in another order: names are looked up. */
+  nto_named_tensor rev[NT];
+  for (int i = 0; i < NT; i++)
+    rev[i] = b.t[NT - 1 - i];
+  if (nto_safetensors_load(path, rev, NT, &err))
+    fail_msg("%s", err.msg);
+  assert_model_equal(&a, &b);
+  /* A subset. */
+  float bias[4] = {0};
+  nto_named_tensor one = {"q\"uote\\back", 1, {4}, bias};
+  assert_int_equal(nto_safetensors_load(path, &one, 1, &err), 0);
+  assert_memory_equal(bias, a.bias, sizeof bias);
+  /* No metadata, no tensors: still valid files. */
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, NULL, &err), 0);
+  assert_int_equal(nto_safetensors_load(path, b.t, NT, &err), 0);
+  assert_int_equal(nto_safetensors_save(path, NULL, 0, NULL, &err), 0);
+  size_t len;
+  unsigned char *f = slurp(path, &len);
+  assert_int_equal(len, 16);
+  assert_memory_equal(f + 8, "{}      ", 8);
+  free(f);
+  assert_int_equal(nto_safetensors_load(path, NULL, 0, &err), 0);
+}
+
+static void test_safetensors_mismatch(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "model.safetensors");
+  model a;
+  model_init(&a, 3, names_plain);
+  nto_err err = {0};
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err), 0);
+  float buf[108];
+  nto_named_tensor t = {"conv2.weight", 4, {4, 3, 3, 3}, buf};
+  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, path);
+  assert_msg_has(&err, "conv2.weight");
+  nto_named_tensor s = {"conv1.weight", 4, {3, 4, 3, 3}, buf};
+  assert_int_equal(nto_safetensors_load(path, &s, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, "shape [4, 3, 3, 3], expected [3, 4, 3, 3]");
+  nto_named_tensor r = {"conv1.weight", 2, {12, 9}, buf};
+  assert_int_equal(nto_safetensors_load(path, &r, 1, &err), NTO_EDATA);
+  /* Requests are all matched before data is read: buf untouched. */
+  for (int i = 0; i < 108; i++)
+    buf[i] = 7.0f;
+  nto_named_tensor two[2] = {{"conv1.weight", 4, {4, 3, 3, 3}, buf},
+                             {"nope", 1, {1}, buf}};
+  assert_int_equal(nto_safetensors_load(path, two, 2, &err), NTO_EDATA);
+  assert_true(buf[0] == 7.0f && buf[107] == 7.0f);
+  path_in(fx, path, sizeof path, "missing.safetensors");
+  assert_int_equal(nto_safetensors_load(path, a.t, NT, &err), NTO_EIO);
+  assert_msg_has(&err, path);
+}
+
+/* Write a safetensors file by hand: header text (unpadded), then data. */
+static void write_st(const char *path, const char *hdr, uint64_t hlen_field,
+                     const void *data, size_t dlen) {
+  size_t hl = strlen(hdr);
+  unsigned char *b = malloc(8 + hl + dlen);
+  for (int i = 0; i < 8; i++)
+    b[i] = (unsigned char)(hlen_field >> (8 * i));
+  memcpy(b + 8, hdr, hl);
+  if (dlen)
+    memcpy(b + 8 + hl, data, dlen);
+  spit(path, b, 8 + hl + dlen);
+  free(b);
+}
+
+static void test_safetensors_corrupt(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "bad.safetensors");
+  float data[2] = {1.5f, -2.0f}, out[2] = {9.0f, 9.0f};
+  nto_named_tensor t = {"w", 1, {2}, out};
+  nto_err err = {0};
+  static const struct {
+    const char *hdr;
+    const char *what;
+    const char *expect; /* in the message */
+  } cases[] = {
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}",
+       "unterminated object",
+       "expected '}'"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}",
+       "offsets outside the file",
+       "outside the data section"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
+       "size does not match shape",
+       "shape need 12"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
+       "begin > end",
+       "outside the data section"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x",
+       "trailing garbage",
+       "trailing characters"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+       "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+       "duplicate key",
+       "duplicate key"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}",
+       "leading zero",
+       "leading zero"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
+       "negative dimension",
+       "non-negative"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
+       "fractional dimension",
+       "expected an integer"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}}",
+       "three offsets",
+       "2 elements"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", "no offsets",
+       "lacks"},
+      {"{\"\\q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+       "bad escape",
+       "invalid escape"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],}}",
+       "trailing comma",
+       "expected a string"},
+      {"{'w':{}}", "single quotes",
+       "expected a string"},
+      {"{\"__metadata__\":{\"a\":1},"
+       "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+       "non-string metadata",
+       "must be strings"},
+      {"{\"w\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]}}",
+       "not F32",
+       "dtype F16"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+       "\"v\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+       "overlapping tensors",
+       "contiguous"},
+      {"[]", "not an object",
+       "expected '{'"},
+      {"", "empty header",
+       "header length 0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    write_st(path, cases[i].hdr, strlen(cases[i].hdr), data, sizeof data);
+    int rc = nto_safetensors_load(path, &t, 1, &err);
+    if (rc != NTO_EDATA)
+      fail_msg("case %zu (%s): rc %d, %s", i, cases[i].what, rc, err.msg);
+    if (strstr(err.msg, cases[i].expect) == NULL)
+      fail_msg("case %zu (%s): \"%s\" lacks \"%s\"", i, cases[i].what,
+               err.msg, cases[i].expect);
+    assert_msg_has(&err, path);
+    assert_true(out[0] == 9.0f && out[1] == 9.0f);
+  }
+  /* Header length larger than the file. */
+  const char *ok =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  write_st(path, ok, 1000, data, sizeof data);
+  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, path);
+  assert_msg_has(&err, "header length 1000");
+  write_st(path, ok, UINT64_MAX, data, sizeof data);
+  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  /* Too short for the length field. */
+  spit(path, "abc", 3);
+  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, path);
+  /* Tensors not covering the data section. */
+  float three[3] = {1, 2, 3};
+  write_st(path, ok, strlen(ok), three, sizeof three);
+  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, "cover 8 bytes of a data section of 12 bytes");
+  /* Data truncated after the header. */
+  write_st(path, ok, strlen(ok), data, 4);
+  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_true(out[0] == 9.0f);
+
+  /* Valid JSON from another writer: whitespace, unknown keys, escapes,
+   * other dtypes, metadata first or last. */
+  const char *other =
+      " { \"v\\u00e9\\ud83d\\ude00\" : { \"shape\" : [ 2 ] , \"extra\" : "
+      "{\"a\":[1,-2.5e3,true,false,null]}, \"data_offsets\" : [ 0 , 8 ] , "
+      "\"dtype\" : \"F32\" } , \"i\":{\"dtype\":\"I8\",\"shape\":[1,2],"
+      "\"data_offsets\":[8,10]},\n\"__metadata__\" : { \"k\\/\" : \"v\" } }\t";
+  unsigned char d2[10];
+  memcpy(d2, data, 8);
+  d2[8] = 1;
+  d2[9] = 2;
+  write_st(path, other, strlen(other), d2, sizeof d2);
+  nto_named_tensor u = {"v\xc3\xa9\xf0\x9f\x98\x80", 1, {2}, out};
+  if (nto_safetensors_load(path, &u, 1, &err))
+    fail_msg("%s", err.msg);
+  assert_memory_equal(out, data, sizeof data);
+  nto_named_tensor i8 = {"i", 2, {1, 2}, out};
+  assert_int_equal(nto_safetensors_load(path, &i8, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, "dtype I8");
+}
+
+/* ---------------------------------------------------------- atomic saves */
+
+static void test_failed_save_leaves_nothing(void **state) {
+  fixture *fx = *state;
+  char path[512], sub[512];
+  model a;
+  model_init(&a, 5, names_plain);
+  nto_err err = {0};
+  /* Into a nonexistent directory. */
+  path_in(fx, path, sizeof path, "nodir/model.bin");
+  assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), NTO_EIO);
+  assert_msg_has(&err, path);
+  assert_int_equal(
+      nto_safetensors_save(path, a.t, NT, meta, &err), NTO_EIO);
+  /* Over a non-empty directory: the temp file is written, the rename
+   * fails, the temp file is removed and the directory is untouched. */
+  path_in(fx, sub, sizeof sub, "occupied");
+  assert_int_equal(mkdir(sub, 0755), 0);
+  path_in(fx, path, sizeof path, "occupied/keep");
+  spit(path, "keep", 4);
+  assert_int_equal(nto_weights_save_bin(sub, a.t, NT, &err), NTO_EIO);
+  assert_msg_has(&err, sub);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  assert_int_equal(nto_safetensors_save(sub, a.t, NT, meta, &err), NTO_EIO);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_size, 4);
+  /* Invalid arguments fail before anything is created. */
+  path_in(fx, path, sizeof path, "model.safetensors");
+  a.t[1].name = "bad\xff utf8";
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err),
+                   NTO_EINVAL);
+  a.t[1].name = "conv1.weight"; /* duplicate */
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err),
+                   NTO_EINVAL);
+  a.t[1].name = "conv1.bias";
+  a.t[1].ndim = 5;
+  assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), NTO_EINVAL);
+  assert_int_equal(access(path, F_OK), -1);
+  assert_int_equal(count_tmp(fx->dir), 0);
+}
+
+static void test_save_replaces_existing(void **state) {
+  fixture *fx = *state;
+  char bin[512], st[512];
+  path_in(fx, bin, sizeof bin, "model.bin");
+  path_in(fx, st, sizeof st, "model.safetensors");
+  char junk[3000];
+  memset(junk, 'x', sizeof junk);
+  spit(bin, junk, sizeof junk);
+  spit(st, junk, sizeof junk);
+  model a, b;
+  model_init(&a, 6, names_plain);
+  model_init(&b, 7, names_plain);
+  nto_err err = {0};
+  assert_int_equal(nto_weights_save_bin(bin, a.t, NT, &err), 0);
+  assert_int_equal(nto_safetensors_save(st, a.t, NT, meta, &err), 0);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  assert_int_equal(nto_weights_load_bin(bin, b.t, NT, &err), 0);
+  assert_model_equal(&a, &b);
+  model_init(&b, 7, names_plain);
+  assert_int_equal(nto_safetensors_load(st, b.t, NT, &err), 0);
+  assert_model_equal(&a, &b);
+  /* A second save with other values replaces the first. */
+  model_init(&b, 8, names_plain);
+  assert_int_equal(nto_safetensors_save(st, b.t, NT, meta, &err), 0);
+  assert_int_equal(nto_safetensors_load(st, a.t, NT, &err), 0);
+  assert_model_equal(&a, &b);
+  /* Relative path in the current directory (directory fsync of "."). */
+  char cwd[512];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(fx->dir), 0);
+  int rc = nto_weights_save_bin("rel.bin", a.t, NT, &err);
+  assert_int_equal(chdir(cwd), 0);
+  assert_int_equal(rc, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_bin_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bin_wrong_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_safetensors_round_trip, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_safetensors_mismatch, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_safetensors_corrupt, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_failed_save_leaves_nothing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_save_replaces_existing, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,516 @@
+/*
+ * test_conv2d.c - conv2d layer: finite-difference gradient checks, forward
+ * and backward against a naive direct convolution (in double), workspace
+ * bounds, weight requests, and property/plan errors.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "gradcheck.h"
+#include "registry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64 /* canary floats after the workspace */
+#define CANARY 12345.0f
+
+/* A test configuration: INI properties plus the geometry the reference
+ * implementation must assume (padding resolved by hand). */
+typedef struct conv_case {
+  const char *name;
+  const char *props[24];
+  nto_shape in;
+  int f, groups, bias;  /* filters, groups, has a bias */
+  int k[2], s[2], d[2]; /* kernel, stride, dilation: rows, cols */
+  int pad[4];           /* top, bottom, left, right */
+} conv_case;
+
+/* clang-format off */
+static const conv_case cases[] = {
+    {.name = "3x3 pad 1",
+     .props = {"filters", "4", "kernel_size", "3", "padding", "1", NULL},
+     .in = {2, 3, 5, 5}, .f = 4, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+    {.name = "stride 2",
+     .props = {"filters", "3", "kernel_size", "3,3", "stride", "2",
+               "padding", "1", NULL},
+     .in = {2, 3, 7, 6}, .f = 3, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {2, 2}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+    {.name = "dilation 2",
+     .props = {"filters", "3", "kernel_size", "3", "dilation", "2",
+               "padding", "1", NULL},
+     .in = {2, 2, 7, 6}, .f = 3, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {2, 2}, .pad = {1, 1, 1, 1}},
+    {.name = "groups 2",
+     .props = {"filters", "6", "kernel_size", "3", "groups", "2",
+               "padding", "1", NULL},
+     .in = {2, 4, 5, 5}, .f = 6, .groups = 2, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+    {.name = "depthwise x2",
+     .props = {"filters", "6", "kernel_size", "3", "groups", "3",
+               "padding", "1", NULL},
+     .in = {2, 3, 5, 5}, .f = 6, .groups = 3, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+    /* MobileNetV2 style: OH = 3, total 1 -> 0,1 */
+    {.name = "depthwise same stride 2",
+     .props = {"filters", "4", "kernel_size", "3", "groups", "4",
+               "padding", "same", "stride", "2", NULL},
+     .in = {2, 4, 6, 6}, .f = 4, .groups = 4, .bias = 1,
+     .k = {3, 3}, .s = {2, 2}, .d = {1, 1}, .pad = {0, 1, 0, 1}},
+    {.name = "depthwise dilation 2 stride 2",
+     .props = {"filters", "3", "kernel_size", "3", "groups", "3",
+               "padding", "2", "stride", "2", "dilation", "2", NULL},
+     .in = {2, 3, 7, 6}, .f = 3, .groups = 3, .bias = 1,
+     .k = {3, 3}, .s = {2, 2}, .d = {2, 2}, .pad = {2, 2, 2, 2}},
+    {.name = "1x1",
+     .props = {"filters", "3", "kernel_size", "1", NULL},
+     .in = {2, 4, 4, 4}, .f = 3, .groups = 1, .bias = 1,
+     .k = {1, 1}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}},
+    {.name = "1x1 groups 2",
+     .props = {"filters", "4", "kernel_size", "1,1", "groups", "2", NULL},
+     .in = {2, 4, 3, 4}, .f = 4, .groups = 2, .bias = 1,
+     .k = {1, 1}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}},
+    {.name = "1x1 stride 2",
+     .props = {"filters", "3", "kernel_size", "1", "stride", "2", NULL},
+     .in = {2, 2, 5, 4}, .f = 3, .groups = 1, .bias = 1,
+     .k = {1, 1}, .s = {2, 2}, .d = {1, 1}, .pad = {0, 0, 0, 0}},
+    /* same, stride 2: OH = ceil(7/2) = 4, total 2 -> 1,1; OW = 3,
+     * total 1 -> 0,1 (the extra column goes right) */
+    {.name = "same stride 2",
+     .props = {"filters", "3", "kernel_size", "3", "stride", "2",
+               "padding", "same", NULL},
+     .in = {2, 3, 7, 6}, .f = 3, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {2, 2}, .d = {1, 1}, .pad = {1, 1, 0, 1}},
+    /* same, dilation 2, stride 1: total = 2*2 = 4 -> 2,2 */
+    {.name = "same dilation 2",
+     .props = {"filters", "2", "kernel_size", "3", "dilation", "2",
+               "padding", "SAME", NULL},
+     .in = {2, 2, 5, 6}, .f = 2, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {2, 2}, .pad = {2, 2, 2, 2}},
+    {.name = "valid",
+     .props = {"filters", "2", "kernel_size", "3", "padding", "valid", NULL},
+     .in = {2, 2, 5, 6}, .f = 2, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}},
+    {.name = "full",
+     .props = {"filters", "2", "kernel_size", "3,2", "padding", "full", NULL},
+     .in = {1, 2, 4, 4}, .f = 2, .groups = 1, .bias = 1,
+     .k = {3, 2}, .s = {1, 1}, .d = {1, 1}, .pad = {2, 2, 1, 1}},
+    {.name = "kernel 3,2 padding 1,0",
+     .props = {"filters", "3", "kernel_size", "3,2", "padding", "1,0", NULL},
+     .in = {2, 2, 5, 6}, .f = 3, .groups = 1, .bias = 1,
+     .k = {3, 2}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 0, 0}},
+    {.name = "padding 0,2,1,0",
+     .props = {"filters", "3", "kernel_size", "3", "padding", "0,2,1,0", NULL},
+     .in = {2, 2, 5, 5}, .f = 3, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 2, 1, 0}},
+    {.name = "stride 2,1 dilation 1,2",
+     .props = {"filters", "2", "kernel_size", "2,3", "stride", "2,1",
+               "dilation", "1,2", "padding", "1,2,0,1", NULL},
+     .in = {2, 2, 6, 7}, .f = 2, .groups = 1, .bias = 1,
+     .k = {2, 3}, .s = {2, 1}, .d = {1, 2}, .pad = {1, 2, 0, 1}},
+    {.name = "disable_bias",
+     .props = {"filters", "4", "kernel_size", "3", "padding", "1",
+               "disable_bias", "true", NULL},
+     .in = {2, 3, 5, 5}, .f = 4, .groups = 1, .bias = 0,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+    {.name = "batch 3",
+     .props = {"filters", "3", "kernel_size", "2", "stride", "1", NULL},
+     .in = {3, 2, 4, 4}, .f = 3, .groups = 1, .bias = 1,
+     .k = {2, 2}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}},
+    {.name = "groups 2 stride 2 pad same",
+     .props = {"filters", "4", "kernel_size", "3", "groups", "2", "stride", "2",
+               "padding", "same", NULL},
+     .in = {3, 6, 5, 5}, .f = 4, .groups = 2, .bias = 1,
+     .k = {3, 3}, .s = {2, 2}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+};
+/* clang-format on */
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static int out_dim(int in, int pa, int pb, int k, int d, int s) {
+  return (in + pa + pb - d * (k - 1) - 1) / s + 1;
+}
+
+/* Index of x[n, c, h, w] in a (N, C, H, W) tensor of shape s. */
+static size_t idx(nto_shape s, int n, int c, int h, int w) {
+  return (((size_t)n * s.c + c) * s.h + h) * s.w + w;
+}
+
+/*
+ * Naive reference: y (N, F, OH, OW) from x (N, C, H, W),
+ * w (F, C/G, kh, kw), b (F) or NULL, direct loops in double.
+ */
+static void ref_forward(const conv_case *k, const float *x, const float *w,
+                        const float *b, double *y, nto_shape os) {
+  int cg = k->in.c / k->groups, fg = k->f / k->groups;
+  for (int n = 0; n < os.n; n++)
+    for (int f = 0; f < k->f; f++)
+      for (int oy = 0; oy < os.h; oy++)
+        for (int ox = 0; ox < os.w; ox++) {
+          double s = b ? b[f] : 0.0;
+          for (int ci = 0; ci < cg; ci++)
+            for (int ky = 0; ky < k->k[0]; ky++)
+              for (int kx = 0; kx < k->k[1]; kx++) {
+                int iy = oy * k->s[0] - k->pad[0] + ky * k->d[0];
+                int ix = ox * k->s[1] - k->pad[2] + kx * k->d[1];
+                if (iy < 0 || iy >= k->in.h || ix < 0 || ix >= k->in.w)
+                  continue;
+                int c = (f / fg) * cg + ci;
+                s += (double)w[((f * cg + ci) * k->k[0] + ky) * k->k[1] + kx] *
+                     x[idx(k->in, n, c, iy, ix)];
+              }
+          y[idx(os, n, f, oy, ox)] = s;
+        }
+}
+
+/* Naive reference backward: dx (N, C, H, W), dw (F, C/G, kh, kw), db (F)
+ * from dy (N, F, OH, OW), in double. */
+static void ref_backward(const conv_case *k, const float *x, const float *w,
+                         const float *dy, nto_shape os, double *dx, double *dw,
+                         double *db) {
+  int cg = k->in.c / k->groups, fg = k->f / k->groups;
+  memset(dx, 0, nto_shape_numel(k->in) * sizeof *dx);
+  memset(dw, 0, (size_t)k->f * cg * k->k[0] * k->k[1] * sizeof *dw);
+  memset(db, 0, (size_t)k->f * sizeof *db);
+  for (int n = 0; n < os.n; n++)
+    for (int f = 0; f < k->f; f++)
+      for (int oy = 0; oy < os.h; oy++)
+        for (int ox = 0; ox < os.w; ox++) {
+          double d = dy[idx(os, n, f, oy, ox)];
+          db[f] += d;
+          for (int ci = 0; ci < cg; ci++)
+            for (int ky = 0; ky < k->k[0]; ky++)
+              for (int kx = 0; kx < k->k[1]; kx++) {
+                int iy = oy * k->s[0] - k->pad[0] + ky * k->d[0];
+                int ix = ox * k->s[1] - k->pad[2] + kx * k->d[1];
+                if (iy < 0 || iy >= k->in.h || ix < 0 || ix >= k->in.w)
+                  continue;
+                int c = (f / fg) * cg + ci;
+                size_t wi =
+                    ((size_t)(f * cg + ci) * k->k[0] + ky) * k->k[1] + kx;
+                size_t xi = idx(k->in, n, c, iy, ix);
+                dx[xi] += w[wi] * d;
+                dw[wi] += x[xi] * d;
+              }
+        }
+}
+
+static void fill(float *x, size_t n, nto_rng *r) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = 2.0f * nto_rng_uniform(r) - 1.0f;
+}
+
+/* Normwise relative error max|a - r| / max|r|. */
+static double rel_err(const float *a, const double *r, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    num = fmax(num, fabs(a[i] - r[i]));
+    den = fmax(den, fabs(r[i]));
+  }
+  return den > 0.0 ? num / den : num;
+}
+
+/* Workspace of exactly ws_bytes followed by a canary block. */
+static float *ws_alloc(size_t bytes) {
+  float *ws = malloc(bytes + GUARD * sizeof(float));
+  assert_non_null(ws);
+  for (size_t i = 0; i < bytes / sizeof(float) + GUARD; i++)
+    ws[i] = CANARY;
+  return ws;
+}
+
+static void ws_check(const float *ws, size_t bytes) {
+  for (size_t i = 0; i < GUARD; i++)
+    assert_true(ws[bytes / sizeof(float) + i] == CANARY);
+}
+
+/* Forward and backward of every case against the naive reference;
+ * din and dw are prefilled with garbage to prove "=" semantics, and
+ * backward is repeated with NULL din / NULL dw. */
+static void test_against_reference(void **state) {
+  (void)state;
+  for (int ci = 0; ci < N_CASES; ci++) {
+    const conv_case *k = &cases[ci];
+    nto_layer l;
+    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
+                     0);
+    nto_shape os = {
+        k->in.n, k->f,
+        out_dim(k->in.h, k->pad[0], k->pad[1], k->k[0], k->d[0], k->s[0]),
+        out_dim(k->in.w, k->pad[2], k->pad[3], k->k[1], k->d[1], k->s[1])};
+    if (!nto_shape_eq(l.out_shape, os)) {
+      fprintf(stderr, "%s: out shape %d:%d:%d:%d, expected %d:%d:%d:%d\n",
+              k->name, l.out_shape.n, l.out_shape.c, l.out_shape.h,
+              l.out_shape.w, os.n, os.c, os.h, os.w);
+      fail();
+    }
+    assert_int_equal(l.n_w, k->bias ? 2 : 1);
+    nto_rng rng;
+    nto_rng_seed(&rng, 100 + ci);
+    size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
+    size_t nw = nto_shape_numel(l.w[0].shape);
+    float *x = malloc(nx * 4), *y = malloc(ny * 4), *dy = malloc(ny * 4);
+    float *w = malloc(nw * 4), *b = malloc(k->f * 4);
+    float *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(k->f * 4);
+    double *ry = malloc(ny * 8), *rdx = malloc(nx * 8), *rdw = malloc(nw * 8);
+    double *rdb = malloc(k->f * 8);
+    float *ws = ws_alloc(l.ws_bytes);
+    fill(x, nx, &rng);
+    fill(w, nw, &rng);
+    fill(b, k->f, &rng);
+    fill(dy, ny, &rng);
+
+    nto_fwd f = {.out = y, .ws = ws, .training = 1};
+    f.in[0] = x;
+    f.w[0] = w;
+    f.w[1] = k->bias ? b : NULL;
+    l.ops->forward(&l, &f);
+    ws_check(ws, l.ws_bytes);
+    ref_forward(k, x, w, k->bias ? b : NULL, ry, os);
+    double e = rel_err(y, ry, ny);
+    if (e > 1e-5) {
+      fprintf(stderr, "%s: forward rel err %g\n", k->name, e);
+      fail();
+    }
+
+    ref_backward(k, x, w, dy, os, rdx, rdw, rdb);
+    for (int pass = 0; pass < 3; pass++) {
+      /* pass 0: all; 1: din only; 2: dw only */
+      for (size_t i = 0; i < nx; i++)
+        dx[i] = 777.0f;
+      for (size_t i = 0; i < nw; i++)
+        dw[i] = -555.0f;
+      for (int i = 0; i < k->f; i++)
+        db[i] = 999.0f;
+      nto_bwd bw = {.dout = dy, .ws = ws};
+      bw.in[0] = x;
+      bw.din[0] = pass == 2 ? NULL : dx;
+      bw.w[0] = w;
+      bw.w[1] = k->bias ? b : NULL;
+      bw.dw[0] = pass == 1 ? NULL : dw;
+      bw.dw[1] = pass == 1 || !k->bias ? NULL : db;
+      l.ops->backward(&l, &bw);
+      ws_check(ws, l.ws_bytes);
+      if (pass != 2 && (e = rel_err(dx, rdx, nx)) > 1e-5) {
+        fprintf(stderr, "%s pass %d: dx rel err %g\n", k->name, pass, e);
+        fail();
+      }
+      if (pass != 1 && (e = rel_err(dw, rdw, nw)) > 1e-5) {
+        fprintf(stderr, "%s pass %d: dw rel err %g\n", k->name, pass, e);
+        fail();
+      }
+      if (pass != 1 && k->bias && (e = rel_err(db, rdb, k->f)) > 1e-5) {
+        fprintf(stderr, "%s pass %d: db rel err %g\n", k->name, pass, e);
+        fail();
+      }
+      if (pass == 2)
+        for (size_t i = 0; i < nx; i++)
+          assert_true(dx[i] == 777.0f);
+      if (pass == 1)
+        for (size_t i = 0; i < nw; i++)
+          assert_true(dw[i] == -555.0f);
+    }
+    free(x), free(y), free(dy), free(w), free(b), free(dx), free(dw);
+    free(db), free(ry), free(rdx), free(rdw), free(rdb), free(ws);
+    gc_layer_free(&l);
+  }
+}
+
+/* Finite-difference gradient check of every case. */
+static void test_gradcheck(void **state) {
+  (void)state;
+  int failed = 0;
+  for (int ci = 0; ci < N_CASES; ci++) {
+    gc_case c = {.ops = &nto_conv2d_layer,
+                 .props = cases[ci].props,
+                 .n_in = 1,
+                 .in_shape = {cases[ci].in},
+                 .training = 1,
+                 .h = 1e-2,
+                 .tol = 1e-2,
+                 .seed = 7 + ci};
+    if (gc_run(&c) != 0) {
+      fprintf(stderr, "gradcheck failed: %s\n", cases[ci].name);
+      failed++;
+    }
+  }
+  assert_int_equal(failed, 0);
+}
+
+/* Weight requests: names, shapes, export rank, fans, order; plan twice
+ * gives the same requests. */
+static void test_weights(void **state) {
+  (void)state;
+  const char *const props[] = {"filters", "6", "kernel_size", "3,2",
+                               "groups",  "2", NULL};
+  nto_shape in = {2, 4, 6, 6};
+  nto_layer l;
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, props, 1, &in), 0);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(l.n_w, 2);
+    assert_int_equal(l.n_saved, 0);
+    assert_string_equal(l.w[0].name, "weight");
+    assert_true(nto_shape_eq(l.w[0].shape, (nto_shape){6, 2, 3, 2}));
+    assert_int_equal(l.w[0].ndim, 4);
+    assert_int_equal(l.w[0].fan_in, 2 * 3 * 2);
+    assert_int_equal(l.w[0].fan_out, 6 * 3 * 2);
+    assert_int_equal(l.w[0].init, NTO_INIT_XAVIER_UNIFORM);
+    assert_int_equal(l.w[0].trainable, 1);
+    assert_string_equal(l.w[1].name, "bias");
+    assert_true(nto_shape_eq(l.w[1].shape, (nto_shape){1, 6, 1, 1}));
+    assert_int_equal(l.w[1].ndim, 1);
+    assert_int_equal(l.w[1].init, NTO_INIT_ZEROS);
+    assert_int_equal(l.bwd_needs_input, 1);
+    assert_int_equal(l.out_kind, NTO_OUT_PLAIN);
+    assert_true(nto_shape_eq(l.out_shape, (nto_shape){2, 6, 4, 5}));
+    nto_err err = {0};
+    assert_int_equal(l.ops->plan(&l, &err), 0);
+  }
+  gc_layer_free(&l);
+
+  const char *const p2[] = {"filters",
+                            "2",
+                            "kernel_size",
+                            "1",
+                            "weight_initializer",
+                            "he_normal",
+                            "bias_initializer",
+                            "ones",
+                            NULL};
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, p2, 1, &in), 0);
+  assert_int_equal(l.w[0].init, NTO_INIT_HE_NORMAL);
+  assert_int_equal(l.w[1].init, NTO_INIT_ONES);
+  gc_layer_free(&l);
+}
+
+/* The workspace is one group's column matrix of one image: it does not
+ * grow with the batch; 1x1 and depthwise need none. */
+static void test_workspace(void **state) {
+  (void)state;
+  const char *const props[] = {
+      "filters", "8", "kernel_size", "3", "padding", "1", "groups", "2", NULL};
+  nto_layer l;
+  for (int n = 1; n <= 16; n *= 4) {
+    nto_shape in = {n, 4, 10, 12};
+    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, props, 1, &in), 0);
+    assert_int_equal(l.ws_bytes, (size_t)(2 * 3 * 3) * 10 * 12 * 4);
+    gc_layer_free(&l);
+  }
+  const char *const p1[] = {"filters", "8", "kernel_size", "1", NULL};
+  nto_shape in = {4, 4, 10, 12};
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, p1, 1, &in), 0);
+  assert_int_equal(l.ws_bytes, 0);
+  gc_layer_free(&l);
+  const char *const pd[] = {"filters", "4", "kernel_size", "3",
+                            "groups",  "4", NULL};
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, pd, 1, &in), 0);
+  assert_int_equal(l.ws_bytes, 0);
+  gc_layer_free(&l);
+}
+
+/* Builds a layer step by step; returns the first failing code (0 if all
+ * succeed), with its message in err. The caller frees l->priv. */
+static int try_layer(nto_layer *l, const char *const *props, nto_shape in,
+                     nto_err *err) {
+  memset(l, 0, sizeof *l);
+  l->ops = &nto_conv2d_layer;
+  l->trainable = 1;
+  l->priv = calloc(1, nto_conv2d_layer.priv_size);
+  nto_conv2d_layer.defaults(l);
+  nto_err_clear(err);
+  for (int i = 0; props[i]; i += 2) {
+    int rc = nto_conv2d_layer.set_prop(l, props[i], props[i + 1], err);
+    if (rc != 0)
+      return rc;
+  }
+  l->n_in = 1;
+  l->batch = in.n;
+  l->in_shape[0] = in;
+  return nto_conv2d_layer.plan(l, err);
+}
+
+/* Expects try_layer(props, in) to fail with code and a message holding
+ * every NULL-terminated needle. */
+static void expect_error(const char *const *props, nto_shape in, int code,
+                         const char *n1, const char *n2) {
+  nto_layer l;
+  nto_err err;
+  int rc = try_layer(&l, props, in, &err);
+  free(l.priv);
+  if (rc != code || (n1 && !strstr(err.msg, n1)) ||
+      (n2 && !strstr(err.msg, n2))) {
+    fprintf(stderr, "expected code %d with '%s' '%s', got %d '%s'\n", code,
+            n1 ? n1 : "", n2 ? n2 : "", rc, err.msg);
+    fail();
+  }
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  nto_shape in = {2, 4, 3, 3};
+#define P(...) ((const char *const[]){__VA_ARGS__, NULL})
+  expect_error(P("filters", "0", "kernel_size", "3"), in, NTO_ECONFIG,
+               "expected", "got '0'");
+  expect_error(P("filters", "abc"), in, NTO_ECONFIG, "expected", "got 'abc'");
+  expect_error(P("filters", "2", "stride", "0"), in, NTO_ECONFIG, "expected",
+               "got '0'");
+  expect_error(P("filters", "2", "stride", "1,0"), in, NTO_ECONFIG, "expected",
+               "'1,0'");
+  expect_error(P("filters", "2", "dilation", "0"), in, NTO_ECONFIG, "expected",
+               "got '0'");
+  expect_error(P("filters", "2", "kernel_size", "0"), in, NTO_ECONFIG,
+               "expected", "got '0'");
+  expect_error(P("filters", "2", "kernel_size", "3,3,3"), in, NTO_ECONFIG,
+               "expected", "'3,3,3'");
+  expect_error(P("filters", "2", "padding", "bogus"), in, NTO_ECONFIG,
+               "expected", "got 'bogus'");
+  expect_error(P("filters", "2", "padding", "1,2,3"), in, NTO_ECONFIG,
+               "expected", "got '1,2,3'");
+  expect_error(P("filters", "2", "padding", "-1"), in, NTO_ECONFIG, "expected",
+               "got '-1'");
+  expect_error(P("filters", "2", "groups", "0"), in, NTO_ECONFIG, "expected",
+               "got '0'");
+  expect_error(P("filters", "2", "disable_bias", "maybe"), in, NTO_ECONFIG,
+               "expected", "got 'maybe'");
+  expect_error(P("filters", "2", "weight_initializer", "glorot"), in,
+               NTO_ECONFIG, "expected", "got 'glorot'");
+  expect_error(P("filters", "2", "bias_initializer", "x"), in, NTO_ECONFIG,
+               "expected", "got 'x'");
+  expect_error(P("filters", "2", "units", "3"), in, NTO_ENOKEY, NULL, NULL);
+  /* plan errors */
+  expect_error(P("kernel_size", "3"), in, NTO_ECONFIG, "'filters'", "required");
+  expect_error(P("filters", "2"), in, NTO_ECONFIG, "'kernel_size'", "required");
+  expect_error(P("filters", "6", "kernel_size", "1", "groups", "3"), in,
+               NTO_ECONFIG, "groups 3", "4");
+  expect_error(P("filters", "3", "kernel_size", "1", "groups", "2"), in,
+               NTO_ECONFIG, "groups 2", "3");
+  expect_error(P("filters", "2", "kernel_size", "5"), in, NTO_ESHAPE, "5x5",
+               "3x3");
+  expect_error(P("filters", "2", "kernel_size", "3", "dilation", "2"),
+               (nto_shape){1, 1, 4, 8}, NTO_ESHAPE, "5x5", "4x8");
+  expect_error(P("filters", "2", "kernel_size", "5", "padding", "1,0"), in,
+               NTO_ESHAPE, "5x5", "5x3");
+  /* the same kernel fits once padded */
+  expect_error(P("filters", "2", "kernel_size", "5", "padding", "1"), in, 0,
+               NULL, NULL);
+  expect_error(P("filters", "2", "kernel_size", "5", "padding", "same"), in, 0,
+               NULL, NULL);
+#undef P
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_against_reference),
+      cmocka_unit_test(test_gradcheck),
+      cmocka_unit_test(test_weights),
+      cmocka_unit_test(test_workspace),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,275 @@
+/*
+ * test_fully_connected.c - fully_connected layer: gradient checks, forward
+ * and backward against naive loops (in double), weight requests, errors.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "gradcheck.h"
+#include "registry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fc_case {
+  const char *name;
+  const char *props[10];
+  nto_shape in;
+  int unit;
+  int bias;
+} fc_case;
+
+static const fc_case cases[] = {
+    {"4-d input", {"unit", "5", NULL}, {2, 3, 2, 2}, 5, 1},
+    {"flat input", {"unit", "4", NULL}, {3, 1, 1, 7}, 4, 1},
+    {"no bias",
+     {"unit", "3", "disable_bias", "true", NULL},
+     {2, 2, 3, 1},
+     3,
+     0},
+    {"batch 1 unit 1", {"unit", "1", NULL}, {1, 1, 1, 6}, 1, 1},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* Naive reference: y (n, unit) = x (n, in) . w (in, unit) + b, double. */
+static void ref_forward(const float *x, const float *w, const float *b,
+                        double *y, int n, int in, int unit) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < unit; j++) {
+      double s = b ? b[j] : 0.0;
+      for (int k = 0; k < in; k++)
+        s += (double)x[i * in + k] * w[k * unit + j];
+      y[i * unit + j] = s;
+    }
+}
+
+/* Naive reference backward: dx (n, in), dw (in, unit), db (unit). */
+static void ref_backward(const float *x, const float *w, const float *dy,
+                         double *dx, double *dw, double *db, int n, int in,
+                         int unit) {
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < in; k++) {
+      double s = 0.0;
+      for (int j = 0; j < unit; j++)
+        s += (double)dy[i * unit + j] * w[k * unit + j];
+      dx[i * in + k] = s;
+    }
+  for (int k = 0; k < in; k++)
+    for (int j = 0; j < unit; j++) {
+      double s = 0.0;
+      for (int i = 0; i < n; i++)
+        s += (double)x[i * in + k] * dy[i * unit + j];
+      dw[k * unit + j] = s;
+    }
+  for (int j = 0; j < unit; j++) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+      s += dy[i * unit + j];
+    db[j] = s;
+  }
+}
+
+static void fill(float *x, size_t n, nto_rng *r) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = 2.0f * nto_rng_uniform(r) - 1.0f;
+}
+
+/* Normwise relative error max|a - r| / max|r|. */
+static double rel_err(const float *a, const double *r, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    num = fmax(num, fabs(a[i] - r[i]));
+    den = fmax(den, fabs(r[i]));
+  }
+  return den > 0.0 ? num / den : num;
+}
+
+static void check(const char *what, const float *a, const double *r, size_t n) {
+  double e = rel_err(a, r, n);
+  if (e > 1e-5) {
+    fprintf(stderr, "%s: rel err %g\n", what, e);
+    fail();
+  }
+}
+
+/* Forward and backward against the reference; din/dw prefilled with
+ * garbage ("=" semantics), NULL din / dw skipped. */
+static void test_against_reference(void **state) {
+  (void)state;
+  for (int ci = 0; ci < N_CASES; ci++) {
+    const fc_case *k = &cases[ci];
+    nto_layer l;
+    assert_int_equal(
+        gc_layer_make(&l, &nto_fully_connected_layer, k->props, 1, &k->in), 0);
+    int n = k->in.n, in = (int)nto_shape_sample(k->in), unit = k->unit;
+    assert_true(nto_shape_eq(l.out_shape, (nto_shape){n, 1, 1, unit}));
+    assert_int_equal(l.n_w, k->bias ? 2 : 1);
+    nto_rng rng;
+    nto_rng_seed(&rng, 40 + ci);
+    float *x = malloc(n * in * 4), *w = malloc(in * unit * 4);
+    float *b = malloc(unit * 4), *y = malloc(n * unit * 4);
+    float *dy = malloc(n * unit * 4), *dx = malloc(n * in * 4);
+    float *dw = malloc(in * unit * 4), *db = malloc(unit * 4);
+    double *ry = malloc(n * unit * 8), *rdx = malloc(n * in * 8);
+    double *rdw = malloc(in * unit * 8), *rdb = malloc(unit * 8);
+    fill(x, n * in, &rng);
+    fill(w, in * unit, &rng);
+    fill(b, unit, &rng);
+    fill(dy, n * unit, &rng);
+    nto_fwd f = {.out = y, .training = 1};
+    f.in[0] = x;
+    f.w[0] = w;
+    f.w[1] = k->bias ? b : NULL;
+    l.ops->forward(&l, &f);
+    ref_forward(x, w, k->bias ? b : NULL, ry, n, in, unit);
+    check(k->name, y, ry, n * unit);
+    ref_backward(x, w, dy, rdx, rdw, rdb, n, in, unit);
+    for (int pass = 0; pass < 3; pass++) {
+      for (int i = 0; i < n * in; i++)
+        dx[i] = 777.0f;
+      for (int i = 0; i < in * unit; i++)
+        dw[i] = -555.0f;
+      for (int i = 0; i < unit; i++)
+        db[i] = 999.0f;
+      nto_bwd bw = {.dout = dy};
+      bw.in[0] = x;
+      bw.din[0] = pass == 2 ? NULL : dx;
+      bw.w[0] = w;
+      bw.w[1] = k->bias ? b : NULL;
+      bw.dw[0] = pass == 1 ? NULL : dw;
+      bw.dw[1] = pass == 1 || !k->bias ? NULL : db;
+      l.ops->backward(&l, &bw);
+      if (pass != 2)
+        check("dx", dx, rdx, n * in);
+      else
+        for (int i = 0; i < n * in; i++)
+          assert_true(dx[i] == 777.0f);
+      if (pass != 1) {
+        check("dw", dw, rdw, in * unit);
+        if (k->bias)
+          check("db", db, rdb, unit);
+      } else {
+        for (int i = 0; i < in * unit; i++)
+          assert_true(dw[i] == -555.0f);
+      }
+    }
+    free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw);
+    free(db), free(ry), free(rdx), free(rdw), free(rdb);
+    gc_layer_free(&l);
+  }
+}
+
+static void test_gradcheck(void **state) {
+  (void)state;
+  int failed = 0;
+  for (int ci = 0; ci < N_CASES; ci++) {
+    gc_case c = {.ops = &nto_fully_connected_layer,
+                 .props = cases[ci].props,
+                 .n_in = 1,
+                 .in_shape = {cases[ci].in},
+                 .training = 1,
+                 .h = 1e-2,
+                 .tol = 1e-2,
+                 .seed = 3 + ci};
+    if (gc_run(&c) != 0) {
+      fprintf(stderr, "gradcheck failed: %s\n", cases[ci].name);
+      failed++;
+    }
+  }
+  assert_int_equal(failed, 0);
+}
+
+/* Weight requests; plan twice gives the same requests. */
+static void test_weights(void **state) {
+  (void)state;
+  const char *const props[] = {"unit", "10", "weight_initializer", "he_uniform",
+                               NULL};
+  nto_shape in = {4, 3, 2, 5};
+  nto_layer l;
+  assert_int_equal(gc_layer_make(&l, &nto_fully_connected_layer, props, 1, &in),
+                   0);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(l.n_w, 2);
+    assert_int_equal(l.n_saved, 0);
+    assert_int_equal(l.ws_bytes, 0);
+    assert_int_equal(l.bwd_needs_input, 1);
+    assert_true(nto_shape_eq(l.out_shape, (nto_shape){4, 1, 1, 10}));
+    assert_string_equal(l.w[0].name, "weight");
+    assert_true(nto_shape_eq(l.w[0].shape, (nto_shape){1, 1, 30, 10}));
+    assert_int_equal(l.w[0].ndim, 2);
+    assert_int_equal(l.w[0].fan_in, 30);
+    assert_int_equal(l.w[0].fan_out, 10);
+    assert_int_equal(l.w[0].init, NTO_INIT_HE_UNIFORM);
+    assert_int_equal(l.w[0].trainable, 1);
+    assert_string_equal(l.w[1].name, "bias");
+    assert_true(nto_shape_eq(l.w[1].shape, (nto_shape){1, 1, 1, 10}));
+    assert_int_equal(l.w[1].ndim, 1);
+    assert_int_equal(l.w[1].init, NTO_INIT_ZEROS);
+    nto_err err = {0};
+    assert_int_equal(l.ops->plan(&l, &err), 0);
+  }
+  gc_layer_free(&l);
+}
+
+/* Builds a layer; returns the first failing code with its message. */
+static int try_layer(const char *const *props, nto_err *err) {
+  nto_layer l;
+  memset(&l, 0, sizeof l);
+  l.ops = &nto_fully_connected_layer;
+  l.priv = calloc(1, nto_fully_connected_layer.priv_size);
+  nto_fully_connected_layer.defaults(&l);
+  nto_err_clear(err);
+  int rc = 0;
+  for (int i = 0; props[i] && rc == 0; i += 2)
+    rc = nto_fully_connected_layer.set_prop(&l, props[i], props[i + 1], err);
+  if (rc == 0) {
+    l.n_in = 1;
+    l.batch = 2;
+    l.in_shape[0] = (nto_shape){2, 1, 1, 4};
+    rc = nto_fully_connected_layer.plan(&l, err);
+  }
+  free(l.priv);
+  return rc;
+}
+
+static void expect_error(const char *const *props, int code,
+                         const char *needle) {
+  nto_err err;
+  int rc = try_layer(props, &err);
+  if (rc != code || (needle && !strstr(err.msg, needle))) {
+    fprintf(stderr, "expected %d with '%s', got %d '%s'\n", code,
+            needle ? needle : "", rc, err.msg);
+    fail();
+  }
+}
+
+static void test_errors(void **state) {
+  (void)state;
+#define P(...) ((const char *const[]){__VA_ARGS__, NULL})
+  expect_error(P("disable_bias", "true"), NTO_ECONFIG,
+               "key 'unit' is required");
+  expect_error(P("unit", "0"), NTO_ECONFIG, "got '0'");
+  expect_error(P("unit", "abc"), NTO_ECONFIG, "got 'abc'");
+  expect_error(P("unit", "3", "disable_bias", "2"), NTO_ECONFIG, "got '2'");
+  expect_error(P("unit", "3", "bias_initializer", "nope"), NTO_ECONFIG,
+               "got 'nope'");
+  expect_error(P("unit", "3", "filters", "3"), NTO_ENOKEY, NULL);
+  expect_error(P("unit", "3"), 0, NULL);
+#undef P
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_against_reference),
+      cmocka_unit_test(test_gradcheck),
+      cmocka_unit_test(test_weights),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
