@@ -29,7 +29,7 @@ static const char usage[] =
     "  --train-samples N     use only the first N training samples\n"
     "                        (synthetic: how many to generate, default 2048)\n"
     "  --eval-samples N      evaluate on the first N test samples (0: skip)\n"
-    "  --shuffle-buffer N    shuffle buffer in samples (default 4096, 0: off)\n"
+    "  --shuffle-buffer N    shuffle buffer in samples (default 512, 0: off)\n"
     "  --save FILE           save weights to FILE (nntrainer .bin) and\n"
     "                        FILE.safetensors (default: the INI's Save_Path)\n"
     "  --seed S              seed of initialization, shuffling, dropout\n"
@@ -53,7 +53,7 @@ static double now_s(void) {
 static int parse_opts(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
   o->eval_samples = -1;
-  o->shuffle = 4096;
+  o->shuffle = 512;
   o->seed = 1;
   o->threads = sysconf(_SC_NPROCESSORS_ONLN);
   for (int i = 1; i < argc; i++) {

@@ -80,16 +80,16 @@ struct nto_dataset {
   double *proj; /* (num_classes, synth_dims) */
 
   /* shuffle */
-  size_t shuf_req;      /* requested buffer size, applied at rewind */
-  uint64_t shuf_seed;   /* requested seed */
-  uint64_t epoch;       /* rewinds since the last nto_dataset_shuffle() */
-  size_t cap;           /* active buffer size this epoch (<= 1: none) */
+  size_t shuf_req;    /* requested buffer size, applied at rewind */
+  uint64_t shuf_seed; /* requested seed */
+  uint64_t epoch;     /* rewinds since the last nto_dataset_shuffle() */
+  size_t cap;         /* active buffer size this epoch (<= 1: none) */
   nto_rng rng;
-  float *bx;            /* (buf_alloc, feat) */
-  float *by;            /* (buf_alloc, num_classes) */
-  size_t buf_alloc;     /* slots allocated */
-  size_t fill;          /* occupied slots */
-  int primed;           /* buffer filled for this epoch */
+  float *bx;        /* (buf_alloc, feat) */
+  float *by;        /* (buf_alloc, num_classes) */
+  size_t buf_alloc; /* slots allocated */
+  size_t fill;      /* occupied slots */
+  int primed;       /* buffer filled for this epoch */
 
   char name[160];
   char desc[400];
@@ -168,9 +168,8 @@ static int check_args(nto_dataset **out, nto_shape sample, int num_classes,
     return nto_err_set(err, NTO_EINVAL, "dataset: NULL output pointer");
   *out = NULL;
   if (sample.c < 1 || sample.h < 1 || sample.w < 1)
-    return nto_err_set(err, NTO_EINVAL,
-                       "dataset: invalid input shape %dx%dx%d", sample.c,
-                       sample.h, sample.w);
+    return nto_err_set(err, NTO_EINVAL, "dataset: invalid input shape %dx%dx%d",
+                       sample.c, sample.h, sample.w);
   if (num_classes < 1)
     return nto_err_set(err, NTO_EINVAL, "dataset: invalid num_classes %d",
                        num_classes);
@@ -210,12 +209,12 @@ static int gz_read_full(gzFile f, void *buf, size_t len, const char *path,
     int zerr = Z_OK;
     const char *zmsg = gzerror(f, &zerr);
     if (n < 0 && zerr == Z_ERRNO)
-      return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
-                         path, off + got, strerror(errno));
+      return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s", path,
+                         off + got, strerror(errno));
     if (n < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR))
       return nto_err_set(err, NTO_EDATA,
-                         "%s: byte offset %" PRIu64 ": corrupt data (%s)",
-                         path, off + got, zmsg);
+                         "%s: byte offset %" PRIu64 ": corrupt data (%s)", path,
+                         off + got, zmsg);
     return nto_err_set(err, NTO_EDATA,
                        "%s: truncated at byte offset %" PRIu64
                        " (%zu more bytes of %s expected)",
@@ -306,12 +305,11 @@ static int idx_validate_labels(nto_dataset *ds, nto_err *err) {
       return rc;
     for (size_t i = 0; i < n; i++)
       if (buf[i] >= ds->num_classes)
-        return nto_err_set(err, NTO_EDATA,
-                           "%s: byte offset %" PRIu64
-                           ": label %d out of range [0, %d)",
-                           ds->lbl_path,
-                           IDX_LABELS_HEADER + (uint64_t)(done + i),
-                           (int)buf[i], ds->num_classes);
+        return nto_err_set(
+            err, NTO_EDATA,
+            "%s: byte offset %" PRIu64 ": label %d out of range [0, %d)",
+            ds->lbl_path, IDX_LABELS_HEADER + (uint64_t)(done + i), (int)buf[i],
+            ds->num_classes);
     done += n;
   }
   return 0;
@@ -347,9 +345,9 @@ static int idx_rewind(nto_dataset *ds, nto_err *err) {
  */
 static int idx_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
   size_t npix = (size_t)ds->rows * (size_t)ds->cols;
-  int rc = gz_read_full(ds->img, ds->pix, npix, ds->img_path,
-                        IDX_IMAGES_HEADER + (uint64_t)ds->pos * npix, "image",
-                        err);
+  int rc =
+      gz_read_full(ds->img, ds->pix, npix, ds->img_path,
+                   IDX_IMAGES_HEADER + (uint64_t)ds->pos * npix, "image", err);
   if (rc)
     return rc;
   unsigned char lab;
@@ -381,8 +379,8 @@ static int idx_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
 }
 
 static int open_idx_named(nto_dataset **out, const char *images,
-                          const char *labels, nto_shape sample,
-                          int num_classes, const char *name, nto_err *err) {
+                          const char *labels, nto_shape sample, int num_classes,
+                          const char *name, nto_err *err) {
   int rc = check_args(out, sample, num_classes, err);
   if (rc)
     return rc;
@@ -402,16 +400,15 @@ static int open_idx_named(nto_dataset **out, const char *images,
     goto fail;
   if (nlabels != ds->count) {
     rc = nto_err_set(err, NTO_EDATA,
-                     "%s has %zu images but %s has %" PRIu32 " labels",
-                     images, ds->count, labels, nlabels);
+                     "%s has %zu images but %s has %" PRIu32 " labels", images,
+                     ds->count, labels, nlabels);
     goto fail;
   }
   if (ds->rows > sample.h || ds->cols > sample.w) {
     rc = nto_err_set(err, NTO_ESHAPE,
                      "%s: images are %dx%d, larger than the model input "
                      "%dx%dx%d",
-                     images, ds->rows, ds->cols, sample.c, sample.h,
-                     sample.w);
+                     images, ds->rows, ds->cols, sample.c, sample.h, sample.w);
     goto fail;
   }
   if ((rc = idx_validate_labels(ds, err)))
@@ -463,12 +460,12 @@ int nto_dataset_open_idx_dir(nto_dataset **out, const char *dir,
   if (dir == NULL || split == NULL)
     return nto_err_set(err, NTO_EINVAL, "dataset: NULL directory or split");
   char images[4096], labels[4096], base[128], name[160];
-  int rc = idx_dir_file(images, sizeof images, dir, split,
-                        "images-idx3-ubyte", err);
+  int rc =
+      idx_dir_file(images, sizeof images, dir, split, "images-idx3-ubyte", err);
   if (rc)
     return rc;
-  rc = idx_dir_file(labels, sizeof labels, dir, split, "labels-idx1-ubyte",
-                    err);
+  rc =
+      idx_dir_file(labels, sizeof labels, dir, split, "labels-idx1-ubyte", err);
   if (rc)
     return rc;
   base_name(dir, base, sizeof base);
@@ -496,8 +493,8 @@ int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
   }
   ds->raw = fopen(path, "rb");
   if (ds->raw == NULL) {
-    rc = nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
-                     strerror(errno));
+    rc =
+        nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path, strerror(errno));
     goto fail;
   }
   struct stat st;
@@ -549,8 +546,8 @@ static uint64_t synth_sample_seed(uint64_t seed, size_t i) {
 }
 
 int nto_dataset_open_synthetic(nto_dataset **out, size_t num_samples,
-                               nto_shape sample, int num_classes,
-                               uint64_t seed, nto_err *err) {
+                               nto_shape sample, int num_classes, uint64_t seed,
+                               nto_err *err) {
   int rc = check_args(out, sample, num_classes, err);
   if (rc)
     return rc;
@@ -562,8 +559,8 @@ int nto_dataset_open_synthetic(nto_dataset **out, size_t num_samples,
   ds->count = num_samples;
   ds->synth_seed = seed;
   ds->synth_dims = ds->feat < SYNTH_DIMS ? (int)ds->feat : SYNTH_DIMS;
-  ds->proj = malloc((size_t)num_classes * (size_t)ds->synth_dims *
-                    sizeof *ds->proj);
+  ds->proj =
+      malloc((size_t)num_classes * (size_t)ds->synth_dims * sizeof *ds->proj);
   if (ds->proj == NULL) {
     nto_dataset_close(ds);
     return nto_err_set(err, NTO_ENOMEM, "dataset: out of memory");

@@ -160,8 +160,8 @@ static int atomic_save(const char *path, writer_fn write, const void *ctx,
   dir_name(path, dir, sizeof dir);
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot open directory %s: %s",
-                       path, dir, strerror(errno));
+    return nto_err_set(err, NTO_EIO, "%s: cannot open directory %s: %s", path,
+                       dir, strerror(errno));
   /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
   if (fsync(dfd) != 0 && errno != EINVAL) {
     int e = errno;
@@ -184,8 +184,8 @@ static int bin_write(FILE *f, const void *vctx, const char *path,
                      nto_err *err) {
   const bin_ctx *c = vctx;
   for (int i = 0; i < c->n; i++) {
-    int rc = write_all(f, c->ts[i].data, nto_named_numel(&c->ts[i]) * 4, path,
-                       err);
+    int rc =
+        write_all(f, c->ts[i].data, nto_named_numel(&c->ts[i]) * 4, path, err);
     if (rc)
       return rc;
   }
@@ -214,8 +214,9 @@ static int pread_full(int fd, void *buf, size_t bytes, uint64_t off,
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0)
-      return nto_err_set(err, NTO_EIO, "%s: read at byte offset %" PRIu64
-                         ": %s", path, off + got, strerror(errno));
+      return nto_err_set(err, NTO_EIO,
+                         "%s: read at byte offset %" PRIu64 ": %s", path,
+                         off + got, strerror(errno));
     if (r == 0)
       return nto_err_set(err, NTO_EDATA,
                          "%s: truncated at byte offset %" PRIu64, path,
@@ -385,8 +386,7 @@ typedef struct {
   uint64_t header_len;
 } st_ctx;
 
-static int st_write(FILE *f, const void *vctx, const char *path,
-                    nto_err *err) {
+static int st_write(FILE *f, const void *vctx, const char *path, nto_err *err) {
   const st_ctx *c = vctx;
   unsigned char len8[8];
   for (int i = 0; i < 8; i++)
@@ -570,8 +570,8 @@ static void put_utf8(sbuf *b, unsigned cp) {
     t[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
   else
     t[0] = (char)(0xF0 | cp >> 18), t[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-    t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-    t[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
+    t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), t[3] = (char)(0x80 | (cp & 0x3F)),
+    n = 4;
   sb_add(b, t, n);
 }
 
@@ -600,8 +600,8 @@ static int jp_string(jp *p, char **out) {
       return jp_fail(p, "control character in string");
     }
     if (c != '\\') {
-      size_t l = utf8_len((const unsigned char *)p->s + p->pos,
-                          p->len - p->pos);
+      size_t l =
+          utf8_len((const unsigned char *)p->s + p->pos, p->len - p->pos);
       if (l == 0) {
         free(b.p);
         return jp_fail(p, "invalid UTF-8");
@@ -618,15 +618,32 @@ static int jp_string(jp *p, char **out) {
     p->pos += 2;
     const char *simple = NULL;
     switch (e) {
-    case '"': simple = "\""; break;
-    case '\\': simple = "\\"; break;
-    case '/': simple = "/"; break;
-    case 'b': simple = "\b"; break;
-    case 'f': simple = "\f"; break;
-    case 'n': simple = "\n"; break;
-    case 'r': simple = "\r"; break;
-    case 't': simple = "\t"; break;
-    case 'u': break;
+    case '"':
+      simple = "\"";
+      break;
+    case '\\':
+      simple = "\\";
+      break;
+    case '/':
+      simple = "/";
+      break;
+    case 'b':
+      simple = "\b";
+      break;
+    case 'f':
+      simple = "\f";
+      break;
+    case 'n':
+      simple = "\n";
+      break;
+    case 'r':
+      simple = "\r";
+      break;
+    case 't':
+      simple = "\t";
+      break;
+    case 'u':
+      break;
     default:
       free(b.p);
       return jp_fail(p, "invalid escape");
@@ -687,8 +704,8 @@ static int jp_uint(jp *p, uint64_t *out) {
     return jp_fail(p, "expected a non-negative integer");
   if (p->s[start] == '0' && p->pos - start > 1)
     return jp_fail(p, "leading zero");
-  if (p->pos < p->len && (p->s[p->pos] == '.' || p->s[p->pos] == 'e' ||
-                          p->s[p->pos] == 'E'))
+  if (p->pos < p->len &&
+      (p->s[p->pos] == '.' || p->s[p->pos] == 'e' || p->s[p->pos] == 'E'))
     return jp_fail(p, "expected an integer");
   *out = v;
   return 0;
@@ -967,10 +984,9 @@ static size_t dtype_size(const char *dt) {
   static const struct {
     const char *name;
     size_t size;
-  } t[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},
-           {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},  {"U32", 4},
-           {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1},
-           {"F8_E5M2", 1}};
+  } t[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+           {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+           {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (strcmp(t[i].name, dt) == 0)
       return t[i].size;
@@ -1030,7 +1046,7 @@ static int st_validate(const char *path, st_entry *e, int n, uint64_t data_len,
   uint64_t at = 0;
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
-    if (0)
+    if (order[i]->begin != at)
       rc = nto_err_set(err, NTO_EDATA,
                        "%s: tensor \"%s\": data_offsets begin at %" PRIu64
                        ", expected %" PRIu64 " (tensors must be contiguous)",
@@ -1133,8 +1149,8 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
   }
   for (int i = 0; i < n && rc == 0; i++) {
     size_t cnt = nto_named_numel(&ts[i]);
-    rc = pread_full(fd, ts[i].data, cnt * 4, data_start + found[i]->begin,
-                    path, err);
+    rc = pread_full(fd, ts[i].data, cnt * 4, data_start + found[i]->begin, path,
+                    err);
     if (rc == 0 && !host_is_le())
       swap32(ts[i].data, cnt);
   }

@@ -25,7 +25,9 @@
 #define NIMG 7
 #define ROWS 28
 #define COLS 28
+#ifndef FMNIST_DIR
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+#endif
 
 static const unsigned char labels7[NIMG] = {3, 1, 4, 1, 5, 9, 2};
 
@@ -195,8 +197,8 @@ static int read_epoch(nto_dataset *ds, int c, int h, int w, int nc, int batch,
       break;
     for (int b = 0; b < got; b++) {
       assert_true(total < max);
-      order[total++] = check_idx_row(x + b * feat, y + (size_t)b * nc, c, h,
-                                     w, nc);
+      order[total++] =
+          check_idx_row(x + b * feat, y + (size_t)b * nc, c, h, w, nc);
     }
   }
   free(x);
@@ -242,8 +244,7 @@ static void test_idx_gz_pad_replicate(void **state) {
       assert_int_equal(
           check_idx_row(x + b * 3 * 32 * 32, y + b * 10, 3, 32, 32, 10),
           seen++);
-    for (size_t i = (size_t)got * 3 * 32 * 32; i < sizeof x / sizeof x[0];
-         i++)
+    for (size_t i = (size_t)got * 3 * 32 * 32; i < sizeof x / sizeof x[0]; i++)
       assert_true(x[i] == 0.0f);
     for (size_t i = (size_t)got * 10; i < sizeof y / sizeof y[0]; i++)
       assert_true(y[i] == 0.0f);
@@ -415,8 +416,7 @@ static void test_idx_errors(void **state) {
   /* Wrong magic in the images file (a labels magic). */
   path_in(fx, bad, sizeof bad, "badmagic-images.gz");
   write_images(bad, 1, 0x801, NIMG, ROWS, COLS, (size_t)NIMG * ROWS * COLS);
-  assert_int_equal(nto_dataset_open_idx(&ds, bad, lbl, s, 10, &err),
-                   NTO_EDATA);
+  assert_int_equal(nto_dataset_open_idx(&ds, bad, lbl, s, 10, &err), NTO_EDATA);
   assert_null(ds);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "byte offset 0");
@@ -425,16 +425,14 @@ static void test_idx_errors(void **state) {
   /* Wrong magic in the labels file. */
   path_in(fx, bad, sizeof bad, "badmagic-labels");
   write_labels(bad, 0, 0x12345678, NIMG, labels7, NIMG);
-  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err),
-                   NTO_EDATA);
+  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err), NTO_EDATA);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "0x12345678");
 
   /* Count mismatch. */
   path_in(fx, bad, sizeof bad, "six-labels.gz");
   write_labels(bad, 1, 0x801, 6, labels7, 6);
-  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err),
-                   NTO_EDATA);
+  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err), NTO_EDATA);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "7 images");
 
@@ -442,8 +440,7 @@ static void test_idx_errors(void **state) {
   unsigned char l12[NIMG] = {3, 1, 12, 1, 5, 9, 2};
   path_in(fx, bad, sizeof bad, "range-labels.gz");
   write_labels(bad, 1, 0x801, NIMG, l12, NIMG);
-  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err),
-                   NTO_EDATA);
+  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err), NTO_EDATA);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "byte offset 10: label 12 out of range [0, 10)");
   /* ... but valid with 13 classes. */
@@ -453,8 +450,7 @@ static void test_idx_errors(void **state) {
   /* Truncated labels (header says 7, 5 present). */
   path_in(fx, bad, sizeof bad, "short-labels.gz");
   write_labels(bad, 1, 0x801, NIMG, labels7, 5);
-  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err),
-                   NTO_EDATA);
+  assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err), NTO_EDATA);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "truncated at byte offset 13");
 
@@ -478,8 +474,7 @@ static void test_idx_errors(void **state) {
   /* Truncated images (plain): found at open from the file size. */
   path_in(fx, bad, sizeof bad, "short-images");
   write_images(bad, 0, 0x803, NIMG, ROWS, COLS, present);
-  assert_int_equal(nto_dataset_open_idx(&ds, bad, lbl, s, 10, &err),
-                   NTO_EDATA);
+  assert_int_equal(nto_dataset_open_idx(&ds, bad, lbl, s, 10, &err), NTO_EDATA);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "truncated");
 
@@ -522,8 +517,7 @@ static void test_idx_errors(void **state) {
   nto_shape zero = {1, 0, 32, 32};
   assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, zero, 10, &err),
                    NTO_EINVAL);
-  assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s, 0, &err),
-                   NTO_EINVAL);
+  assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s, 0, &err), NTO_EINVAL);
   assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s, 10, &err), 0);
   assert_int_equal(nto_dataset_next(ds, x, y, 0, &got, &err), NTO_EINVAL);
   nto_dataset_close(ds);
@@ -746,8 +740,10 @@ static void test_synthetic(void **state) {
   }
   assert_true(moved);
 
+  nto_dataset_close(b);
   assert_int_equal(nto_dataset_open_synthetic(&b, 0, s, SNC, 7, &err),
                    NTO_EINVAL);
+  assert_null(b);
   free(xa);
   free(ya);
   free(xb);

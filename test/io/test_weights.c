@@ -117,12 +117,12 @@ static void model_init(model *m, uint64_t seed, const char *const names[NT]) {
     for (size_t k = 0; k < nto_named_numel(&m->t[i]); k++)
       bufs[i][k] = (float)nto_rng_normal(&r) * 0.5f;
   }
-  m->conv[0] = -0.0f; /* bit patterns that must survive */
+  m->conv[0] = -0.0f;  /* bit patterns that must survive */
   m->bias[1] = 1e-42f; /* subnormal */
 }
 
 static const char *const names_plain[NT] = {"conv1.weight", "conv1.bias",
-                                             "bn1.running_mean", "fc.weight"};
+                                            "bn1.running_mean", "fc.weight"};
 static const char *const names_odd[NT] = {"conv1.weight", "q\"uote\\back",
                                           "tab\tnl\nctl\x01", "caf\xc3\xa9"};
 
@@ -170,8 +170,8 @@ static void test_bin_wrong_size(void **state) {
   a.t[3].data = big;
   assert_int_equal(nto_weights_load_bin(path, a.t, NT, &err), NTO_EDATA);
   assert_msg_has(&err, path);
-  assert_msg_has(&err, "504");  /* actual */
-  assert_msg_has(&err, "512");  /* expected */
+  assert_msg_has(&err, "504"); /* actual */
+  assert_msg_has(&err, "512"); /* expected */
   a.t[3].dims[0] = 4;
   assert_int_equal(nto_weights_load_bin(path, a.t, NT, &err), NTO_EDATA);
   assert_msg_has(&err, "496");
@@ -230,8 +230,8 @@ static void check_header(const char *path, const model *m,
   free(f);
 }
 
-static const char *const meta[] = {"format", "pt", "step", "12",
-                                   "note", "a \"quoted\"\\ value\n", NULL};
+static const char *const meta[] = {
+    "format", "pt", "step", "12", "note", "a \"quoted\"\\ value\n", NULL};
 
 static void test_safetensors_round_trip(void **state) {
   fixture *fx = *state;
@@ -244,9 +244,9 @@ static void test_safetensors_round_trip(void **state) {
   if (nto_safetensors_save(path, a.t, NT, meta, &err))
     fail_msg("%s", err.msg);
   assert_int_equal(count_tmp(fx->dir), 0);
-  static const char *const escaped[NT] = {
-      "conv1.weight", "q\\\"uote\\\\back", "tab\\tnl\\nctl\\u0001",
-      "caf\xc3\xa9"};
+  static const char *const escaped[NT] = {"conv1.weight", "q\\\"uote\\\\back",
+                                          "tab\\tnl\\nctl\\u0001",
+                                          "caf\xc3\xa9"};
   check_header(path, &a, escaped);
   /* Load in another order: names are looked up. */
   nto_named_tensor rev[NT];
@@ -329,61 +329,57 @@ static void test_safetensors_corrupt(void **state) {
     const char *expect; /* in the message */
   } cases[] = {
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}",
-       "unterminated object",
-       "expected '}'"},
+       "unterminated object", "expected '}'"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}",
-       "offsets outside the file",
-       "outside the data section"},
+       "offsets outside the file", "outside the data section"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
-       "size does not match shape",
-       "shape need 12"},
+       "size does not match shape", "shape need 12"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
-       "begin > end",
-       "outside the data section"},
+       "begin > end", "outside the data section"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x",
-       "trailing garbage",
-       "trailing characters"},
+       "trailing garbage", "trailing characters"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-       "duplicate key",
-       "duplicate key"},
+       "duplicate key", "duplicate key"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}",
-       "leading zero",
-       "leading zero"},
+       "leading zero", "leading zero"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
-       "negative dimension",
-       "non-negative"},
+       "negative dimension", "non-negative"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
-       "fractional dimension",
-       "expected an integer"},
+       "fractional dimension", "expected an integer"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}}",
-       "three offsets",
-       "2 elements"},
-      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", "no offsets",
-       "lacks"},
+       "three offsets", "2 elements"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", "no offsets", "lacks"},
       {"{\"\\q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-       "bad escape",
-       "invalid escape"},
+       "bad escape", "invalid escape"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],}}",
-       "trailing comma",
-       "expected a string"},
-      {"{'w':{}}", "single quotes",
-       "expected a string"},
+       "trailing comma", "expected a string"},
+      {"{'w':{}}", "single quotes", "expected a string"},
       {"{\"__metadata__\":{\"a\":1},"
        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-       "non-string metadata",
-       "must be strings"},
+       "non-string metadata", "must be strings"},
       {"{\"w\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]}}",
-       "not F32",
-       "dtype F16"},
+       "not F32", "dtype F16"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
        "\"v\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-       "overlapping tensors",
-       "contiguous"},
-      {"[]", "not an object",
-       "expected '{'"},
-      {"", "empty header",
-       "header length 0"},
+       "overlapping tensors", "contiguous"},
+      {"{\"w\\u0000\":{\"dtype\":\"F32\",\"shape\":[2],"
+       "\"data_offsets\":[0,8]}}",
+       "NUL in a name", "NUL character"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}"
+       "\xff",
+       "invalid UTF-8 outside strings", "trailing characters"},
+      {"{\"\xc3(\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+       "invalid UTF-8 in a name", "invalid UTF-8"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
+       "\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}}",
+       "unknown key nested 70 deep", "nesting too deep"},
+      {"{\"w\":[]}", "a tensor that is not an object", "expected '{'"},
+      {"[]", "not an object", "expected '{'"},
+      {"", "empty header", "header length 0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_st(path, cases[i].hdr, strlen(cases[i].hdr), data, sizeof data);
@@ -391,8 +387,8 @@ static void test_safetensors_corrupt(void **state) {
     if (rc != NTO_EDATA)
       fail_msg("case %zu (%s): rc %d, %s", i, cases[i].what, rc, err.msg);
     if (strstr(err.msg, cases[i].expect) == NULL)
-      fail_msg("case %zu (%s): \"%s\" lacks \"%s\"", i, cases[i].what,
-               err.msg, cases[i].expect);
+      fail_msg("case %zu (%s): \"%s\" lacks \"%s\"", i, cases[i].what, err.msg,
+               cases[i].expect);
     assert_msg_has(&err, path);
     assert_true(out[0] == 9.0f && out[1] == 9.0f);
   }
@@ -452,8 +448,7 @@ static void test_failed_save_leaves_nothing(void **state) {
   path_in(fx, path, sizeof path, "nodir/model.bin");
   assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), NTO_EIO);
   assert_msg_has(&err, path);
-  assert_int_equal(
-      nto_safetensors_save(path, a.t, NT, meta, &err), NTO_EIO);
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err), NTO_EIO);
   /* Over a non-empty directory: the temp file is written, the rename
    * fails, the temp file is removed and the directory is untouched. */
   path_in(fx, sub, sizeof sub, "occupied");
@@ -471,11 +466,9 @@ static void test_failed_save_leaves_nothing(void **state) {
   /* Invalid arguments fail before anything is created. */
   path_in(fx, path, sizeof path, "model.safetensors");
   a.t[1].name = "bad\xff utf8";
-  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err),
-                   NTO_EINVAL);
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err), NTO_EINVAL);
   a.t[1].name = "conv1.weight"; /* duplicate */
-  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err),
-                   NTO_EINVAL);
+  assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err), NTO_EINVAL);
   a.t[1].name = "conv1.bias";
   a.t[1].ndim = 5;
   assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), NTO_EINVAL);
