@@ -75,12 +75,15 @@ int cmd_summary(int argc, char **argv) {
   nto_model *m = NULL;
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch, .plan_only = 1};
-  if (rc == 0)
+  int status = CLI_USAGE; /* an unreadable or invalid model file */
+  if (rc == 0) {
     rc = nto_model_create(&m, &c, &o, &err);
+    status = cli_status(rc);
+  }
   if (rc != 0) {
     cli_error("%s", err.msg);
     nto_config_free(&c);
-    return cli_status(rc);
+    return status;
   }
   printf("model %s, batch %d\n\n", path, nto_model_batch(m));
   print_table(m);

@@ -359,12 +359,15 @@ int cmd_train(int argc, char **argv) {
   openblas_set_num_threads((int)r.o.threads);
   int rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
-  if (rc == 0)
+  int status = CLI_USAGE; /* an unreadable or invalid model file */
+  if (rc == 0) {
     rc = nto_model_create(&r.m, &r.c, &mo, &err);
+    status = cli_status(rc);
+  }
   if (rc != 0) {
     cli_error("%s", err.msg);
     cleanup(&r);
-    return cli_status(rc);
+    return status;
   }
   r.batch = nto_model_batch(r.m);
   r.k = nto_model_output_size(r.m);

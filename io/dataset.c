@@ -29,7 +29,10 @@
  * of classes times the input size.
  *
  * IDX labels are small (one byte per sample): they are validated in full at
- * open time (range, truncation) but still streamed during epochs.
+ * open time (range, truncation) but still streamed during epochs. A plain
+ * images file that is too short is refused at open (from its size); a
+ * truncated or corrupt gzip images file can only be noticed while
+ * decompressing, so nto_dataset_next reports it, with the byte offset.
  */
 #include "dataset.h"
 
