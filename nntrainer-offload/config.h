@@ -72,7 +72,8 @@ typedef struct nto_opt_conf {
 #define NTO_LR_MAX_STEPS 16
 typedef struct nto_lr_conf {
   nto_lr_kind kind; /* default constant */
-  int given;        /* the section exists */
+  int given;        /* a schedule applies: the section exists, or nntrainer's
+                       legacy decay_rate/decay_steps in [Optimizer] */
   /* constant/exponential: learning_rate; step: learning_rate is a list of
      n_steps+1 rates changing at the given iterations. */
   double learning_rate[NTO_LR_MAX_STEPS + 1];
