@@ -368,7 +368,7 @@ static int check_outputs(const nto_graph *g, const nto_config *c,
                        "exactly one output layer is supported",
                        c->path, g->layers[first].name, g->layers[second].name);
   if (first != g->n_layers - 1) {
-    /* Move the output last: it is a sink, so order stays topological. */
+    /* The executor runs the loss on the last layer in order. */
     return nto_err_set(err, NTO_ECONFIG,
                        "%s: layer '%s' has no consumer but is not the last "
                        "layer of the graph",
