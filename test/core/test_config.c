@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "config.h"
 
 #include <math.h>
@@ -24,30 +26,16 @@
 /* ---------------------------------------------------------------------- */
 /* Temporary files                                                         */
 
-static char tmpdir[64];
-static char written[128][128]; /* relative names, removed at teardown */
-static int n_written;
+static char tmpdir[256];
 
 static int setup_dir(void **state) {
   (void)state;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/nto_test_config_XXXXXX");
-  return mkdtemp(tmpdir) ? 0 : -1;
+  return tmpdir_make(tmpdir, sizeof tmpdir, "config");
 }
 
 static int teardown_dir(void **state) {
   (void)state;
-  char p[512];
-  for (int i = n_written - 1; i >= 0; i--) {
-    snprintf(p, sizeof p, "%s/%s", tmpdir, written[i]);
-    remove(p);
-  }
-  n_written = 0;
-  return rmdir(tmpdir);
-}
-
-static void remember(const char *name) {
-  assert_true(n_written < 128);
-  snprintf(written[n_written++], sizeof written[0], "%s", name);
+  return tmpdir_remove(tmpdir);
 }
 
 /* Absolute path of name inside the temporary directory. */
@@ -63,7 +51,6 @@ static const char *write_file(const char *name, const char *text) {
   assert_non_null(f);
   assert_int_equal(fputs(text, f) >= 0, 1);
   assert_int_equal(fclose(f), 0);
-  remember(name);
   return p;
 }
 
@@ -694,7 +681,6 @@ static void test_directory_and_null_err(void **state) {
   nto_config c;
   nto_err err = {0};
   assert_int_equal(mkdir(tmp_path("adir.ini"), 0700), 0);
-  remember("adir.ini");
   assert_int_equal(nto_config_load(&c, tmp_path("adir.ini"), &err), NTO_EIO);
   assert_non_null(strstr(err.msg, "adir.ini: cannot open"));
   /* err may be NULL; the code is still returned and nothing leaks. */

@@ -17,14 +17,16 @@
 
 #include <cmocka.h>
 
-static char dir[64];
+#include "tmpdir.h"
+
+static char dir[256];
 
 static const char model_hdr[] = "[Model]\nType = NeuralNetwork\n"
                                 "Loss = cross\nbatch_size = 2\n";
 
 /* Write text to dir/name; returns the path (static buffer). */
 static const char *write_ini(const char *name, const char *text) {
-  static char path[128];
+  static char path[320];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "w");
   assert_non_null(f);
@@ -44,15 +46,12 @@ static int build(const char *path, nto_graph *g, nto_err *err) {
 
 static int setup(void **s) {
   (void)s;
-  snprintf(dir, sizeof dir, "/tmp/nto_graph_XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
+  return tmpdir_make(dir, sizeof dir, "graph");
 }
 
 static int teardown(void **s) {
   (void)s;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd);
+  return tmpdir_remove(dir);
 }
 
 static void test_resnet18_structure(void **s) {

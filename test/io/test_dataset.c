@@ -11,9 +11,10 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "dataset.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,19 +43,9 @@ typedef struct {
   char dir[256];
 } fixture;
 
-static int rm_entry(const char *p, const struct stat *st, int flag,
-                    struct FTW *f) {
-  (void)st;
-  (void)flag;
-  (void)f;
-  return remove(p);
-}
-
 static int setup(void **state) {
   fixture *fx = calloc(1, sizeof *fx);
-  const char *t = getenv("TMPDIR");
-  snprintf(fx->dir, sizeof fx->dir, "%s/nto-dataset-XXXXXX", t ? t : "/tmp");
-  if (mkdtemp(fx->dir) == NULL) {
+  if (tmpdir_make(fx->dir, sizeof fx->dir, "dataset") != 0) {
     free(fx);
     return -1;
   }
@@ -64,7 +55,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture *fx = *state;
-  nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  tmpdir_remove(fx->dir);
   free(fx);
   return 0;
 }

@@ -11,11 +11,12 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "rng.h"
 #include "weights.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,19 +27,9 @@ typedef struct {
   char dir[256];
 } fixture;
 
-static int rm_entry(const char *p, const struct stat *st, int flag,
-                    struct FTW *f) {
-  (void)st;
-  (void)flag;
-  (void)f;
-  return remove(p);
-}
-
 static int setup(void **state) {
   fixture *fx = calloc(1, sizeof *fx);
-  const char *t = getenv("TMPDIR");
-  snprintf(fx->dir, sizeof fx->dir, "%s/nto-weights-XXXXXX", t ? t : "/tmp");
-  if (mkdtemp(fx->dir) == NULL) {
+  if (tmpdir_make(fx->dir, sizeof fx->dir, "weights") != 0) {
     free(fx);
     return -1;
   }
@@ -48,7 +39,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture *fx = *state;
-  nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  tmpdir_remove(fx->dir);
   free(fx);
   return 0;
 }

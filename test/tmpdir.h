@@ -1,0 +1,19 @@
+/*
+ * tmpdir.h - a private temporary directory for a test, removed with all it
+ * contains. Test-only; single thread.
+ */
+#ifndef NTO_TEST_TMPDIR_H
+#define NTO_TEST_TMPDIR_H
+
+#include <stddef.h>
+
+/*
+ * Create "$TMPDIR/nto-<tag>-XXXXXX" (TMPDIR defaults to /tmp) and write its
+ * path into dir (len bytes). Returns 0, or -1 if it cannot be created.
+ */
+int tmpdir_make(char *dir, size_t len, const char *tag);
+
+/* Remove dir and everything below it. Returns 0 or -1. */
+int tmpdir_remove(const char *dir);
+
+#endif
