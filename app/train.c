@@ -63,12 +63,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
       fputs(usage, stdout);
       return 1;
     } else if (!strcmp(a, "--data") || !strcmp(a, "--save")) {
-      const char *v = cli_value(argc, argv, &i);
-      if (!v) {
+      const char **dst = !strcmp(a, "--data") ? &o->data : &o->save;
+      if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
         return -1;
       }
-      *(a[2] == 'd' ? &o->data : &o->save) = v;
       continue;
     } else if (!strcmp(a, "--epochs")) {
       target = &o->epochs;

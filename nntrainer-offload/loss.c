@@ -72,9 +72,7 @@ static int argmax(const float *x, int k) {
   return best;
 }
 
-int nto_count_correct(const float *out, const float *y, int n, int k,
-                      int valid) {
-  (void)n;
+int nto_count_correct(const float *out, const float *y, int k, int valid) {
   int c = 0;
   for (int b = 0; b < valid; b++)
     c += argmax(out + (size_t)b * k, k) == argmax(y + (size_t)b * k, k);

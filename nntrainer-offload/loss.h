@@ -39,8 +39,8 @@ nto_loss_form nto_loss_form_for(nto_loss_kind k, nto_out_kind out, int *fused);
 double nto_loss_compute(nto_loss_form f, const float *z, const float *y,
                         int n, int k, int valid, float *grad);
 
-/* Number of samples among the first valid whose argmax(out) == argmax(y). */
-int nto_count_correct(const float *out, const float *y, int n, int k,
-                      int valid);
+/* Number of samples among the first valid (rows of k values) whose
+ * argmax(out) == argmax(y). */
+int nto_count_correct(const float *out, const float *y, int k, int valid);
 
 #endif /* NTO_LOSS_H */

@@ -79,6 +79,14 @@ static int add_tensor(nto_model *m, const char *layer, const char *what,
   return m->n_t++;
 }
 
+/* Optimizer state tensor k of weight j of layer i; its index or -1. */
+static int add_state_tensor(nto_model *m, int i, int j, int k) {
+  const nto_layer *l = &m->g.layers[i];
+  char what[48];
+  snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, k);
+  return add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_OPT_STATE, i);
+}
+
 static void use(nto_model *m, int t, int step) {
   if (t < 0)
     return;
@@ -127,11 +135,8 @@ static int build_tensors(nto_model *m) {
       snprintf(what, sizeof what, "d%.40s", l->w[j].name);
       m->pgrad_t[i][j] = add_tensor(m, l->name, what, l->w[j].shape,
                                     NTO_ROLE_PARAM_GRAD, i);
-      for (int k = 0; k < n_state; k++) {
-        snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, k);
-        m->state_t[i][j][k] = add_tensor(m, l->name, what, l->w[j].shape,
-                                         NTO_ROLE_OPT_STATE, i);
-      }
+      for (int k = 0; k < n_state; k++)
+        m->state_t[i][j][k] = add_state_tensor(m, i, j, k);
     }
     for (int k = 0; k < l->n_saved; k++) {
       l->saved[k].tensor = add_tensor(m, l->name, l->saved[k].name,
@@ -187,15 +192,16 @@ static void record_uses(nto_model *m) {
   use(m, m->loss_grad_t, s);
 }
 
-/* Order of placement: larger first, then earlier first use, then index. */
-static const nto_model *sort_model;
-static int by_size(const void *a, const void *b) {
+/* Order of placement: larger first, then earlier first use, then index.
+ * ctx: the model (qsort_r). */
+static int by_size(const void *a, const void *b, void *ctx) {
+  const nto_model *m = ctx;
   int i = *(const int *)a, j = *(const int *)b;
-  const nto_tensor *ti = &sort_model->t[i], *tj = &sort_model->t[j];
+  const nto_tensor *ti = &m->t[i], *tj = &m->t[j];
   if (ti->bytes != tj->bytes)
     return ti->bytes < tj->bytes ? 1 : -1;
-  if (sort_model->life[i].first != sort_model->life[j].first)
-    return sort_model->life[i].first - sort_model->life[j].first;
+  if (m->life[i].first != m->life[j].first)
+    return m->life[i].first - m->life[j].first;
   return i - j;
 }
 
@@ -222,8 +228,7 @@ static size_t place_arena(nto_model *m, size_t *offset) {
   for (int i = 0; i < m->n_t; i++)
     if (m->life[i].first >= 0 && m->life[i].first <= m->life[i].last)
       idx[n++] = i;
-  sort_model = m;
-  qsort(idx, (size_t)n, sizeof *idx, by_size);
+  qsort_r(idx, (size_t)n, sizeof *idx, by_size, m);
   size_t total = 0;
   for (int a = 0; a < n; a++) {
     int i = idx[a];
@@ -495,7 +500,7 @@ static int loss_step(nto_model *m, const float *y, int valid, int grad,
                                  n, k, valid, g);
   st->loss = loss;
   st->samples = valid;
-  st->correct = nto_count_correct(T(m, m->out_t[last]), y, n, k, valid);
+  st->correct = nto_count_correct(T(m, m->out_t[last]), y, k, valid);
   if (!isfinite(loss))
     return nto_err_set(err, NTO_ENUMERIC,
                        "loss is not finite (%g) at iteration %ld", loss,
@@ -589,10 +594,7 @@ int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
       for (int k = 0; k < 2; k++) {
         int t = m->state_t[i][j][k];
         if (t < 0 && k < n_state) {
-          char what[48];
-          snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, k);
-          t = add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_OPT_STATE,
-                         i);
+          t = add_state_tensor(m, i, j, k);
           if (t < 0 || !(m->t[t].data = nto_alloc_aligned(m->t[t].bytes)))
             return nto_err_set(err, NTO_ENOMEM, "out of memory");
           m->t[t].state = NTO_RES_RESIDENT;
