@@ -1,0 +1,526 @@
+/*
+ * test_iobackend.c - the request queue over io_uring and psync, each on a
+ * buffered and an O_DIRECT swap file: random blocks written and read back
+ * with more requests than the depth (checked with plain pread too), fault
+ * injection (the nth request of an op fails with its errno, across queues;
+ * the nth request is split and continued), reads past end of file, and
+ * destroying a queue with requests pending. io_uring cases are skipped
+ * where the kernel refuses io_uring, O_DIRECT cases where the temporary
+ * directory does not support it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tmpdir.h"
+
+#include "iobackend.h"
+#include "rng.h"
+#include "swap.h"
+#include "tensor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEPTH 8
+#define NBLK 64      /* blocks of the round trip */
+#define SLOT_PAGES 8 /* each block lives in its own slot */
+#define FILE_PAGES (NBLK * SLOT_PAGES)
+#define FILE_BYTES ((uint64_t)FILE_PAGES * NTO_PAGE)
+
+typedef struct {
+  nto_io_kind kind;
+  int direct;
+  const char *name;
+} param;
+
+static const param params[] = {
+    {NTO_IO_URING, 0, "io_uring/buffered"},
+    {NTO_IO_URING, 1, "io_uring/direct"},
+    {NTO_IO_PSYNC, 0, "psync/buffered"},
+    {NTO_IO_PSYNC, 1, "psync/direct"},
+};
+#define NPARAM (sizeof params / sizeof params[0])
+
+typedef struct {
+  const param *p;
+  char dir[256];
+  nto_swap *swap;
+  nto_io *io;
+  char skip[NTO_ERR_MSG_MAX + 64]; /* reason to skip, "" to run */
+} fixture;
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  fx->p = *state;
+  if (tmpdir_make(fx->dir, sizeof fx->dir, "iobackend") != 0) {
+    free(fx);
+    return -1;
+  }
+  *state = fx;
+  nto_io_fault_set(NULL);
+  nto_swap_opts o = {fx->dir, FILE_BYTES, fx->p->direct};
+  nto_err err = {0};
+  int rc = nto_swap_open(&fx->swap, &o, &err);
+  if (rc == NTO_EUNSUPPORTED && fx->p->direct) {
+    snprintf(fx->skip, sizeof fx->skip, "%s", err.msg);
+    return 0;
+  }
+  if (rc != 0) {
+    print_error("swap: %s\n", err.msg);
+    return -1;
+  }
+  rc = nto_io_create(&fx->io, fx->p->kind, nto_swap_fd(fx->swap), DEPTH, &err);
+  if (rc == NTO_EUNSUPPORTED && fx->p->kind == NTO_IO_URING) {
+    snprintf(fx->skip, sizeof fx->skip, "%s", err.msg);
+    return 0;
+  }
+  if (rc != 0) {
+    print_error("io: %s\n", err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  nto_io_fault_set(NULL);
+  nto_io_destroy(fx->io);
+  nto_swap_close(fx->swap);
+  tmpdir_remove(fx->dir);
+  free(fx);
+  return 0;
+}
+
+/* The fixture, or skip the test with its reason. */
+static fixture *begin(void **state) {
+  fixture *fx = *state;
+  if (fx->skip[0]) {
+    print_message("skipped (%s): %s\n", fx->p->name, fx->skip);
+    skip();
+  }
+  assert_int_equal(nto_io_kind_of(fx->io), fx->p->kind);
+  return fx;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+/* A request with its own page-aligned buffer of pages pages. */
+typedef struct {
+  nto_io_req r;
+  unsigned char *buf;
+} block;
+
+static void block_init(block *b, nto_io_op op, size_t pages, int64_t offset,
+                       int index) {
+  memset(b, 0, sizeof *b);
+  b->buf = (unsigned char *)nto_alloc_aligned(pages ? pages * NTO_PAGE : 1);
+  assert_non_null(b->buf);
+  b->r.op = op;
+  b->r.buf = b->buf;
+  b->r.len = pages * NTO_PAGE;
+  b->r.offset = offset;
+  b->r.user = (void *)(intptr_t)index;
+  b->r.result = 12345; /* submit must reset it */
+  b->r.done = 777;
+}
+
+static void block_free(block *b) { nto_free_aligned((float *)b->buf); }
+
+static void fill_random(unsigned char *p, size_t n, nto_rng *rng) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (unsigned char)(nto_rng_next(rng) >> 56);
+}
+
+/*
+ * Submit b[0..n) on io, flush, and reap them all, at most max per call.
+ * Checks every request comes back exactly once with its cookie and that
+ * pending counts down.
+ */
+static void run_all(nto_io *io, block *b, int n, int max) {
+  unsigned before = nto_io_pending(io);
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(nto_io_submit(io, &b[i].r), 0);
+    assert_int_equal(b[i].r.result, 0);
+    assert_int_equal(b[i].r.done, 0);
+  }
+  assert_int_equal(nto_io_pending(io), before + (unsigned)n);
+  assert_int_equal(nto_io_flush(io), 0);
+  char *seen = calloc((size_t)n, 1);
+  nto_io_req *done[NBLK];
+  int got = 0;
+  while (got < n) {
+    int k = nto_io_reap(io, done, max, 1);
+    if (k < 0)
+      fail_msg("reap: %s", strerror(-k));
+    assert_true(k >= 1 && k <= max);
+    for (int j = 0; j < k; j++) {
+      intptr_t i = (intptr_t)done[j]->user;
+      assert_true(i >= 0 && i < n);
+      assert_ptr_equal(done[j], &b[i].r);
+      assert_int_equal(seen[i], 0);
+      seen[i] = 1;
+    }
+    got += k;
+    assert_int_equal(nto_io_pending(io), before + (unsigned)(n - got));
+  }
+  free(seen);
+}
+
+static void assert_ok(const block *b, int i) {
+  if (b->r.result != 0)
+    fail_msg("request %d: %s", i, strerror(-b->r.result));
+  assert_int_equal(b->r.done, b->r.len);
+}
+
+/* Read len bytes at offset with plain pread into an aligned buffer. */
+static unsigned char *pread_block(int fd, size_t len, int64_t offset) {
+  unsigned char *p = (unsigned char *)nto_alloc_aligned(len);
+  assert_non_null(p);
+  assert_int_equal(pread(fd, p, len, (off_t)offset), (ssize_t)len);
+  return p;
+}
+
+/* Write n blocks of pages pages at slot i * SLOT_PAGES, random content. */
+static void write_blocks(fixture *fx, block *w, int n, size_t pages,
+                         uint64_t seed) {
+  nto_rng rng;
+  nto_rng_seed(&rng, seed);
+  for (int i = 0; i < n; i++) {
+    block_init(&w[i], NTO_IO_WRITE, pages, (int64_t)i * SLOT_PAGES * NTO_PAGE,
+               i);
+    fill_random(w[i].buf, w[i].r.len, &rng);
+  }
+  run_all(fx->io, w, n, DEPTH);
+}
+
+/* Read blocks like w[0..n) into r[0..n) (buffers set to 0xee first). */
+static void read_blocks(fixture *fx, const block *w, block *r, int n) {
+  for (int i = 0; i < n; i++) {
+    block_init(&r[i], NTO_IO_READ, w[i].r.len / NTO_PAGE, w[i].r.offset, i);
+    memset(r[i].buf, 0xee, r[i].r.len);
+  }
+  run_all(fx->io, r, n, DEPTH);
+}
+
+/* --------------------------------------------------------------- tests */
+
+static void test_round_trip(void **state) {
+  fixture *fx = begin(state);
+  int fd = nto_swap_fd(fx->swap);
+  nto_rng rng;
+  nto_rng_seed(&rng, 42);
+  int perm[NBLK];
+  for (int i = 0; i < NBLK; i++)
+    perm[i] = i;
+  for (int i = NBLK - 1; i > 0; i--) {
+    int j = (int)nto_rng_below(&rng, (uint32_t)i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  block w[NBLK], r[NBLK];
+  for (int i = 0; i < NBLK; i++) {
+    size_t pages = 1 + nto_rng_below(&rng, SLOT_PAGES);
+    size_t skip = nto_rng_below(&rng, (uint32_t)(SLOT_PAGES - pages + 1));
+    int64_t off = ((int64_t)perm[i] * SLOT_PAGES + (int64_t)skip) * NTO_PAGE;
+    block_init(&w[i], NTO_IO_WRITE, pages, off, i);
+    fill_random(w[i].buf, w[i].r.len, &rng);
+  }
+  run_all(fx->io, w, NBLK, 5); /* fewer per reap than the depth */
+  for (int i = 0; i < NBLK; i++)
+    assert_ok(&w[i], i);
+  /* The bytes are in the file, where they belong. */
+  for (int i = 0; i < NBLK; i++) {
+    unsigned char *p = pread_block(fd, w[i].r.len, w[i].r.offset);
+    assert_memory_equal(p, w[i].buf, w[i].r.len);
+    nto_free_aligned((float *)p);
+  }
+  /* Read back in reverse order through the queue. */
+  for (int i = 0; i < NBLK; i++) {
+    const block *src = &w[NBLK - 1 - i];
+    block_init(&r[i], NTO_IO_READ, src->r.len / NTO_PAGE, src->r.offset, i);
+    memset(r[i].buf, 0xee, r[i].r.len);
+  }
+  run_all(fx->io, r, NBLK, NBLK);
+  for (int i = 0; i < NBLK; i++) {
+    assert_ok(&r[i], i);
+    assert_memory_equal(r[i].buf, w[NBLK - 1 - i].buf, r[i].r.len);
+  }
+  for (int i = 0; i < NBLK; i++) {
+    block_free(&w[i]);
+    block_free(&r[i]);
+  }
+  assert_int_equal(nto_io_pending(fx->io), 0);
+}
+
+static void test_empty_and_nowait(void **state) {
+  fixture *fx = begin(state);
+  nto_io_req *done[4];
+  /* Nothing pending: no blocking, nothing reaped. */
+  assert_int_equal(nto_io_reap(fx->io, done, 4, 1), 0);
+  assert_int_equal(nto_io_reap(fx->io, done, 4, 0), 0);
+  assert_int_equal(nto_io_flush(fx->io), 0);
+  /* A zero-length request completes with 0. */
+  block z;
+  block_init(&z, NTO_IO_READ, 0, 0, 0);
+  run_all(fx->io, &z, 1, 1);
+  assert_int_equal(z.r.result, 0);
+  assert_int_equal(z.r.done, 0);
+  block_free(&z);
+  /* Polling without waiting eventually gets the request. */
+  block b;
+  block_init(&b, NTO_IO_READ, 1, 0, 0);
+  assert_int_equal(nto_io_submit(fx->io, &b.r), 0);
+  assert_int_equal(nto_io_reap(fx->io, done, 0, 1), 0); /* max 0 */
+  int k = 0;
+  for (int spin = 0; k == 0 && spin < 1000000; spin++)
+    k = nto_io_reap(fx->io, done, 4, 0);
+  assert_int_equal(k, 1);
+  assert_ptr_equal(done[0], &b.r);
+  assert_ok(&b, 0);
+  block_free(&b);
+}
+
+static void test_fault_fail(void **state) {
+  fixture *fx = begin(state);
+  int fd = nto_swap_fd(fx->swap);
+  enum { N = 12 };
+  block w[N], r[N];
+  nto_io_fault f = {NTO_IO_WRITE, 5, -ENOSPC, 0};
+  nto_io_fault_set(&f);
+  write_blocks(fx, w, N, 2, 7);
+  for (int i = 0; i < N; i++) {
+    if (i == 4) {
+      assert_int_equal(w[i].r.result, -ENOSPC);
+      /* Failed without I/O: the preallocated zeros are still there. */
+      unsigned char *p = pread_block(fd, w[i].r.len, w[i].r.offset);
+      for (size_t j = 0; j < w[i].r.len; j++)
+        assert_int_equal(p[j], 0);
+      nto_free_aligned((float *)p);
+    } else {
+      assert_ok(&w[i], i);
+    }
+  }
+  /* Counting restarts with each set, and only requests of the op count. */
+  f = (nto_io_fault){NTO_IO_READ, 3, -EIO, 0};
+  nto_io_fault_set(&f);
+  block x; /* a write: not counted */
+  block_init(&x, NTO_IO_WRITE, 2, w[4].r.offset, 0);
+  memcpy(x.buf, w[4].buf, x.r.len);
+  run_all(fx->io, &x, 1, 1);
+  assert_ok(&x, 0);
+  block_free(&x);
+  read_blocks(fx, w, r, N);
+  for (int i = 0; i < N; i++) {
+    if (i == 2) {
+      assert_int_equal(r[i].r.result, -EIO);
+      continue;
+    }
+    assert_ok(&r[i], i);
+    assert_memory_equal(r[i].buf, w[i].buf, r[i].r.len);
+  }
+  for (int i = 0; i < N; i++)
+    block_free(&r[i]);
+  /* Cleared: everything succeeds. */
+  nto_io_fault_set(NULL);
+  read_blocks(fx, w, r, N);
+  for (int i = 0; i < N; i++) {
+    assert_ok(&r[i], i);
+    assert_memory_equal(r[i].buf, w[i].buf, r[i].r.len);
+    block_free(&r[i]);
+    block_free(&w[i]);
+  }
+}
+
+static void test_fault_across_queues(void **state) {
+  fixture *fx = begin(state);
+  nto_io *io2;
+  nto_err err = {0};
+  assert_int_equal(
+      nto_io_create(&io2, fx->p->kind, nto_swap_fd(fx->swap), 2, &err), 0);
+  enum { N = 6 };
+  block w[N];
+  for (int i = 0; i < N; i++)
+    block_init(&w[i], NTO_IO_WRITE, 1, (int64_t)i * NTO_PAGE, i);
+  nto_io_fault f = {NTO_IO_WRITE, 3, -EDQUOT, 0};
+  nto_io_fault_set(&f);
+  /* Alternate queues: the third submission is the second on fx->io. */
+  for (int i = 0; i < N; i++)
+    assert_int_equal(nto_io_submit(i % 2 ? io2 : fx->io, &w[i].r), 0);
+  nto_io_req *done[N];
+  int got = 0;
+  while (got < N) {
+    int k = 0;
+    if (nto_io_pending(fx->io))
+      k += nto_io_reap(fx->io, done + got, N - got, 1);
+    if (nto_io_pending(io2))
+      k += nto_io_reap(io2, done + got + k, N - got - k, 1);
+    assert_true(k > 0);
+    got += k;
+  }
+  for (int i = 0; i < N; i++) {
+    if (i == 2)
+      assert_int_equal(w[i].r.result, -EDQUOT);
+    else
+      assert_ok(&w[i], i);
+    block_free(&w[i]);
+  }
+  nto_io_destroy(io2);
+}
+
+static void test_fault_short(void **state) {
+  fixture *fx = begin(state);
+  int fd = nto_swap_fd(fx->swap);
+  enum { N = 6 };
+  static const size_t pages[N] = {4, 3, 1, 8, 2, 5};
+  block w[N], r[N];
+  nto_rng rng;
+  nto_rng_seed(&rng, 99);
+  for (int nth = 1; nth <= N; nth++) {
+    for (int i = 0; i < N; i++) {
+      block_init(&w[i], NTO_IO_WRITE, pages[i],
+                 (int64_t)i * SLOT_PAGES * NTO_PAGE, i);
+      fill_random(w[i].buf, w[i].r.len, &rng);
+    }
+    nto_io_fault f = {NTO_IO_WRITE, 0, 0, nth};
+    nto_io_fault_set(&f);
+    run_all(fx->io, w, N, DEPTH);
+    for (int i = 0; i < N; i++) {
+      assert_ok(&w[i], i);
+      unsigned char *p = pread_block(fd, w[i].r.len, w[i].r.offset);
+      assert_memory_equal(p, w[i].buf, w[i].r.len);
+      nto_free_aligned((float *)p);
+    }
+    f = (nto_io_fault){NTO_IO_READ, 0, 0, nth};
+    nto_io_fault_set(&f);
+    read_blocks(fx, w, r, N);
+    for (int i = 0; i < N; i++) {
+      assert_ok(&r[i], i);
+      assert_memory_equal(r[i].buf, w[i].buf, r[i].r.len);
+      block_free(&r[i]);
+      block_free(&w[i]);
+    }
+  }
+}
+
+static void test_read_past_eof(void **state) {
+  fixture *fx = begin(state);
+  enum { N = 5 };
+  block r[N];
+  block_init(&r[0], NTO_IO_READ, 1, 0, 0); /* fine */
+  block_init(&r[1], NTO_IO_READ, 2, (int64_t)FILE_BYTES - NTO_PAGE, 1);
+  block_init(&r[2], NTO_IO_READ, 1, (int64_t)FILE_BYTES, 2);
+  block_init(&r[3], NTO_IO_READ, 3, (int64_t)FILE_BYTES + 10 * NTO_PAGE, 3);
+  block_init(&r[4], NTO_IO_READ, 1, (int64_t)FILE_BYTES - NTO_PAGE, 4);
+  run_all(fx->io, r, N, DEPTH);
+  assert_ok(&r[0], 0);
+  assert_int_equal(r[1].r.result, -EIO);
+  assert_int_equal(r[2].r.result, -EIO);
+  assert_int_equal(r[3].r.result, -EIO);
+  assert_ok(&r[4], 4);
+  for (int i = 0; i < N; i++)
+    block_free(&r[i]);
+}
+
+static void test_destroy_pending(void **state) {
+  fixture *fx = begin(state);
+  int fd = nto_swap_fd(fx->swap);
+  enum { N = 3 * DEPTH };
+  block w[N];
+  nto_rng rng;
+  nto_rng_seed(&rng, 5);
+  for (int i = 0; i < N; i++) {
+    block_init(&w[i], NTO_IO_WRITE, 2, (int64_t)i * SLOT_PAGES * NTO_PAGE, i);
+    fill_random(w[i].buf, w[i].r.len, &rng);
+    assert_int_equal(nto_io_submit(fx->io, &w[i].r), 0);
+  }
+  assert_int_equal(nto_io_flush(fx->io), 0);
+  assert_int_equal(nto_io_pending(fx->io), N);
+  nto_io_destroy(fx->io); /* waits: every write has landed afterwards */
+  fx->io = NULL;
+  for (int i = 0; i < N; i++) {
+    assert_ok(&w[i], i);
+    unsigned char *p = pread_block(fd, w[i].r.len, w[i].r.offset);
+    assert_memory_equal(p, w[i].buf, w[i].r.len);
+    nto_free_aligned((float *)p);
+    block_free(&w[i]);
+  }
+}
+
+/* Not parametrized: names, parsing, argument checks, AUTO. */
+static void test_api(void **state) {
+  (void)state;
+  assert_string_equal(nto_io_kind_name(NTO_IO_URING), "io_uring");
+  assert_string_equal(nto_io_kind_name(NTO_IO_PSYNC), "psync");
+  assert_string_equal(nto_io_kind_name(NTO_IO_AUTO), "auto");
+  assert_int_equal(nto_io_kind_parse("uring"), NTO_IO_URING);
+  assert_int_equal(nto_io_kind_parse("io_uring"), NTO_IO_URING);
+  assert_int_equal(nto_io_kind_parse("psync"), NTO_IO_PSYNC);
+  assert_int_equal(nto_io_kind_parse("auto"), NTO_IO_AUTO);
+  assert_int_equal(nto_io_kind_parse("aio"), -1);
+  assert_int_equal(nto_io_kind_parse(""), -1);
+  assert_int_equal(nto_io_kind_parse(NULL), -1);
+  nto_io *io = NULL;
+  nto_err err = {0};
+  int fd = open("/dev/null", O_RDWR);
+  assert_true(fd >= 0);
+  assert_int_equal(nto_io_create(&io, NTO_IO_PSYNC, fd, 0, &err), NTO_EINVAL);
+  assert_int_equal(nto_io_create(&io, NTO_IO_PSYNC, -1, 4, &err), NTO_EINVAL);
+  assert_int_equal(nto_io_create(&io, NTO_IO_URING, fd, 100000, &err),
+                   NTO_EINVAL);
+  assert_int_equal(nto_io_create(&io, (nto_io_kind)7, fd, 4, &err), NTO_EINVAL);
+  assert_null(io);
+  assert_int_equal(nto_io_create(&io, NTO_IO_AUTO, fd, 4, &err), 0);
+  nto_io_kind got = nto_io_kind_of(io);
+  assert_true(got == NTO_IO_URING || got == NTO_IO_PSYNC);
+  nto_io_destroy(io);
+  nto_io_destroy(NULL);
+  int rc = nto_io_create(&io, NTO_IO_URING, fd, 4, &err);
+  if (rc == NTO_EUNSUPPORTED) {
+    if (strncmp(err.msg, "io_uring unavailable: ", 22) != 0)
+      fail_msg("message: %s", err.msg);
+    assert_int_equal(got, NTO_IO_PSYNC);
+  } else {
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, NTO_IO_URING);
+    nto_io_destroy(io);
+  }
+  close(fd);
+  print_message("auto picks %s\n", nto_io_kind_name(got));
+}
+
+typedef void (*test_fn)(void **);
+
+int main(void) {
+  static const struct {
+    const char *name;
+    test_fn fn;
+  } fns[] = {
+      {"round_trip", test_round_trip},
+      {"empty_and_nowait", test_empty_and_nowait},
+      {"fault_fail", test_fault_fail},
+      {"fault_across_queues", test_fault_across_queues},
+      {"fault_short", test_fault_short},
+      {"read_past_eof", test_read_past_eof},
+      {"destroy_pending", test_destroy_pending},
+  };
+  enum { NFN = sizeof fns / sizeof fns[0] };
+  static char names[NFN * NPARAM][80];
+  struct CMUnitTest tests[NFN * NPARAM + 1];
+  size_t t = 0;
+  for (size_t i = 0; i < NFN; i++)
+    for (size_t j = 0; j < NPARAM; j++, t++) {
+      snprintf(names[t], sizeof names[t], "%s/%s", fns[i].name, params[j].name);
+      tests[t] = (struct CMUnitTest){names[t], fns[i].fn, setup, teardown,
+                                     (void *)&params[j]};
+    }
+  tests[t] = (struct CMUnitTest)cmocka_unit_test(test_api);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
