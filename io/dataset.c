@@ -8,10 +8,19 @@
  *
  *   source --read one sample--> [shuffle buffer of B slots] --pick--> batch
  *
- * Only the shuffle buffer (B samples, adapted to the model input) and one
- * raw image row live in RAM; files are streamed (zlib gzread for IDX, which
- * handles gzip and plain files alike; stdio fread for raw files). Each epoch
- * (nto_dataset_rewind) rewinds the streams and re-checks the headers.
+ * Only the shuffle buffer (B slots) and one raw image live in RAM; files
+ * are streamed (zlib gzread for IDX, which handles gzip and plain files
+ * alike; stdio fread for raw files). Each epoch (nto_dataset_rewind)
+ * rewinds the streams and re-checks the headers.
+ *
+ * A slot holds a sample in its most compact form (slot_bytes): for IDX the
+ * raw image bytes and the label byte (rows*cols + 1 bytes: 785 for
+ * Fashion-MNIST), adapted to the model input (scaled, padded, replicated,
+ * one-hot) only when the slot is copied into a batch (slot_emit); for raw
+ * and synthetic sources, whose samples are floats already, the float
+ * features then the one-hot label ((c*h*w + num_classes) * 4 bytes). The
+ * adaptation is the same arithmetic at either point, so batches do not
+ * depend on whether a sample went through the buffer.
  *
  * Shuffling: the buffer is filled with the first B samples of the epoch;
  * every output takes a uniformly random occupied slot (nto_rng_below) and
@@ -88,11 +97,10 @@ struct nto_dataset {
   uint64_t epoch;     /* rewinds since the last nto_dataset_shuffle() */
   size_t cap;         /* active buffer size this epoch (<= 1: none) */
   nto_rng rng;
-  float *bx;        /* (buf_alloc, feat) */
-  float *by;        /* (buf_alloc, num_classes) */
-  size_t buf_alloc; /* slots allocated */
-  size_t fill;      /* occupied slots */
-  int primed;       /* buffer filled for this epoch */
+  unsigned char *buf; /* (buf_alloc, slot_bytes(ds)) */
+  size_t buf_alloc;   /* slots allocated */
+  size_t fill;        /* occupied slots */
+  int primed;         /* buffer filled for this epoch */
 
   char name[160];
   char desc[400];
@@ -343,33 +351,43 @@ static int idx_rewind(nto_dataset *ds, nto_err *err) {
 }
 
 /*
- * Read sample ds->pos: x (c, h, w) gets the image scaled to [0, 1], padded
- * centred with zeros and replicated over channels; y (num_classes) one-hot.
+ * Read sample ds->pos of the streams: its raw image into pix (rows*cols
+ * bytes) and its label into *lab, checked to be < num_classes.
  */
-static int idx_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
+static int idx_fetch(nto_dataset *ds, unsigned char *pix, unsigned char *lab,
+                     nto_err *err) {
   size_t npix = (size_t)ds->rows * (size_t)ds->cols;
   int rc =
-      gz_read_full(ds->img, ds->pix, npix, ds->img_path,
+      gz_read_full(ds->img, pix, npix, ds->img_path,
                    IDX_IMAGES_HEADER + (uint64_t)ds->pos * npix, "image", err);
   if (rc)
     return rc;
-  unsigned char lab;
-  rc = gz_read_full(ds->lbl, &lab, 1, ds->lbl_path,
+  rc = gz_read_full(ds->lbl, lab, 1, ds->lbl_path,
                     IDX_LABELS_HEADER + (uint64_t)ds->pos, "label", err);
   if (rc)
     return rc;
-  if (lab >= ds->num_classes)
+  if (*lab >= ds->num_classes)
     return nto_err_set(err, NTO_EDATA,
                        "%s: byte offset %" PRIu64
                        ": label %d out of range [0, %d)",
                        ds->lbl_path, IDX_LABELS_HEADER + (uint64_t)ds->pos,
-                       (int)lab, ds->num_classes);
+                       (int)*lab, ds->num_classes);
+  return 0;
+}
+
+/*
+ * Adapt one raw image pix (rows, cols) to the model input: x (c, h, w) gets
+ * it scaled to [0, 1], padded centred with zeros and replicated over
+ * channels; y (num_classes) the one-hot of lab.
+ */
+static void idx_adapt(const nto_dataset *ds, const unsigned char *pix,
+                      unsigned char lab, float *x, float *y) {
   size_t h = (size_t)ds->sample.h, w = (size_t)ds->sample.w;
   size_t top = (h - (size_t)ds->rows) / 2, left = (w - (size_t)ds->cols) / 2;
   size_t plane = h * w;
   memset(x, 0, plane * sizeof *x);
   for (size_t r = 0; r < (size_t)ds->rows; r++) {
-    const unsigned char *src = ds->pix + r * (size_t)ds->cols;
+    const unsigned char *src = pix + r * (size_t)ds->cols;
     float *dst = x + (top + r) * w + left;
     for (size_t c = 0; c < (size_t)ds->cols; c++)
       dst[c] = (float)src[c] / 255.0f;
@@ -378,7 +396,15 @@ static int idx_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
     memcpy(x + (size_t)ch * plane, x, plane * sizeof *x);
   memset(y, 0, (size_t)ds->num_classes * sizeof *y);
   y[lab] = 1.0f;
-  return 0;
+}
+
+/* Sample ds->pos adapted into x (c, h, w) and y (num_classes). */
+static int idx_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
+  unsigned char lab;
+  int rc = idx_fetch(ds, ds->pix, &lab, err);
+  if (rc == 0)
+    idx_adapt(ds, ds->pix, lab, x, y);
+  return rc;
 }
 
 static int open_idx_named(nto_dataset **out, const char *images,
@@ -631,6 +657,38 @@ static int src_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
   return rc;
 }
 
+/* Bytes of one shuffle-buffer slot (see DESIGN). */
+static size_t slot_bytes(const nto_dataset *ds) {
+  if (ds->kind == SRC_IDX)
+    return (size_t)ds->rows * (size_t)ds->cols + 1;
+  return (ds->feat + (size_t)ds->num_classes) * sizeof(float);
+}
+
+/* Read the next source sample (index ds->pos) into slot s; advance pos. */
+static int slot_fill(nto_dataset *ds, unsigned char *s, nto_err *err) {
+  if (ds->kind != SRC_IDX) {
+    float *f = (float *)(void *)s; /* slot_bytes is a multiple of 4 */
+    return src_read(ds, f, f + ds->feat, err);
+  }
+  size_t npix = (size_t)ds->rows * (size_t)ds->cols;
+  int rc = idx_fetch(ds, s, s + npix, err);
+  if (rc == 0)
+    ds->pos++;
+  return rc;
+}
+
+/* Write the sample held in slot s into a batch row x (c, h, w), y. */
+static void slot_emit(const nto_dataset *ds, const unsigned char *s, float *x,
+                      float *y) {
+  if (ds->kind == SRC_IDX) {
+    size_t npix = (size_t)ds->rows * (size_t)ds->cols;
+    idx_adapt(ds, s, s[npix], x, y);
+    return;
+  }
+  memcpy(x, s, ds->feat * sizeof *x);
+  memcpy(y, s + ds->feat * sizeof *x, (size_t)ds->num_classes * sizeof *y);
+}
+
 size_t nto_dataset_size(const nto_dataset *ds) { return epoch_size(ds); }
 
 void nto_dataset_limit(nto_dataset *ds, size_t n) {
@@ -665,25 +723,19 @@ int nto_dataset_rewind(nto_dataset *ds, nto_err *err) {
   if (cap > UINT32_MAX)
     cap = UINT32_MAX;
   if (cap > 1 && cap > ds->buf_alloc) {
-    size_t nc = (size_t)ds->num_classes;
-    if (cap > SIZE_MAX / sizeof(float) / (ds->feat + nc))
+    size_t slot = slot_bytes(ds);
+    if (cap > SIZE_MAX / slot)
       return nto_err_set(err, NTO_ENOMEM,
                          "dataset: shuffle buffer of %zu samples too large",
                          cap);
-    float *bx = malloc(cap * ds->feat * sizeof *bx);
-    float *by = malloc(cap * nc * sizeof *by);
-    if (bx == NULL || by == NULL) {
-      free(bx);
-      free(by);
+    unsigned char *buf = malloc(cap * slot);
+    if (buf == NULL)
       return nto_err_set(err, NTO_ENOMEM,
                          "dataset: out of memory for a shuffle buffer of "
-                         "%zu samples",
-                         cap);
-    }
-    free(ds->bx);
-    free(ds->by);
-    ds->bx = bx;
-    ds->by = by;
+                         "%zu samples (%zu bytes)",
+                         cap, cap * slot);
+    free(ds->buf);
+    ds->buf = buf;
     ds->buf_alloc = cap;
   }
   ds->cap = cap;
@@ -712,9 +764,9 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
       k++;
     }
   } else if (rc == 0) {
+    size_t slot = slot_bytes(ds);
     while (!ds->primed && ds->fill < ds->cap && ds->pos < end) {
-      if ((rc = src_read(ds, ds->bx + ds->fill * feat, ds->by + ds->fill * nc,
-                         err)))
+      if ((rc = slot_fill(ds, ds->buf + ds->fill * slot, err)))
         break;
       ds->fill++;
     }
@@ -722,17 +774,15 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
       ds->primed = 1;
     while (rc == 0 && k < batch && ds->fill > 0) {
       size_t j = nto_rng_below(&ds->rng, (uint32_t)ds->fill);
-      memcpy(x + (size_t)k * feat, ds->bx + j * feat, feat * sizeof *x);
-      memcpy(y + (size_t)k * nc, ds->by + j * nc, nc * sizeof *y);
+      slot_emit(ds, ds->buf + j * slot, x + (size_t)k * feat,
+                y + (size_t)k * nc);
       k++;
       if (ds->pos < end) {
-        rc = src_read(ds, ds->bx + j * feat, ds->by + j * nc, err);
+        rc = slot_fill(ds, ds->buf + j * slot, err);
       } else {
         size_t last = ds->fill - 1;
-        if (j != last) {
-          memcpy(ds->bx + j * feat, ds->bx + last * feat, feat * sizeof *x);
-          memcpy(ds->by + j * nc, ds->by + last * nc, nc * sizeof *y);
-        }
+        if (j != last)
+          memcpy(ds->buf + j * slot, ds->buf + last * slot, slot);
         ds->fill--;
       }
     }
@@ -761,7 +811,6 @@ void nto_dataset_close(nto_dataset *ds) {
   free(ds->raw_path);
   free(ds->pix);
   free(ds->proj);
-  free(ds->bx);
-  free(ds->by);
+  free(ds->buf);
   free(ds);
 }

@@ -58,8 +58,8 @@ int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
  * a model can learn it.
  */
 int nto_dataset_open_synthetic(nto_dataset **out, size_t num_samples,
-                               nto_shape sample, int num_classes,
-                               uint64_t seed, nto_err *err);
+                               nto_shape sample, int num_classes, uint64_t seed,
+                               nto_err *err);
 
 /* Number of samples one epoch yields (after nto_dataset_limit). */
 size_t nto_dataset_size(const nto_dataset *ds);
@@ -69,10 +69,14 @@ void nto_dataset_limit(nto_dataset *ds, size_t n);
 
 /*
  * Shuffle with a buffer of buffer_samples samples (0 or 1: no shuffle),
- * seeded with seed; deterministic. Takes effect at the next rewind.
+ * seeded with seed; deterministic. Takes effect at the next rewind, which
+ * allocates the buffer (min(buffer_samples, nto_dataset_size) slots; it
+ * fails with NTO_ENOMEM if it cannot). Memory per slot: IDX sources keep
+ * the raw image and label, rows*cols + 1 bytes (785 for 28x28), and adapt
+ * a sample when it is copied into a batch; raw and synthetic sources keep
+ * (c*h*w + num_classes) * 4 bytes of floats.
  */
-void nto_dataset_shuffle(nto_dataset *ds, size_t buffer_samples,
-                         uint64_t seed);
+void nto_dataset_shuffle(nto_dataset *ds, size_t buffer_samples, uint64_t seed);
 
 /* Start a new epoch (first call optional). Returns 0 or an error. */
 int nto_dataset_rewind(nto_dataset *ds, nto_err *err);

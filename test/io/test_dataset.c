@@ -744,6 +744,299 @@ static void test_synthetic(void **state) {
   nto_dataset_close(d);
 }
 
+/* --------------------------------------------- golden batches (regression)
+ *
+ * Batches recorded from the reader before the shuffle buffer stored raw IDX
+ * bytes (it held adapted floats then): the order of samples and the exact
+ * float values of every batch must not change for a given seed. Each batch
+ * is hashed over the bit patterns of all its x and y floats, padding rows
+ * included, so any changed value, order or zeroing fails the test.
+ */
+
+/* FNV-1a over 32-bit words, high half folded down at each step so that
+ * every bit of every word reaches every bit of h; chained through h. */
+static uint64_t hash_floats(uint64_t h, const float *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t w;
+    memcpy(&w, &p[i], sizeof w);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 32;
+  }
+  return h;
+}
+
+#define HASH_SEED 0xcbf29ce484222325ull
+
+/* On mismatch print every value (so a reviewer sees what changed), fail. */
+static void check_golden_u64(const char *what, const uint64_t *got,
+                             const uint64_t *want, int n) {
+  if (memcmp(got, want, (size_t)n * sizeof *got) == 0)
+    return;
+  print_message("%s: got {", what);
+  for (int i = 0; i < n; i++)
+    print_message("%s0x%016llxull", i ? ", " : "", (unsigned long long)got[i]);
+  print_message("}\n");
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail_msg("%s: entry %d: got 0x%016llx want 0x%016llx", what, i,
+               (unsigned long long)got[i], (unsigned long long)want[i]);
+}
+
+static void check_golden_int(const char *what, const int *got, const int *want,
+                             int n) {
+  if (memcmp(got, want, (size_t)n * sizeof *got) == 0)
+    return;
+  print_message("%s: got {", what);
+  for (int i = 0; i < n; i++)
+    print_message("%s%d", i ? ", " : "", got[i]);
+  print_message("}\n");
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail_msg("%s: entry %d: got %d want %d", what, i, got[i], want[i]);
+}
+
+/*
+ * Read batches of `batch` until the end of the epoch; hashes[] gets one hash
+ * per next() call (the final empty one included). Returns the call count.
+ */
+static int hash_epoch(nto_dataset *ds, size_t feat, int nc, int batch,
+                      uint64_t *hashes, int max) {
+  float *x = malloc((size_t)batch * feat * sizeof *x);
+  float *y = malloc((size_t)batch * (size_t)nc * sizeof *y);
+  nto_err err = {0};
+  int calls = 0, got;
+  do {
+    for (size_t i = 0; i < (size_t)batch * feat; i++)
+      x[i] = 123.0f;
+    for (size_t i = 0; i < (size_t)batch * (size_t)nc; i++)
+      y[i] = 123.0f;
+    if (nto_dataset_next(ds, x, y, batch, &got, &err))
+      fail_msg("next: %s", err.msg);
+    assert_true(calls < max);
+    uint64_t h = hash_floats(HASH_SEED, x, (size_t)batch * feat);
+    hashes[calls++] = hash_floats(h, y, (size_t)batch * (size_t)nc);
+  } while (got > 0);
+  free(x);
+  free(y);
+  return calls;
+}
+
+/* A 40-image IDX fixture whose pixel (0, 0) is 5 k, identifying image k. */
+enum { GN = 40 };
+
+static unsigned char gpixel(int k, int r, int c) {
+  return r == 0 && c == 0 ? (unsigned char)(5 * k) : pixel(k, r, c);
+}
+
+static int glabel(int k) { return (k * 7 + 3) % 10; }
+
+static void write_golden_pair(const fixture *fx, char *img, char *lbl,
+                              size_t len) {
+  snprintf(img, len, "%s/golden-images.gz", fx->dir);
+  snprintf(lbl, len, "%s/golden-labels.gz", fx->dir);
+  size_t npix = (size_t)ROWS * COLS;
+  unsigned char *b = calloc(1, 16 + GN * npix);
+  put_be32(b, 0x803);
+  put_be32(b + 4, GN);
+  put_be32(b + 8, ROWS);
+  put_be32(b + 12, COLS);
+  for (int k = 0; k < GN; k++)
+    for (int r = 0; r < ROWS; r++)
+      for (int c = 0; c < COLS; c++)
+        b[16 + k * npix + (size_t)r * COLS + c] = gpixel(k, r, c);
+  write_bytes(img, b, 16 + GN * npix, 1);
+  free(b);
+  unsigned char l[8 + GN];
+  put_be32(l, 0x801);
+  put_be32(l + 4, GN);
+  for (int k = 0; k < GN; k++)
+    l[8 + k] = (unsigned char)glabel(k);
+  write_bytes(lbl, l, sizeof l, 1);
+}
+
+/*
+ * Check a (3, 32, 32) row against a reference adaptation computed here
+ * (scale by 1/255, centre in 32x32, replicate) and return its image index.
+ */
+static int check_golden_row(const float *x, const float *y) {
+  int k = (int)lroundf(x[2 * 32 + 2] * 255.0f) / 5;
+  assert_in_range(k, 0, GN - 1);
+  for (int ch = 0; ch < 3; ch++)
+    for (int i = 0; i < 32; i++)
+      for (int j = 0; j < 32; j++) {
+        int r = i - 2, c = j - 2;
+        float want = r >= 0 && r < ROWS && c >= 0 && c < COLS
+                         ? (float)gpixel(k, r, c) / 255.0f
+                         : 0.0f;
+        float got = x[(ch * 32 + i) * 32 + j];
+        if (memcmp(&got, &want, sizeof got) != 0)
+          fail_msg("image %d ch %d (%d,%d): got %.9g want %.9g", k, ch, i, j,
+                   (double)got, (double)want);
+      }
+  for (int j = 0; j < 10; j++)
+    assert_true(y[j] == (j == glabel(k) ? 1.0f : 0.0f));
+  return k;
+}
+
+static void test_golden_idx_shuffled(void **state) {
+  fixture *fx = *state;
+  char img[512], lbl[512];
+  write_golden_pair(fx, img, lbl, sizeof img);
+  nto_dataset *ds = NULL;
+  nto_err err = {0};
+  nto_shape s = {1, 3, 32, 32};
+  if (nto_dataset_open_idx(&ds, img, lbl, s, 10, &err))
+    fail_msg("%s", err.msg);
+  enum { B = 6, FEAT = 3 * 32 * 32, CALLS = GN / B + 2 };
+  /* Epochs 0 and 1 of seed 99 with a 16-sample buffer. */
+  static const int want_order[2][GN] = {
+      {4,  14, 5,  11, 17, 1,  2,  20, 16, 19, 0,  12, 23, 10,
+       8,  25, 28, 6,  3,  32, 7,  13, 30, 38, 39, 24, 37, 29,
+       21, 35, 9,  27, 26, 15, 34, 33, 31, 22, 18, 36},
+      {2,  0,  6,  8,  1, 15, 12, 14, 5,  9,  13, 21, 26, 20,
+       28, 19, 30, 31, 3, 10, 25, 18, 4,  22, 36, 11, 39, 33,
+       32, 17, 37, 27, 7, 29, 23, 24, 38, 35, 34, 16}};
+  static const uint64_t want_hash[2][CALLS] = {
+      {0x57ea3b3906d0702aull, 0x50b9dd3ec30316abull, 0xf1c3e6ced84f0a67ull,
+       0xc2a2c35eafd6a356ull, 0x2717cb77f351eed8ull, 0x466ade0bd2ab8122ull,
+       0xa6b62fee4f05ec97ull, 0xdd8d7edc54fc11e7ull},
+      {0xa447d550b755159dull, 0x653b40d7c6e42f64ull, 0xe3a8af59059157bfull,
+       0x2b451090e4d0ca64ull, 0x9a9fe12b6325f4e5ull, 0x9d072b0c77f2d301ull,
+       0x3e0a033ffc8d823aull, 0xdd8d7edc54fc11e7ull}};
+  nto_dataset_shuffle(ds, 16, 99);
+  float x[B * FEAT], y[B * 10];
+  for (int epoch = 0; epoch < 2; epoch++) {
+    int order[GN], total = 0, got;
+    assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+    do {
+      assert_int_equal(nto_dataset_next(ds, x, y, B, &got, &err), 0);
+      for (int b = 0; b < got; b++) {
+        assert_true(total < GN);
+        order[total++] = check_golden_row(x + b * FEAT, y + b * 10);
+      }
+    } while (got > 0);
+    assert_int_equal(total, GN);
+    check_golden_int(epoch ? "order epoch 1" : "order epoch 0", order,
+                     want_order[epoch], GN);
+  }
+  /* The same two epochs again, hashed whole (padding rows included). */
+  nto_dataset_shuffle(ds, 16, 99);
+  for (int epoch = 0; epoch < 2; epoch++) {
+    uint64_t h[CALLS];
+    assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+    assert_int_equal(hash_epoch(ds, FEAT, 10, B, h, CALLS), CALLS);
+    check_golden_u64(epoch ? "hash epoch 1" : "hash epoch 0", h,
+                     want_hash[epoch], CALLS);
+  }
+  /* Limited to 25 samples, buffer 8, seed 5, one channel 30x29. */
+  nto_dataset_close(ds);
+  nto_shape s1 = {1, 1, 30, 29};
+  assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s1, 10, &err), 0);
+  nto_dataset_limit(ds, 25);
+  nto_dataset_shuffle(ds, 8, 5);
+  enum { CALLS1 = 25 / 4 + 2 };
+  static const uint64_t want_lim[CALLS1] = {
+      0xcaec9c2f7bb25895ull, 0xfc9df98e87d867acull, 0xb53f219b14a82458ull,
+      0xc87b79ab00963e6full, 0xf34604bdb4e512deull, 0xbf0b5dc409d0200dull,
+      0x13dae5f9b468003bull, 0x9569ee2cf9be54d9ull};
+  uint64_t h[CALLS1];
+  assert_int_equal(hash_epoch(ds, 30 * 29, 10, 4, h, CALLS1), CALLS1);
+  check_golden_u64("hash limited", h, want_lim, CALLS1);
+  nto_dataset_close(ds);
+}
+
+static void test_golden_fashion_mnist(void **state) {
+  (void)state;
+  struct stat st;
+  if (stat(FMNIST_DIR, &st) != 0) {
+    print_message("skipped: %s not installed\n", FMNIST_DIR);
+    skip();
+  }
+  nto_dataset *ds = NULL;
+  nto_err err = {0};
+  nto_shape s = {1, 3, 32, 32};
+  if (nto_dataset_open_idx_dir(&ds, FMNIST_DIR, "t10k", s, 10, &err))
+    fail_msg("%s", err.msg);
+  /* The training defaults: 512-sample buffer; seed 1; batch 32. First
+   * four batches of epochs 0 and 1, and a hash of all of epoch 2. */
+  enum { B = 32, FEAT = 3 * 32 * 32, NB = 4 };
+  static const uint64_t want[2][NB] = {
+      {0x43ca71266d0d33abull, 0x42b654acf6f12a18ull, 0xcc21aebef68879f6ull,
+       0x5b726b3239a44d58ull},
+      {0xf5cf6701a3b18a63ull, 0xd98b3e7a8c73f7efull, 0x2ea141c5d82861c8ull,
+       0x37a30034aab876ddull}};
+  static const uint64_t want_epoch2 = 0x5de96a8f22fb080eull;
+  nto_dataset_shuffle(ds, 512, 1);
+  float *x = malloc(B * FEAT * sizeof *x), y[B * 10];
+  int got;
+  for (int epoch = 0; epoch < 2; epoch++) {
+    uint64_t h[NB];
+    assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+    for (int i = 0; i < NB; i++) {
+      assert_int_equal(nto_dataset_next(ds, x, y, B, &got, &err), 0);
+      assert_int_equal(got, B);
+      h[i] = hash_floats(hash_floats(HASH_SEED, x, B * FEAT), y, B * 10);
+    }
+    check_golden_u64(epoch ? "fashion epoch 1" : "fashion epoch 0", h,
+                     want[epoch], NB);
+  }
+  assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+  uint64_t h = HASH_SEED;
+  int total = 0;
+  do {
+    assert_int_equal(nto_dataset_next(ds, x, y, B, &got, &err), 0);
+    h = hash_floats(hash_floats(h, x, B * FEAT), y, B * 10);
+    total += got;
+  } while (got > 0);
+  assert_int_equal(total, 10000);
+  check_golden_u64("fashion epoch 2", &h, &want_epoch2, 1);
+  free(x);
+  nto_dataset_close(ds);
+}
+
+/* Raw and synthetic sources keep float samples in the buffer: unchanged. */
+static void test_golden_raw_synthetic(void **state) {
+  fixture *fx = *state;
+  enum { N = 23, FEAT = 2 * 3 * 4, NC = 3, REC = FEAT + NC };
+  float *data = malloc(N * REC * sizeof *data);
+  for (int i = 0; i < N; i++) {
+    for (int j = 0; j < FEAT; j++)
+      data[i * REC + j] = (float)i * 0.5f - (float)j * 0.0625f;
+    for (int j = 0; j < NC; j++)
+      data[i * REC + FEAT + j] = j == i % NC ? 1.0f : 0.0f;
+  }
+  char path[512];
+  path_in(fx, path, sizeof path, "golden.dat");
+  write_bytes(path, (const unsigned char *)data, N * REC * sizeof *data, 0);
+  free(data);
+  nto_dataset *ds = NULL;
+  nto_err err = {0};
+  nto_shape s = {1, 2, 3, 4};
+  assert_int_equal(nto_dataset_open_raw(&ds, path, s, NC, &err), 0);
+  nto_dataset_shuffle(ds, 7, 17);
+  enum { CR = N / 5 + 2 };
+  static const uint64_t want_raw[CR] = {
+      0x1a66260a5d6fba67ull, 0xfd1a56f99f55d484ull, 0xb332b0df8c0d9613ull,
+      0x35abd707523aed04ull, 0xebc26bf1186033f0ull, 0x1bb088dec08c6c55ull};
+  uint64_t h[CR];
+  assert_int_equal(hash_epoch(ds, FEAT, NC, 5, h, CR), CR);
+  check_golden_u64("raw", h, want_raw, CR);
+  nto_dataset_close(ds);
+
+  nto_shape ss = {1, 3, 8, 8};
+  assert_int_equal(nto_dataset_open_synthetic(&ds, 50, ss, 5, 21, &err), 0);
+  nto_dataset_shuffle(ds, 12, 4);
+  enum { CS = 50 / 8 + 2 };
+  static const uint64_t want_syn[CS] = {
+      0xec8366af793e67ecull, 0xd61980f208aec94dull, 0x542eca2731bc3235ull,
+      0x1c7e2030ed340d71ull, 0x0deb32ecf0cfb9ecull, 0x3cf2574177d2b417ull,
+      0xd8f4858d974e6a47ull, 0x6972aa9d7f61c0a7ull};
+  uint64_t hs[CS];
+  assert_int_equal(hash_epoch(ds, 3 * 8 * 8, 5, 8, hs, CS), CS);
+  check_golden_u64("synthetic", hs, want_syn, CS);
+  nto_dataset_close(ds);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_idx_gz_pad_replicate, setup,
@@ -757,6 +1050,11 @@ int main(void) {
       cmocka_unit_test(test_fashion_mnist),
       cmocka_unit_test_setup_teardown(test_raw_round_trip, setup, teardown),
       cmocka_unit_test(test_synthetic),
+      cmocka_unit_test_setup_teardown(test_golden_idx_shuffled, setup,
+                                      teardown),
+      cmocka_unit_test(test_golden_fashion_mnist),
+      cmocka_unit_test_setup_teardown(test_golden_raw_synthetic, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
