@@ -17,6 +17,13 @@
  * as the reference implementation requires) before any data is read; then
  * each requested tensor is read with pread. F32 data is little-endian on
  * disk and converted on big-endian hosts.
+ *
+ * Tensors that are not in RAM (data NULL, see weights.h) go through one
+ * bounce buffer of the tensor's size at a time: saving fetches into it and
+ * writes it (values_for_write); loading reads into it and stores it
+ * (read_tensor). A callback's error is returned as is, with the path and
+ * tensor name prefixed to its message; for a save that happens inside
+ * atomic_save's writer, so the temp file is removed like on a write error.
  */
 #include "weights.h"
 
@@ -58,8 +65,9 @@ static void swap32(void *p, size_t n) {
   }
 }
 
-/* Check one tensor description for saving or loading. */
-static int check_tensor(const nto_named_tensor *t, int i, nto_err *err) {
+/* Check one tensor description for saving (saving = 1) or loading. */
+static int check_tensor(const nto_named_tensor *t, int i, int saving,
+                        nto_err *err) {
   if (t->name == NULL || t->name[0] == '\0')
     return nto_err_set(err, NTO_EINVAL, "weights: tensor %d has no name", i);
   if (t->ndim < 1 || t->ndim > 4)
@@ -69,8 +77,69 @@ static int check_tensor(const nto_named_tensor *t, int i, nto_err *err) {
     if (t->dims[d] < 0)
       return nto_err_set(err, NTO_EINVAL, "weights: %s: negative dimension",
                          t->name);
-  if (t->data == NULL && nto_named_numel(t) > 0)
-    return nto_err_set(err, NTO_EINVAL, "weights: %s: NULL data", t->name);
+  if (t->data == NULL && nto_named_numel(t) > 0 &&
+      (saving ? t->fetch == NULL : t->store == NULL))
+    return nto_err_set(err, NTO_EINVAL, "weights: %s: NULL data and no %s",
+                       t->name, saving ? "fetch callback" : "store callback");
+  return 0;
+}
+
+/*
+ * The return of a fetch or store callback (what) of t that failed with rc:
+ * rc, with "<path>: tensor "<name>": <what>: " prefixed to the callback's
+ * message (or a message of its own if the callback left none). A positive
+ * rc breaks the callback contract: NTO_EINVAL.
+ */
+static int callback_error(int rc, const char *what, const nto_named_tensor *t,
+                          const char *path, nto_err *err) {
+  if (rc > 0)
+    return nto_err_set(err, NTO_EINVAL,
+                       "%s: tensor \"%s\": %s returned %d, not 0 or a "
+                       "negative nto_status",
+                       path, t->name, what, rc);
+  if (err && err->code != rc)
+    return nto_err_set(err, rc, "%s: tensor \"%s\": %s failed: %s", path,
+                       t->name, what, nto_strerror(rc));
+  nto_err_prefix(err, rc, "%s: tensor \"%s\": %s: ", path, t->name, what);
+  return rc;
+}
+
+static int bounce_alloc(float **out, size_t count, const nto_named_tensor *t,
+                        const char *path, nto_err *err) {
+  *out = malloc(count * sizeof **out);
+  if (*out == NULL)
+    return nto_err_set(err, NTO_ENOMEM,
+                       "%s: tensor \"%s\": out of memory for a %zu-byte "
+                       "bounce buffer",
+                       path, t->name, count * sizeof **out);
+  return 0;
+}
+
+/*
+ * The values of t to write: *vals = t->data, or, when data is NULL, a new
+ * bounce buffer *bounce (malloc'ed, product(dims) floats, freed by the
+ * caller) filled by t->fetch. *bounce is NULL when none was needed.
+ * Returns 0, NTO_ENOMEM or the fetch's error (see callback_error).
+ */
+static int values_for_write(const nto_named_tensor *t, const char *path,
+                            const float **vals, float **bounce, nto_err *err) {
+  size_t count = nto_named_numel(t);
+  *vals = t->data;
+  *bounce = NULL;
+  if (t->data != NULL || count == 0)
+    return 0;
+  float *b;
+  int rc = bounce_alloc(&b, count, t, path, err);
+  if (rc)
+    return rc;
+  nto_err_clear(err);
+  rc = t->fetch(t->ctx, t->index, b, err);
+  if (rc) {
+    free(b);
+    return callback_error(rc, "fetch", t, path, err);
+  }
+  *vals = b;
+  *bounce = b;
   return 0;
 }
 
@@ -184,8 +253,12 @@ static int bin_write(FILE *f, const void *vctx, const char *path,
                      nto_err *err) {
   const bin_ctx *c = vctx;
   for (int i = 0; i < c->n; i++) {
-    int rc =
-        write_all(f, c->ts[i].data, nto_named_numel(&c->ts[i]) * 4, path, err);
+    const float *vals;
+    float *bounce;
+    int rc = values_for_write(&c->ts[i], path, &vals, &bounce, err);
+    if (rc == 0)
+      rc = write_all(f, vals, nto_named_numel(&c->ts[i]) * 4, path, err);
+    free(bounce);
     if (rc)
       return rc;
   }
@@ -197,7 +270,7 @@ int nto_weights_save_bin(const char *path, const nto_named_tensor *ts, int n,
   if (path == NULL || n < 0 || (n > 0 && ts == NULL))
     return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
   for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, err);
+    int rc = check_tensor(&ts[i], i, 1, err);
     if (rc)
       return rc;
   }
@@ -241,13 +314,43 @@ static int open_read(const char *path, int *fd, uint64_t *size, nto_err *err) {
   return 0;
 }
 
+/*
+ * Read t's product(dims) floats at byte offset off of fd into t->data, or,
+ * when data is NULL, into a bounce buffer handed to t->store. swap: the
+ * file is little-endian and the host is not. Returns 0, NTO_ENOMEM, the
+ * codes of pread_full, or the store's error (see callback_error).
+ */
+static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
+                       int swap, const char *path, nto_err *err) {
+  size_t count = nto_named_numel(t);
+  if (count == 0)
+    return 0;
+  float *dst = t->data, *bounce = NULL;
+  int rc = 0;
+  if (dst == NULL && (rc = bounce_alloc(&bounce, count, t, path, err)))
+    return rc;
+  if (bounce)
+    dst = bounce;
+  rc = pread_full(fd, dst, count * 4, off, path, err);
+  if (rc == 0 && swap)
+    swap32(dst, count);
+  if (rc == 0 && bounce) {
+    nto_err_clear(err);
+    rc = t->store(t->ctx, t->index, bounce, err);
+    if (rc)
+      rc = callback_error(rc, "store", t, path, err);
+  }
+  free(bounce);
+  return rc;
+}
+
 int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err) {
   if (path == NULL || n < 0 || (n > 0 && ts == NULL))
     return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
   uint64_t expect = 0;
   for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, err);
+    int rc = check_tensor(&ts[i], i, 0, err);
     if (rc)
       return rc;
     expect += (uint64_t)nto_named_numel(&ts[i]) * 4;
@@ -266,9 +369,8 @@ int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
   }
   uint64_t off = 0;
   for (int i = 0; i < n && rc == 0; i++) {
-    size_t bytes = nto_named_numel(&ts[i]) * 4;
-    rc = pread_full(fd, ts[i].data, bytes, off, path, err);
-    off += bytes;
+    rc = read_tensor(fd, off, &ts[i], 0, path, err);
+    off += (uint64_t)nto_named_numel(&ts[i]) * 4;
   }
   close(fd);
   return rc;
@@ -394,21 +496,21 @@ static int st_write(FILE *f, const void *vctx, const char *path, nto_err *err) {
   int rc = write_all(f, len8, 8, path, err);
   if (rc == 0)
     rc = write_all(f, c->header, c->header_len, path, err);
-  if (host_is_le()) {
-    for (int i = 0; i < c->n && rc == 0; i++)
-      rc = write_all(f, c->ts[i].data, nto_named_numel(&c->ts[i]) * 4, path,
-                     err);
-    return rc;
-  }
   float chunk[1024];
   for (int i = 0; i < c->n && rc == 0; i++) {
     size_t total = nto_named_numel(&c->ts[i]);
-    for (size_t o = 0; o < total && rc == 0; o += 1024) {
+    const float *vals;
+    float *bounce;
+    rc = values_for_write(&c->ts[i], path, &vals, &bounce, err);
+    if (rc == 0 && host_is_le())
+      rc = write_all(f, vals, total * 4, path, err);
+    for (size_t o = 0; rc == 0 && !host_is_le() && o < total; o += 1024) {
       size_t m = total - o < 1024 ? total - o : 1024;
-      memcpy(chunk, c->ts[i].data + o, m * 4);
+      memcpy(chunk, vals + o, m * 4);
       swap32(chunk, m);
       rc = write_all(f, chunk, m * 4, path, err);
     }
+    free(bounce);
   }
   return rc;
 }
@@ -418,7 +520,7 @@ int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
   if (path == NULL || n < 0 || (n > 0 && ts == NULL))
     return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
   for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, err);
+    int rc = check_tensor(&ts[i], i, 1, err);
     if (rc)
       return rc;
     if (strcmp(ts[i].name, "__metadata__") == 0)
@@ -1067,7 +1169,7 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
   if (path == NULL || n < 0 || (n > 0 && ts == NULL))
     return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
   for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, err);
+    int rc = check_tensor(&ts[i], i, 0, err);
     if (rc)
       return rc;
   }
@@ -1147,13 +1249,9 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
                        ts[i].name, fs, ws);
     }
   }
-  for (int i = 0; i < n && rc == 0; i++) {
-    size_t cnt = nto_named_numel(&ts[i]);
-    rc = pread_full(fd, ts[i].data, cnt * 4, data_start + found[i]->begin, path,
-                    err);
-    if (rc == 0 && !host_is_le())
-      swap32(ts[i].data, cnt);
-  }
+  for (int i = 0; i < n && rc == 0; i++)
+    rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], !host_is_le(),
+                     path, err);
   free(found);
 out:
   free(hdr);

@@ -20,39 +20,73 @@
 
 #include <stddef.h>
 
-/* One named tensor to save or load. data is owned by the caller. */
+/*
+ * One named tensor to save or load. Everything it points to is owned by the
+ * caller. Its values are either in RAM (data) or reached through callbacks
+ * (data NULL: fetch when saving, store when loading), e.g. for a tensor
+ * swapped out to disk. Zero-initialize the struct (or use designated
+ * initializers) so that unused callbacks are NULL.
+ */
 typedef struct nto_named_tensor {
   const char *name; /* e.g. "conv1.weight" */
   int ndim;         /* 1..4 */
   int dims[4];      /* outermost first */
-  float *data;      /* product(dims) floats */
+  float *data;      /* product(dims) floats, or NULL */
+  /* When data is NULL, values move through these instead (e.g. a tensor
+   * swapped out to disk): fetch copies the tensor's values into dst
+   * (product(dims) floats), store copies src into the tensor. They return 0
+   * or a negative nto_status and fill err. ctx/index are passed through.
+   * They are called on the caller's thread, at most once per tensor per
+   * save or load, never for a tensor of 0 elements; dst/src are bounce
+   * buffers owned by the library, valid only during the call. */
+  int (*fetch)(void *ctx, int index, float *dst, nto_err *err);
+  int (*store)(void *ctx, int index, const float *src, nto_err *err);
+  void *ctx;
+  int index;
 } nto_named_tensor;
 
 /* Number of elements of t. */
 size_t nto_named_numel(const nto_named_tensor *t);
 
-/* Write the nntrainer .bin file. Returns 0 or NTO_EIO naming the path. */
+/*
+ * Write the nntrainer .bin file. A tensor with data NULL (and elements)
+ * must have fetch; its values are fetched into a malloc'ed bounce buffer of
+ * its size (one tensor at a time, freed after) and written from there.
+ * Returns 0, NTO_EINVAL (bad tensor description, NULL data without fetch),
+ * NTO_ENOMEM (bounce buffer), NTO_EIO naming the path, or the negative code
+ * a fetch returned (its message prefixed with the path and tensor name).
+ * On any error the temp file is removed and <path> is untouched.
+ */
 int nto_weights_save_bin(const char *path, const nto_named_tensor *ts, int n,
                          nto_err *err);
 
 /*
- * Read an nntrainer .bin file into ts[0..n) (data preallocated). The file
- * size must equal the sum of sizes exactly: NTO_EDATA otherwise, naming the
- * file, the expected and the actual size.
+ * Read an nntrainer .bin file into ts[0..n): into data (preallocated), or,
+ * when data is NULL, into a malloc'ed bounce buffer (one tensor at a time)
+ * handed to store. The file size must equal the sum of sizes exactly:
+ * NTO_EDATA otherwise, naming the file, the expected and the actual size.
+ * Returns 0, NTO_EINVAL (NULL data without store), NTO_ENOMEM, NTO_EIO,
+ * NTO_EDATA, or the negative code a store returned (message prefixed with
+ * the path and tensor name). On error the tensors before the failing one
+ * may already hold the file's values.
  */
 int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err);
 
 /*
  * Write safetensors. meta: NULL or NULL-terminated key/value pairs
- * {"k1","v1","k2","v2",NULL} put into "__metadata__".
+ * {"k1","v1","k2","v2",NULL} put into "__metadata__". Tensors with data
+ * NULL are fetched as in nto_weights_save_bin; same return codes, plus
+ * NTO_EINVAL for reserved, duplicate or non-UTF-8 names.
  */
 int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
                          const char *const *meta, nto_err *err);
 
 /*
  * Read the tensors named in ts[0..n) from a safetensors file (F32 only),
- * checking each shape. Missing name or shape mismatch: NTO_EDATA.
+ * checking each shape. Missing name or shape mismatch: NTO_EDATA, before
+ * any tensor is written or stored. Tensors with data NULL are stored as in
+ * nto_weights_load_bin; same return codes.
  */
 int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err);

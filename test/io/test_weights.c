@@ -1,8 +1,9 @@
 /*
  * test_weights.c - nntrainer .bin and safetensors files: round trips
  * (bit-exact), the safetensors header layout, strict header parsing of
- * corrupt files, and atomic saving (no temp file left, old file replaced
- * only on success). Files live in a mkdtemp directory.
+ * corrupt files, atomic saving (no temp file left, old file replaced only
+ * on success), and tensors reached through fetch/store callbacks instead of
+ * data pointers. Files live in a mkdtemp directory.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,6 +101,7 @@ static void model_init(model *m, uint64_t seed, const char *const names[NT]) {
   float *bufs[NT] = {m->conv, m->bias, m->mean, m->fc};
   int ndims[NT] = {4, 1, 1, 2};
   int dims[NT][4] = {{4, 3, 3, 3}, {4}, {4}, {5, 2}};
+  memset(m->t, 0, sizeof m->t); /* no callbacks */
   for (int i = 0; i < NT; i++) {
     m->t[i].name = names[i];
     m->t[i].ndim = ndims[i];
@@ -248,7 +250,8 @@ static void test_safetensors_round_trip(void **state) {
   assert_model_equal(&a, &b);
   /* A subset. */
   float bias[4] = {0};
-  nto_named_tensor one = {"q\"uote\\back", 1, {4}, bias};
+  nto_named_tensor one = {
+      .name = "q\"uote\\back", .ndim = 1, .dims = {4}, .data = bias};
   assert_int_equal(nto_safetensors_load(path, &one, 1, &err), 0);
   assert_memory_equal(bias, a.bias, sizeof bias);
   /* No metadata, no tensors: still valid files. */
@@ -272,20 +275,24 @@ static void test_safetensors_mismatch(void **state) {
   nto_err err = {0};
   assert_int_equal(nto_safetensors_save(path, a.t, NT, meta, &err), 0);
   float buf[108];
-  nto_named_tensor t = {"conv2.weight", 4, {4, 3, 3, 3}, buf};
+  nto_named_tensor t = {
+      .name = "conv2.weight", .ndim = 4, .dims = {4, 3, 3, 3}, .data = buf};
   assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
   assert_msg_has(&err, path);
   assert_msg_has(&err, "conv2.weight");
-  nto_named_tensor s = {"conv1.weight", 4, {3, 4, 3, 3}, buf};
+  nto_named_tensor s = {
+      .name = "conv1.weight", .ndim = 4, .dims = {3, 4, 3, 3}, .data = buf};
   assert_int_equal(nto_safetensors_load(path, &s, 1, &err), NTO_EDATA);
   assert_msg_has(&err, "shape [4, 3, 3, 3], expected [3, 4, 3, 3]");
-  nto_named_tensor r = {"conv1.weight", 2, {12, 9}, buf};
+  nto_named_tensor r = {
+      .name = "conv1.weight", .ndim = 2, .dims = {12, 9}, .data = buf};
   assert_int_equal(nto_safetensors_load(path, &r, 1, &err), NTO_EDATA);
   /* Requests are all matched before data is read: buf untouched. */
   for (int i = 0; i < 108; i++)
     buf[i] = 7.0f;
-  nto_named_tensor two[2] = {{"conv1.weight", 4, {4, 3, 3, 3}, buf},
-                             {"nope", 1, {1}, buf}};
+  nto_named_tensor two[2] = {
+      {.name = "conv1.weight", .ndim = 4, .dims = {4, 3, 3, 3}, .data = buf},
+      {.name = "nope", .ndim = 1, .dims = {1}, .data = buf}};
   assert_int_equal(nto_safetensors_load(path, two, 2, &err), NTO_EDATA);
   assert_true(buf[0] == 7.0f && buf[107] == 7.0f);
   path_in(fx, path, sizeof path, "missing.safetensors");
@@ -312,7 +319,7 @@ static void test_safetensors_corrupt(void **state) {
   char path[512];
   path_in(fx, path, sizeof path, "bad.safetensors");
   float data[2] = {1.5f, -2.0f}, out[2] = {9.0f, 9.0f};
-  nto_named_tensor t = {"w", 1, {2}, out};
+  nto_named_tensor t = {.name = "w", .ndim = 1, .dims = {2}, .data = out};
   nto_err err = {0};
   static const struct {
     const char *hdr;
@@ -418,11 +425,12 @@ static void test_safetensors_corrupt(void **state) {
   d2[8] = 1;
   d2[9] = 2;
   write_st(path, other, strlen(other), d2, sizeof d2);
-  nto_named_tensor u = {"v\xc3\xa9\xf0\x9f\x98\x80", 1, {2}, out};
+  nto_named_tensor u = {
+      .name = "v\xc3\xa9\xf0\x9f\x98\x80", .ndim = 1, .dims = {2}, .data = out};
   if (nto_safetensors_load(path, &u, 1, &err))
     fail_msg("%s", err.msg);
   assert_memory_equal(out, data, sizeof data);
-  nto_named_tensor i8 = {"i", 2, {1, 2}, out};
+  nto_named_tensor i8 = {.name = "i", .ndim = 2, .dims = {1, 2}, .data = out};
   assert_int_equal(nto_safetensors_load(path, &i8, 1, &err), NTO_EDATA);
   assert_msg_has(&err, "dtype I8");
 }
@@ -502,6 +510,254 @@ static void test_save_replaces_existing(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* ------------------------------------------- tensors not in RAM (callbacks)
+ *
+ * Tensors with data NULL are reached through fetch/store callbacks, backed
+ * here by arrays of the test (standing in for a swap file), with a fault
+ * that can be injected on one index.
+ */
+
+enum { NB = NT + 1 }; /* the model's tensors plus an empty one */
+
+typedef struct {
+  float *vals[NB]; /* backing array of each index */
+  size_t len[NB];  /* its floats */
+  int fail_index;  /* -1: none; else fetch/store of this index fails */
+  int fail_code;   /* what the failing call returns */
+  int fill_err;    /* the failing call fills err (the contract) */
+  int fetches, stores;
+} backing;
+
+static int fetch_cb(void *ctx, int index, float *dst, nto_err *err) {
+  backing *b = ctx;
+  b->fetches++;
+  assert_in_range(index, 0, NB - 1);
+  assert_true(b->len[index] > 0); /* never called for empty tensors */
+  if (index == b->fail_index)
+    return b->fill_err ? nto_err_set(err, b->fail_code,
+                                     "swap.bin: slot %d: read failed", index)
+                       : b->fail_code;
+  memcpy(dst, b->vals[index], b->len[index] * sizeof *dst);
+  return 0;
+}
+
+static int store_cb(void *ctx, int index, const float *src, nto_err *err) {
+  backing *b = ctx;
+  b->stores++;
+  assert_in_range(index, 0, NB - 1);
+  assert_true(b->len[index] > 0);
+  if (index == b->fail_index)
+    return b->fill_err ? nto_err_set(err, b->fail_code,
+                                     "swap.bin: slot %d: write failed", index)
+                       : b->fail_code;
+  memcpy(b->vals[index], src, b->len[index] * sizeof *src);
+  return 0;
+}
+
+/*
+ * Descriptors ts[NB] for model m plus an empty tensor "empty" (dims {0}):
+ * the indices set in swapped (bit i) get data NULL and callbacks backed by
+ * m's arrays through bk; the others keep their data pointers.
+ */
+static void describe(nto_named_tensor ts[NB], model *m, backing *bk,
+                     unsigned swapped) {
+  memset(ts, 0, NB * sizeof *ts);
+  memcpy(ts, m->t, sizeof m->t);
+  ts[NT].name = "empty";
+  ts[NT].ndim = 1;
+  ts[NT].dims[0] = 0;
+  memset(bk, 0, sizeof *bk);
+  bk->fail_index = -1;
+  bk->fill_err = 1;
+  for (int i = 0; i < NB; i++) {
+    bk->vals[i] = ts[i].data;
+    bk->len[i] = nto_named_numel(&ts[i]);
+    if (swapped >> i & 1) {
+      ts[i].data = NULL;
+      ts[i].fetch = fetch_cb;
+      ts[i].store = store_cb;
+      ts[i].ctx = bk;
+      ts[i].index = i;
+    }
+  }
+}
+
+static void assert_same_file(const char *a, const char *b) {
+  size_t la, lb;
+  unsigned char *fa = slurp(a, &la), *fb = slurp(b, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(fa, fb, la);
+  free(fa);
+  free(fb);
+}
+
+static void test_callback_round_trip(void **state) {
+  fixture *fx = *state;
+  char ref_bin[512], ref_st[512], mix_bin[512], mix_st[512];
+  path_in(fx, ref_bin, sizeof ref_bin, "ref.bin");
+  path_in(fx, ref_st, sizeof ref_st, "ref.safetensors");
+  path_in(fx, mix_bin, sizeof mix_bin, "mix.bin");
+  path_in(fx, mix_st, sizeof mix_st, "mix.safetensors");
+  model a, b;
+  model_init(&a, 11, names_plain);
+  nto_named_tensor ts[NB];
+  backing bk;
+  nto_err err = {0};
+  /* Reference files: every tensor through its data pointer. */
+  describe(ts, &a, &bk, 0);
+  assert_int_equal(nto_weights_save_bin(ref_bin, ts, NB, &err), 0);
+  assert_int_equal(nto_safetensors_save(ref_st, ts, NB, meta, &err), 0);
+  assert_int_equal(bk.fetches, 0);
+  /* conv weight, bn mean and the empty tensor through callbacks. */
+  describe(ts, &a, &bk, 1u << 0 | 1u << 2 | 1u << NT);
+  if (nto_weights_save_bin(mix_bin, ts, NB, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(bk.fetches, 2);
+  if (nto_safetensors_save(mix_st, ts, NB, meta, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(bk.fetches, 4);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  assert_same_file(mix_bin, ref_bin);
+  assert_same_file(mix_st, ref_st);
+  /* Every tensor through callbacks: the same files again. */
+  describe(ts, &a, &bk, ~0u);
+  assert_int_equal(nto_weights_save_bin(mix_bin, ts, NB, &err), 0);
+  assert_int_equal(nto_safetensors_save(mix_st, ts, NB, meta, &err), 0);
+  assert_int_equal(bk.fetches, 2 * NT);
+  assert_same_file(mix_bin, ref_bin);
+  assert_same_file(mix_st, ref_st);
+
+  /* Load into b with the other tensors (bias, fc) behind callbacks. */
+  for (int f = 0; f < 2; f++) {
+    model_init(&b, 12, names_plain);
+    describe(ts, &b, &bk, 1u << 1 | 1u << 3 | 1u << NT);
+    int rc = f ? nto_safetensors_load(mix_st, ts, NB, &err)
+               : nto_weights_load_bin(mix_bin, ts, NB, &err);
+    if (rc)
+      fail_msg("%s", err.msg);
+    assert_int_equal(bk.stores, 2);
+    assert_model_equal(&a, &b); /* callback-backed arrays are b's */
+  }
+  /* safetensors looks names up: callbacks in another order work too. */
+  model_init(&b, 13, names_plain);
+  describe(ts, &b, &bk, ~0u);
+  nto_named_tensor rev[NB];
+  for (int i = 0; i < NB; i++)
+    rev[i] = ts[NB - 1 - i];
+  assert_int_equal(nto_safetensors_load(mix_st, rev, NB, &err), 0);
+  assert_int_equal(bk.stores, NT);
+  assert_model_equal(&a, &b);
+}
+
+static void test_callback_fetch_fails(void **state) {
+  fixture *fx = *state;
+  char bin[512], st[512], fresh[512];
+  path_in(fx, bin, sizeof bin, "model.bin");
+  path_in(fx, st, sizeof st, "model.safetensors");
+  path_in(fx, fresh, sizeof fresh, "fresh.bin");
+  spit(bin, "old", 3);
+  spit(st, "old", 3);
+  model a;
+  model_init(&a, 21, names_plain);
+  nto_named_tensor ts[NB];
+  backing bk;
+  nto_err err = {0};
+  static const int codes[] = {NTO_EIO, NTO_ENOMEM};
+  for (int k = 0; k < 2; k++) {
+    for (int f = 0; f < 2; f++) {
+      const char *path = f ? st : bin;
+      describe(ts, &a, &bk, 1u << 0 | 1u << 2);
+      bk.fail_index = 2;
+      bk.fail_code = codes[k];
+      int rc = f ? nto_safetensors_save(path, ts, NB, meta, &err)
+                 : nto_weights_save_bin(path, ts, NB, &err);
+      assert_int_equal(rc, codes[k]); /* the callback's code, as is */
+      assert_int_equal(err.code, codes[k]);
+      assert_int_equal(bk.fetches, 2); /* stopped at the failing one */
+      assert_msg_has(&err, path);
+      assert_msg_has(&err, "\"bn1.running_mean\"");
+      assert_msg_has(&err, "swap.bin: slot 2: read failed");
+      /* No temp file left, the old file untouched. */
+      assert_int_equal(count_tmp(fx->dir), 0);
+      size_t len;
+      unsigned char *old = slurp(path, &len);
+      assert_int_equal(len, 3);
+      assert_memory_equal(old, "old", 3);
+      free(old);
+    }
+  }
+  /* No file at all before: none after. */
+  describe(ts, &a, &bk, 1u << 3);
+  bk.fail_index = 3;
+  bk.fail_code = NTO_EIO;
+  assert_int_equal(nto_weights_save_bin(fresh, ts, NB, &err), NTO_EIO);
+  assert_int_equal(access(fresh, F_OK), -1);
+  /* A callback that fails without a message still gets one. */
+  bk.fill_err = 0;
+  bk.fail_code = NTO_EDATA;
+  nto_err_set(&err, NTO_EDATA, "stale message");
+  assert_int_equal(nto_weights_save_bin(fresh, ts, NB, &err), NTO_EDATA);
+  assert_null(strstr(err.msg, "stale"));
+  assert_msg_has(&err, fresh);
+  assert_msg_has(&err, "fetch failed");
+  /* A positive return breaks the contract: refused, not taken as success. */
+  bk.fail_code = 1;
+  assert_int_equal(nto_weights_save_bin(fresh, ts, NB, &err), NTO_EINVAL);
+  assert_msg_has(&err, "returned 1");
+  assert_int_equal(access(fresh, F_OK), -1);
+  assert_int_equal(count_tmp(fx->dir), 0);
+  /* data NULL without fetch: refused before any file is created. */
+  ts[3].fetch = NULL;
+  assert_int_equal(nto_weights_save_bin(fresh, ts, NB, &err), NTO_EINVAL);
+  assert_msg_has(&err, "fc.weight");
+  assert_int_equal(nto_safetensors_save(fresh, ts, NB, NULL, &err), NTO_EINVAL);
+  assert_int_equal(access(fresh, F_OK), -1);
+  assert_int_equal(count_tmp(fx->dir), 0);
+}
+
+static void test_callback_store_fails(void **state) {
+  fixture *fx = *state;
+  char bin[512], st[512];
+  path_in(fx, bin, sizeof bin, "model.bin");
+  path_in(fx, st, sizeof st, "model.safetensors");
+  model a, b;
+  model_init(&a, 31, names_plain);
+  nto_named_tensor ts[NB];
+  backing bk;
+  nto_err err = {0};
+  describe(ts, &a, &bk, 0);
+  assert_int_equal(nto_weights_save_bin(bin, ts, NB, &err), 0);
+  assert_int_equal(nto_safetensors_save(st, ts, NB, meta, &err), 0);
+  for (int f = 0; f < 2; f++) {
+    const char *path = f ? st : bin;
+    model_init(&b, 32, names_plain);
+    describe(ts, &b, &bk, 1u << 1 | 1u << 3);
+    bk.fail_index = 3;
+    bk.fail_code = NTO_ENOMEM;
+    int rc = f ? nto_safetensors_load(path, ts, NB, &err)
+               : nto_weights_load_bin(path, ts, NB, &err);
+    assert_int_equal(rc, NTO_ENOMEM);
+    assert_int_equal(err.code, NTO_ENOMEM);
+    assert_int_equal(bk.stores, 2);
+    assert_msg_has(&err, path);
+    assert_msg_has(&err, "\"fc.weight\"");
+    assert_msg_has(&err, "swap.bin: slot 3: write failed");
+    /* The tensors before the failing one were loaded. */
+    assert_memory_equal(b.bias, a.bias, sizeof b.bias);
+    /* data NULL without store: refused before reading. */
+    model_init(&b, 32, names_plain);
+    describe(ts, &b, &bk, 1u << 1);
+    ts[1].store = NULL;
+    rc = f ? nto_safetensors_load(path, ts, NB, &err)
+           : nto_weights_load_bin(path, ts, NB, &err);
+    assert_int_equal(rc, NTO_EINVAL);
+    assert_msg_has(&err, "conv1.bias");
+    model c;
+    model_init(&c, 32, names_plain);
+    assert_model_equal(&b, &c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bin_round_trip, setup, teardown),
@@ -515,6 +771,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_failed_save_leaves_nothing, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_save_replaces_existing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_callback_round_trip, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_callback_fetch_fails, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_callback_store_fails, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
