@@ -5,6 +5,7 @@
 #include "optimizer.h"
 #include "registry.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +24,18 @@ struct nto_model {
   int L;
 
   nto_tensor *t; /* tensor table */
-  span *life;    /* per tensor; persistent tensors have first = -1 */
+  span *life;    /* per tensor: steps of the training pass using it (arena
+                    placement); persistent tensors have first = -1 */
   int n_t, cap_t;
+  nto_plan plan[2]; /* NTO_PASS_TRAIN, NTO_PASS_EVAL */
+  int plan_oom;
+  nto_offload *off; /* NULL: all resident (arena) */
+  float *output;    /* copy of the last layer's output (N x K) */
 
-  int *out_t;            /* per layer: output tensor */
-  int **edge_t;          /* per layer, per input edge: gradient tensor or -1 */
-  int loss_grad_t;       /* dL/d(out of last layer), -1 when fused */
-  int (*pgrad_t)[NTO_MAX_WEIGHTS]; /* per layer, per weight: param grad */
+  int *out_t;      /* per layer: output tensor */
+  int **edge_t;    /* per layer, per input edge: gradient tensor or -1 */
+  int loss_grad_t; /* dL/d(out of last layer), -1 when fused */
+  int (*pgrad_t)[NTO_MAX_WEIGHTS];    /* per layer, per weight: param grad */
   int (*state_t)[NTO_MAX_WEIGHTS][2]; /* optimizer state per weight */
 
   nto_loss_form form;
@@ -49,7 +55,6 @@ struct nto_model {
   void *hook_user;
 };
 
-static int step_f(const nto_model *m, int i) { (void)m; return i; }
 static int step_b(const nto_model *m, int i) { return 2 * m->L - 1 - i; }
 
 /* Append a tensor descriptor; returns its index or -1. */
@@ -87,16 +92,6 @@ static int add_state_tensor(nto_model *m, int i, int j, int k) {
   return add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_OPT_STATE, i);
 }
 
-static void use(nto_model *m, int t, int step) {
-  if (t < 0)
-    return;
-  span *s = &m->life[t];
-  if (s->first < 0 || step < s->first)
-    s->first = step;
-  if (step > s->last)
-    s->last = step;
-}
-
 static int is_input(const nto_layer *l) { return l->ops == &nto_input_layer; }
 
 /* Does layer p's output need a gradient? */
@@ -117,8 +112,8 @@ static int build_tensors(nto_model *m) {
   int n_state = nto_opt_state_count(&m->opt);
   for (int i = 0; i < L; i++) {
     nto_layer *l = &g->layers[i];
-    m->out_t[i] = add_tensor(m, l->name, "out", l->out_shape,
-                             NTO_ROLE_ACTIVATION, i);
+    m->out_t[i] =
+        add_tensor(m, l->name, "out", l->out_shape, NTO_ROLE_ACTIVATION, i);
     m->edge_t[i] = malloc((size_t)(l->n_in ? l->n_in : 1) * sizeof(int));
     if (m->out_t[i] < 0 || !m->edge_t[i])
       return -1;
@@ -133,63 +128,143 @@ static int build_tensors(nto_model *m) {
       if (!l->w[j].trainable || !l->trainable)
         continue;
       snprintf(what, sizeof what, "d%.40s", l->w[j].name);
-      m->pgrad_t[i][j] = add_tensor(m, l->name, what, l->w[j].shape,
-                                    NTO_ROLE_PARAM_GRAD, i);
+      m->pgrad_t[i][j] =
+          add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_PARAM_GRAD, i);
       for (int k = 0; k < n_state; k++)
         m->state_t[i][j][k] = add_state_tensor(m, i, j, k);
     }
     for (int k = 0; k < l->n_saved; k++) {
-      l->saved[k].tensor = add_tensor(m, l->name, l->saved[k].name,
-                                      l->saved[k].shape, NTO_ROLE_ACTIVATION,
-                                      i);
+      l->saved[k].tensor =
+          add_tensor(m, l->name, l->saved[k].name, l->saved[k].shape,
+                     NTO_ROLE_ACTIVATION, i);
       if (l->saved[k].tensor < 0)
         return -1;
     }
     for (int k = 0; k < l->n_in; k++) {
       char what[32];
       snprintf(what, sizeof what, "grad_in%d", k);
-      m->edge_t[i][k] = needs_grad(m, l->in[k])
-                            ? add_tensor(m, l->name, what, l->in_shape[k],
-                                         NTO_ROLE_GRAD, i)
-                            : -1;
+      m->edge_t[i][k] =
+          needs_grad(m, l->in[k])
+              ? add_tensor(m, l->name, what, l->in_shape[k], NTO_ROLE_GRAD, i)
+              : -1;
     }
   }
   return 0;
 }
 
-/* Record the step uses of every transient tensor (see model.h). */
-static void record_uses(nto_model *m) {
-  int L = m->L;
-  nto_graph *g = &m->g;
-  for (int i = 0; i < L; i++) {
-    nto_layer *l = &g->layers[i];
-    int fi = step_f(m, i), bi = step_b(m, i);
-    int skip_bwd = m->fused && i == L - 1;
-    use(m, m->out_t[i], fi);
-    for (int k = 0; k < l->n_in; k++) {
-      use(m, m->out_t[l->in[k]], fi);
-      if (l->bwd_needs_input && !skip_bwd)
-        use(m, m->out_t[l->in[k]], bi);
-      use(m, m->edge_t[i][k], bi);             /* written by B_i */
-      use(m, m->edge_t[i][k], step_b(m, l->in[k])); /* read by B_p */
-    }
-    if (l->bwd_needs_output && !skip_bwd)
-      use(m, m->out_t[i], bi);
-    for (int k = 0; k < l->n_saved; k++) {
-      use(m, l->saved[k].tensor, fi);
-      if (!skip_bwd)
-        use(m, l->saved[k].tensor, bi);
-    }
-    for (int j = 0; j < l->n_w; j++)
-      if (!skip_bwd)
-        use(m, m->pgrad_t[i][j], bi);
+/* Step s of pass `pass` accesses tensor t (t < 0: none) with mode. */
+static void use(nto_model *m, int pass, int s, int t, int mode) {
+  if (nto_plan_use(&m->plan[pass], s, t, mode) != 0)
+    m->plan_oom = 1;
+}
+
+/* F_i: the layer's input(s), output, weights (training also writes the
+ * running statistics, the weights without gradient) and saved tensors. In
+ * an inference pass the loss is computed in F_{L-1}. */
+static void forward_uses(nto_model *m, int pass, int i) {
+  nto_layer *l = &m->g.layers[i];
+  int train = pass == NTO_PASS_TRAIN;
+  use(m, pass, i, m->out_t[i], NTO_USE_WRITE);
+  for (int k = 0; k < l->n_in; k++)
+    use(m, pass, i, m->out_t[l->in[k]], NTO_USE_READ);
+  for (int j = 0; j < l->n_w; j++)
+    use(m, pass, i, l->w[j].tensor,
+        NTO_USE_READ | (train && !l->w[j].trainable ? NTO_USE_WRITE : 0));
+  for (int k = 0; k < l->n_saved; k++)
+    use(m, pass, i, l->saved[k].tensor, NTO_USE_WRITE);
+  if (!train && i == m->L - 1)
+    use(m, pass, i, m->out_t[m->logits_layer], NTO_USE_READ);
+}
+
+/* dL/d(out of layer i) is gathered in B_i from its consumers' edges (the
+ * first one accumulates the others), or is the loss gradient. */
+static void gather_uses(nto_model *m, int i, int s) {
+  if (i == m->L - 1) {
+    use(m, NTO_PASS_TRAIN, s, m->loss_grad_t, NTO_USE_READ);
+    return;
   }
-  /* The loss, at the start of B_{L-1}, reads the output, the logits and
-   * the targets, and writes the loss gradient. */
-  int s = step_b(m, L - 1);
-  use(m, m->out_t[L - 1], step_b(m, 0)); /* nto_model_output: to the end */
-  use(m, m->out_t[m->logits_layer], s);
-  use(m, m->loss_grad_t, s);
+  const nto_edge *e = m->g.consumers[i];
+  for (int c = 0; c < m->g.n_consumers[i]; c++)
+    use(m, NTO_PASS_TRAIN, s, m->edge_t[e[c].layer][e[c].input],
+        c == 0 ? NTO_USE_RW : NTO_USE_READ);
+}
+
+/* B_i: the loss (for the last layer), the gradient gathering, backward
+ * and the fused optimizer update. */
+static void backward_uses(nto_model *m, int i) {
+  nto_layer *l = &m->g.layers[i];
+  int s = step_b(m, i), L = m->L, P = NTO_PASS_TRAIN;
+  if (i == L - 1) {
+    use(m, P, s, m->out_t[m->logits_layer], NTO_USE_READ);
+    use(m, P, s, m->out_t[L - 1], NTO_USE_READ);
+    use(m, P, s, m->fused ? m->edge_t[L - 1][0] : m->loss_grad_t,
+        NTO_USE_WRITE);
+    if (m->fused)
+      return; /* the loss gradient is the input gradient */
+  }
+  if (is_input(l) && !m->compute_input_grad)
+    return;
+  gather_uses(m, i, s);
+  if (is_input(l))
+    return;
+  for (int k = 0; k < l->n_in; k++) {
+    if (l->bwd_needs_input)
+      use(m, P, s, m->out_t[l->in[k]], NTO_USE_READ);
+    use(m, P, s, m->edge_t[i][k], NTO_USE_WRITE);
+  }
+  if (l->bwd_needs_output)
+    use(m, P, s, m->out_t[i], NTO_USE_READ);
+  for (int k = 0; k < l->n_saved; k++)
+    use(m, P, s, l->saved[k].tensor, NTO_USE_READ);
+  for (int j = 0; j < l->n_w; j++) {
+    int upd = m->pgrad_t[i][j] >= 0;
+    use(m, P, s, l->w[j].tensor, NTO_USE_READ | (upd ? NTO_USE_WRITE : 0));
+    use(m, P, s, m->pgrad_t[i][j], NTO_USE_RW);
+    use(m, P, s, m->state_t[i][j][0], NTO_USE_RW);
+    use(m, P, s, m->state_t[i][j][1], NTO_USE_RW);
+  }
+}
+
+/* The training and inference plans (plan.h), and the step interval of
+ * every transient tensor in the training pass (arena placement). */
+static int build_plans(nto_model *m, nto_err *err) {
+  size_t *bytes = malloc((size_t)(m->n_t + 1) * sizeof *bytes);
+  unsigned char *pers = malloc((size_t)m->n_t + 1);
+  if (!bytes || !pers) {
+    free(bytes);
+    free(pers);
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  for (int t = 0; t < m->n_t; t++) {
+    bytes[t] = m->t[t].bytes;
+    pers[t] =
+        m->t[t].role == NTO_ROLE_WEIGHT || m->t[t].role == NTO_ROLE_OPT_STATE;
+  }
+  int rc = nto_plan_init(&m->plan[NTO_PASS_TRAIN], 2 * m->L, m->n_t, bytes,
+                         pers, err);
+  if (rc == 0)
+    rc = nto_plan_init(&m->plan[NTO_PASS_EVAL], m->L, m->n_t, bytes, pers, err);
+  free(bytes);
+  free(pers);
+  if (rc != 0)
+    return rc;
+  for (int i = 0; i < m->L; i++) {
+    forward_uses(m, NTO_PASS_TRAIN, i);
+    forward_uses(m, NTO_PASS_EVAL, i);
+    backward_uses(m, i);
+  }
+  if (m->plan_oom)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  rc = nto_plan_finish(&m->plan[NTO_PASS_TRAIN], err);
+  if (rc == 0)
+    rc = nto_plan_finish(&m->plan[NTO_PASS_EVAL], err);
+  for (int t = 0; rc == 0 && t < m->n_t; t++) {
+    const nto_plan *p = &m->plan[NTO_PASS_TRAIN];
+    m->life[t] = (span){.first = -1, .last = -2};
+    if (!p->persistent[t] && nto_plan_first_use(p, t) >= 0)
+      m->life[t] = (span){nto_plan_first_use(p, t), nto_plan_last_use(p, t)};
+  }
+  return rc;
 }
 
 /* Order of placement: larger first, then earlier first use, then index.
@@ -240,7 +315,8 @@ static size_t place_arena(nto_model *m, size_t *offset) {
         int j = placed[b];
         if (!overlap(m->life[i], m->life[j]))
           continue;
-        if (off < offset[j] + m->t[j].bytes && offset[j] < off + m->t[i].bytes) {
+        if (off < offset[j] + m->t[j].bytes &&
+            offset[j] < off + m->t[i].bytes) {
           off = offset[j] + m->t[j].bytes;
           moved = 1;
         }
@@ -256,7 +332,22 @@ static size_t place_arena(nto_model *m, size_t *offset) {
   return total;
 }
 
-/* Allocate persistent tensors, place transients in the arena. */
+/* The workspace (im2col), shared by all layers and always resident. */
+static int alloc_workspace(nto_model *m, nto_err *err) {
+  m->ws_bytes = 0;
+  for (int i = 0; i < m->L; i++)
+    if (m->g.layers[i].ws_bytes > m->ws_bytes)
+      m->ws_bytes = m->g.layers[i].ws_bytes;
+  if (m->ws_bytes && !(m->ws = nto_alloc_aligned(m->ws_bytes)))
+    return nto_err_set(err, NTO_ENOMEM,
+                       "cannot allocate %zu bytes of "
+                       "workspace",
+                       m->ws_bytes);
+  return 0;
+}
+
+/* All resident: allocate persistent tensors, place transients in the
+ * arena. */
 static int allocate(nto_model *m, nto_err *err) {
   size_t *offset = calloc((size_t)m->n_t, sizeof *offset);
   if (!offset)
@@ -268,15 +359,9 @@ static int allocate(nto_model *m, nto_err *err) {
   }
   m->arena_bytes = total;
   m->arena = nto_alloc_aligned(total);
-  m->ws_bytes = 0;
-  for (int i = 0; i < m->L; i++)
-    if (m->g.layers[i].ws_bytes > m->ws_bytes)
-      m->ws_bytes = m->g.layers[i].ws_bytes;
-  m->ws = m->ws_bytes ? nto_alloc_aligned(m->ws_bytes) : NULL;
-  if (!m->arena || (m->ws_bytes && !m->ws)) {
+  if (!m->arena) {
     free(offset);
-    return nto_err_set(err, NTO_ENOMEM, "cannot allocate %zu bytes",
-                       total + m->ws_bytes);
+    return nto_err_set(err, NTO_ENOMEM, "cannot allocate %zu bytes", total);
   }
   for (int i = 0; i < m->n_t; i++) {
     nto_tensor *t = &m->t[i];
@@ -312,13 +397,37 @@ static int plan_arena(nto_model *m, nto_err *err) {
   return 0;
 }
 
+/* Offloading: the engine owns every tensor buffer; weights are
+ * initialized one at a time through a bounce buffer and stored in the
+ * swap file (optimizer state starts as zeros without I/O). */
+static int start_offload(nto_model *m, const nto_offload_opts *oo,
+                         nto_err *err) {
+  const nto_plan *plans[2] = {&m->plan[NTO_PASS_TRAIN],
+                              &m->plan[NTO_PASS_EVAL]};
+  int rc = nto_offload_create(&m->off, m->t, m->n_t, plans, oo, err);
+  for (int i = 0; rc == 0 && i < m->L; i++) {
+    nto_layer *l = &m->g.layers[i];
+    for (int j = 0; rc == 0 && j < l->n_w; j++) {
+      nto_tensor *t = &m->t[l->w[j].tensor];
+      float *buf = nto_alloc_aligned(t->bytes);
+      if (!buf)
+        return nto_err_set(err, NTO_ENOMEM, "out of memory");
+      nto_init_fill(buf, nto_tensor_numel(t), l->w[j].init, l->w[j].fan_in,
+                    l->w[j].fan_out, &m->rng);
+      rc = nto_offload_store(m->off, l->w[j].tensor, buf, err);
+      nto_free_aligned(buf);
+    }
+  }
+  return rc;
+}
+
 static void init_weights(nto_model *m) {
   for (int i = 0; i < m->L; i++) {
     nto_layer *l = &m->g.layers[i];
     for (int j = 0; j < l->n_w; j++) {
       nto_tensor *t = &m->t[l->w[j].tensor];
-      nto_init_fill(t->data, nto_tensor_numel(t), l->w[j].init,
-                    l->w[j].fan_in, l->w[j].fan_out, &m->rng);
+      nto_init_fill(t->data, nto_tensor_numel(t), l->w[j].init, l->w[j].fan_in,
+                    l->w[j].fan_out, &m->rng);
     }
   }
 }
@@ -336,9 +445,33 @@ static int setup_loss(nto_model *m, nto_err *err) {
                        "%s: exactly one input layer is supported, found %d",
                        m->conf->path, inputs);
   if (last == 0)
-    return nto_err_set(err, NTO_ECONFIG, "%s: the model has no layer after "
-                       "its input", m->conf->path);
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: the model has no layer after "
+                       "its input",
+                       m->conf->path);
   return 0;
+}
+
+/* Buffers of a runnable model: tensors (arena or offload engine),
+ * workspace, output copy, input gradient; initial weights. */
+static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
+                         nto_err *err) {
+  int rc = alloc_workspace(m, err);
+  size_t out_bytes = nto_shape_bytes(m->g.layers[m->L - 1].out_shape);
+  if (rc == 0 && !(m->output = nto_alloc_aligned(out_bytes)))
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0 && m->compute_input_grad &&
+      !(m->input_grad =
+            nto_alloc_aligned(nto_shape_bytes(m->g.layers[0].out_shape))))
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc != 0)
+    return rc;
+  if (opts->offload.window > 0)
+    return start_offload(m, &opts->offload, err);
+  rc = allocate(m, err);
+  if (rc == 0)
+    init_weights(m);
+  return rc;
 }
 
 int nto_model_create(nto_model **out, const nto_config *c,
@@ -363,28 +496,23 @@ int nto_model_create(nto_model **out, const nto_config *c,
   if (rc == 0) {
     m->loss_grad_t = -1;
     if (!m->fused) {
-      m->loss_grad_t = add_tensor(m, m->g.layers[m->L - 1].name, "loss_grad",
-                                  m->g.layers[m->L - 1].out_shape,
-                                  NTO_ROLE_GRAD, m->L - 1);
+      m->loss_grad_t =
+          add_tensor(m, m->g.layers[m->L - 1].name, "loss_grad",
+                     m->g.layers[m->L - 1].out_shape, NTO_ROLE_GRAD, m->L - 1);
       if (m->loss_grad_t < 0)
         rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
     }
   }
-  if (rc == 0) {
-    record_uses(m);
-    rc = opts->plan_only ? plan_arena(m, err) : allocate(m, err);
-  }
-  if (rc == 0 && m->compute_input_grad && !opts->plan_only) {
-    m->input_grad = nto_alloc_aligned(nto_shape_bytes(m->g.layers[0].out_shape));
-    if (!m->input_grad)
-      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-  }
+  if (rc == 0)
+    rc = build_plans(m, err);
+  if (rc == 0 && opts->plan_only)
+    rc = plan_arena(m, err);
+  else if (rc == 0)
+    rc = alloc_buffers(m, opts, err);
   if (rc != 0) {
     nto_model_free(m);
     return rc;
   }
-  if (!opts->plan_only)
-    init_weights(m);
   *out = m;
   return 0;
 }
@@ -392,9 +520,14 @@ int nto_model_create(nto_model **out, const nto_config *c,
 void nto_model_free(nto_model *m) {
   if (!m)
     return;
-  for (int i = 0; i < m->n_t; i++)
-    if (m->t[i].role == NTO_ROLE_WEIGHT || m->t[i].role == NTO_ROLE_OPT_STATE)
-      nto_free_aligned(m->t[i].data);
+  nto_offload_free(m->off); /* releases the buffers it owns */
+  if (!m->off)
+    for (int i = 0; i < m->n_t; i++)
+      if (m->t[i].role == NTO_ROLE_WEIGHT || m->t[i].role == NTO_ROLE_OPT_STATE)
+        nto_free_aligned(m->t[i].data);
+  nto_plan_free(&m->plan[0]);
+  nto_plan_free(&m->plan[1]);
+  nto_free_aligned(m->output);
   if (m->edge_t)
     for (int i = 0; i < m->L; i++)
       free(m->edge_t[i]);
@@ -411,7 +544,10 @@ void nto_model_free(nto_model *m) {
   free(m);
 }
 
+/* Data of tensor t (NULL for t < 0). The plan guarantees residency of
+ * every tensor a step uses while it runs. */
 static float *T(const nto_model *m, int t) {
+  assert(t < 0 || m->t[t].data);
   return t >= 0 ? m->t[t].data : NULL;
 }
 
@@ -496,11 +632,13 @@ static int loss_step(nto_model *m, const float *y, int valid, int grad,
   float *g = NULL;
   if (grad)
     g = m->fused ? T(m, m->edge_t[last][0]) : T(m, m->loss_grad_t);
-  double loss = nto_loss_compute(m->form, T(m, m->out_t[m->logits_layer]), y,
-                                 n, k, valid, g);
+  double loss = nto_loss_compute(m->form, T(m, m->out_t[m->logits_layer]), y, n,
+                                 k, valid, g);
   st->loss = loss;
   st->samples = valid;
   st->correct = nto_count_correct(T(m, m->out_t[last]), y, k, valid);
+  memcpy(m->output, T(m, m->out_t[last]),
+         nto_shape_bytes(m->g.layers[last].out_shape));
   if (!isfinite(loss))
     return nto_err_set(err, NTO_ENUMERIC,
                        "loss is not finite (%g) at iteration %ld", loss,
@@ -508,33 +646,69 @@ static int loss_step(nto_model *m, const float *y, int valid, int grad,
   return 0;
 }
 
-int nto_model_train_step(nto_model *m, const float *x, const float *y,
-                         nto_step_stats *st, nto_err *err) {
-  for (int i = 0; i < m->L; i++)
-    forward_step(m, i, x, 1);
-  int rc = loss_step(m, y, m->g.batch, 1, st, err);
-  if (rc != 0)
-    return rc;
-  double lr = nto_lr_at(&m->lr, &m->opt, m->iteration);
-  for (int i = m->L - 1 - m->fused; i >= 0; i--)
-    backward_step(m, i, lr);
-  m->iteration++;
+/* Step s of a pass of kind `pass` (the loss runs in B_{L-1} of a
+ * training pass, in F_{L-1} of an inference pass). */
+static int run_step(nto_model *m, int pass, int s, const float *x,
+                    const float *y, int valid, double lr, nto_step_stats *st,
+                    nto_err *err) {
+  int L = m->L;
+  if (s < L) {
+    forward_step(m, s, x, pass == NTO_PASS_TRAIN);
+    if (pass == NTO_PASS_EVAL && s == L - 1)
+      return loss_step(m, y, valid, 0, st, err);
+    return 0;
+  }
+  int i = step_b(m, s); /* B_i = 2L-1-i is its own inverse */
+  if (i == L - 1) {
+    int rc = loss_step(m, y, valid, 1, st, err);
+    if (rc != 0 || m->fused)
+      return rc;
+  }
+  backward_step(m, i, lr);
   return 0;
 }
 
-int nto_model_eval_step(nto_model *m, const float *x, const float *y,
-                        int valid, nto_step_stats *st, nto_err *err) {
+/* All steps of one pass, with the offload engine's window around each. A
+ * failing step (non-finite loss) abandons the pass: the window is drained
+ * so that the next pass starts from a clean state. */
+static int run_pass(nto_model *m, int pass, const float *x, const float *y,
+                    int valid, double lr, nto_step_stats *st, nto_err *err) {
+  int S = m->plan[pass].n_steps;
+  for (int s = 0; s < S; s++) {
+    int rc = m->off ? nto_offload_begin(m->off, pass, s, err) : 0;
+    if (rc == 0) {
+      rc = run_step(m, pass, s, x, y, valid, lr, st, err);
+      if (rc != 0 && m->off)
+        nto_offload_drain(m->off, NULL);
+    } else {
+      return rc;
+    }
+    if (rc == 0 && m->off)
+      rc = nto_offload_end(m->off, s, err);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+int nto_model_train_step(nto_model *m, const float *x, const float *y,
+                         nto_step_stats *st, nto_err *err) {
+  double lr = nto_lr_at(&m->lr, &m->opt, m->iteration);
+  int rc = run_pass(m, NTO_PASS_TRAIN, x, y, m->g.batch, lr, st, err);
+  if (rc == 0)
+    m->iteration++;
+  return rc;
+}
+
+int nto_model_eval_step(nto_model *m, const float *x, const float *y, int valid,
+                        nto_step_stats *st, nto_err *err) {
   if (valid < 1 || valid > m->g.batch)
     return nto_err_set(err, NTO_EINVAL, "eval: %d valid samples of %d", valid,
                        m->g.batch);
-  for (int i = 0; i < m->L; i++)
-    forward_step(m, i, x, 0);
-  return loss_step(m, y, valid, 0, st, err);
+  return run_pass(m, NTO_PASS_EVAL, x, y, valid, 0.0, st, err);
 }
 
-const float *nto_model_output(const nto_model *m) {
-  return T(m, m->out_t[m->L - 1]);
-}
+const float *nto_model_output(const nto_model *m) { return m->output; }
 
 const float *nto_model_input_grad(const nto_model *m) { return m->input_grad; }
 
@@ -580,32 +754,57 @@ size_t nto_model_param_count(const nto_model *m) {
   return n;
 }
 
+/* Zero optimizer state tensor t (resident or in the swap file). */
+static int zero_state(nto_model *m, int t, nto_err *err) {
+  if (m->off)
+    return nto_offload_zero(m->off, t, err);
+  memset(m->t[t].data, 0, m->t[t].bytes);
+  return 0;
+}
+
 int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
                             const nto_lr_conf *lr, nto_err *err) {
-  m->opt = *o;
-  m->lr = *lr;
-  m->iteration = 0;
   int n_state = nto_opt_state_count(o);
   for (int i = 0; i < m->L; i++) {
     nto_layer *l = &m->g.layers[i];
     for (int j = 0; j < l->n_w; j++) {
-      if (m->pgrad_t[i][j] < 0)
-        continue;
       for (int k = 0; k < 2; k++) {
         int t = m->state_t[i][j][k];
-        if (t < 0 && k < n_state) {
-          t = add_state_tensor(m, i, j, k);
-          if (t < 0 || !(m->t[t].data = nto_alloc_aligned(m->t[t].bytes)))
-            return nto_err_set(err, NTO_ENOMEM, "out of memory");
-          m->t[t].state = NTO_RES_RESIDENT;
-          m->state_t[i][j][k] = t;
-        }
-        if (t >= 0)
-          memset(m->t[t].data, 0, m->t[t].bytes);
+        if (m->pgrad_t[i][j] < 0 || t >= 0 || k >= n_state)
+          continue;
+        if (m->off)
+          return nto_err_set(err, NTO_EUNSUPPORTED,
+                             "the offload engine "
+                             "cannot add optimizer state after creation");
+        t = add_state_tensor(m, i, j, k);
+        if (t < 0 || !(m->t[t].data = nto_alloc_aligned(m->t[t].bytes)))
+          return nto_err_set(err, NTO_ENOMEM, "out of memory");
+        m->t[t].state = NTO_RES_RESIDENT;
+        m->state_t[i][j][k] = t;
+      }
+      for (int k = 0; k < 2; k++) {
+        int rc = m->state_t[i][j][k] >= 0
+                     ? zero_state(m, m->state_t[i][j][k], err)
+                     : 0;
+        if (rc != 0)
+          return rc;
       }
     }
   }
+  m->opt = *o;
+  m->lr = *lr;
+  m->iteration = 0;
   return 0;
+}
+
+/* nto_named_tensor callbacks of an offloading model: ctx is the model,
+ * index the tensor. */
+static int fetch_weight(void *ctx, int index, float *dst, nto_err *err) {
+  return nto_offload_fetch(((nto_model *)ctx)->off, index, dst, err);
+}
+
+static int store_weight(void *ctx, int index, const float *src, nto_err *err) {
+  return nto_offload_store(((nto_model *)ctx)->off, index, src, err);
 }
 
 int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
@@ -636,7 +835,14 @@ int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
         ts[c].dims[k] = d[4 - nd + k];
       if (nd == 1) /* vectors stored as (1, F, 1, 1) or (1, 1, 1, F) */
         ts[c].dims[0] = (int)nto_shape_numel(l->w[j].shape);
-      ts[c].data = T(m, l->w[j].tensor);
+      if (m->off) { /* in the swap file: moved through callbacks */
+        ts[c].fetch = fetch_weight;
+        ts[c].store = store_weight;
+        ts[c].ctx = m;
+        ts[c].index = l->w[j].tensor;
+      } else {
+        ts[c].data = T(m, l->w[j].tensor);
+      }
     }
   }
   *out = ts;
@@ -651,3 +857,40 @@ void nto_model_weights_free(nto_named_tensor *ts, int n) {
     free((char *)ts[i].name);
   free(ts);
 }
+
+int nto_model_offload_stats(nto_model *m, nto_offload_stats *st) {
+  if (!m->off) {
+    memset(st, 0, sizeof *st);
+    return NTO_EINVAL;
+  }
+  nto_offload_get_stats(m->off, st);
+  return 0;
+}
+
+void nto_model_reset_offload_stats(nto_model *m) {
+  if (m->off)
+    nto_offload_reset_stats(m->off);
+}
+
+int nto_model_pass_steps(const nto_model *m, int pass) {
+  return pass == NTO_PASS_TRAIN ? 2 * m->L : m->L;
+}
+
+const char *nto_model_step_name(const nto_model *m, int pass, int s, char *buf,
+                                size_t len) {
+  int fwd = s < m->L;
+  int i = fwd ? s : step_b(m, s);
+  (void)pass;
+  snprintf(buf, len, "%c%d %s", fwd ? 'F' : 'B', i, m->g.layers[i].name);
+  return buf;
+}
+
+const nto_plan *nto_model_plan(const nto_model *m, int pass) {
+  return &m->plan[pass];
+}
+
+const nto_tensor *nto_model_tensor(const nto_model *m, int t) {
+  return &m->t[t];
+}
+
+int nto_model_tensor_count(const nto_model *m) { return m->n_t; }

@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "graph.h"
+#include "offload.h"
 #include "tensor.h"
 #include "weights.h"
 
@@ -31,19 +32,25 @@
 
 typedef struct nto_model nto_model;
 
+/* Kinds of pass; also the plan index given to the offload engine. */
+enum { NTO_PASS_TRAIN = 0, NTO_PASS_EVAL = 1 };
+
 typedef struct nto_model_opts {
-  int batch;              /* 0: the config's batch_size */
-  uint64_t seed;          /* weight initialization and dropout */
-  int compute_input_grad; /* also compute dL/d(input batch) (tests) */
-  int plan_only;          /* build graph and plan, allocate no tensor
-                             (summary): only the query functions work */
+  int batch;                /* 0: the config's batch_size */
+  uint64_t seed;            /* weight initialization and dropout */
+  int compute_input_grad;   /* also compute dL/d(input batch) (tests) */
+  int plan_only;            /* build graph and plan, allocate no tensor
+                               (summary): only the query functions work */
+  nto_offload_opts offload; /* offload.window == 0: everything resident
+                               (one arena); >= 1: the offload engine with
+                               a window of that many steps */
 } nto_model_opts;
 
 /* Result of one step. */
 typedef struct nto_step_stats {
-  double loss;  /* mean loss over the valid samples */
-  int correct;  /* samples whose argmax matches the label's */
-  int samples;  /* valid samples */
+  double loss; /* mean loss over the valid samples */
+  int correct; /* samples whose argmax matches the label's */
+  int samples; /* valid samples */
 } nto_step_stats;
 
 /* Planned memory (bytes, page-rounded tensors). */
@@ -57,9 +64,12 @@ typedef struct nto_mem_plan {
 
 /*
  * Build the model of config c (borrowed: must outlive the model): graph,
- * tensors, initial weights from opts->seed, optimizer state, the plan, the
- * arena. Returns 0, NTO_ECONFIG/NTO_ESHAPE (from graph building, with
- * file/section/key) or NTO_ENOMEM.
+ * tensors, initial weights from opts->seed, optimizer state, the plans,
+ * and either the arena or the offload engine (opts->offload.window >= 1;
+ * the weights are then initialized one tensor at a time straight into the
+ * swap file). Results are bit-identical either way. Returns 0,
+ * NTO_ECONFIG/NTO_ESHAPE (from graph building, with file/section/key),
+ * NTO_ENOMEM, or the engine's NTO_EIO/NTO_EUNSUPPORTED (swap file).
  */
 int nto_model_create(nto_model **out, const nto_config *c,
                      const nto_model_opts *opts, nto_err *err);
@@ -78,7 +88,9 @@ nto_mem_plan nto_model_mem_plan(const nto_model *m);
 size_t nto_model_param_count(const nto_model *m);
 
 /* Replace the optimizer / scheduler settings (tests); resets the update
- * count to 0 and zeroes optimizer state. Returns 0 or NTO_ENOMEM. */
+ * count to 0 and zeroes optimizer state. Returns 0 or NTO_ENOMEM;
+ * NTO_EUNSUPPORTED when offloading and the new optimizer needs state
+ * tensors the model was not built with. */
 int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
                             const nto_lr_conf *lr, nto_err *err);
 
@@ -87,6 +99,8 @@ int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
  * fused optimizer update. x: N * c*h*w floats (NCHW), y: N * K targets.
  * Returns 0 or NTO_ENUMERIC if the loss is not finite; that check comes
  * before any update, so only batch-norm running statistics have moved.
+ * When offloading, also NTO_EIO for a failed swap read or write (the model
+ * is then unusable; free it).
  */
 int nto_model_train_step(nto_model *m, const float *x, const float *y,
                          nto_step_stats *st, nto_err *err);
@@ -95,10 +109,11 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
  * Forward in inference mode (batch-norm running statistics, no dropout) and
  * loss on the first `valid` samples (valid <= N; the rest is padding).
  */
-int nto_model_eval_step(nto_model *m, const float *x, const float *y,
-                        int valid, nto_step_stats *st, nto_err *err);
+int nto_model_eval_step(nto_model *m, const float *x, const float *y, int valid,
+                        nto_step_stats *st, nto_err *err);
 
-/* Output of the last step: N x K floats, valid until the next step. */
+/* Output of the last step: N x K floats (a copy owned by the model),
+ * valid until the next step. */
 const float *nto_model_output(const nto_model *m);
 /* dL/d(input) of the last train step when opts.compute_input_grad, else
  * NULL: N x c*h*w floats, valid until the next step. */
@@ -111,8 +126,10 @@ void nto_model_set_grad_hook(nto_model *m, nto_grad_hook hook, void *user);
 
 /*
  * The model's weights as named tensors "<layer>.<weight>" (layer order,
- * then weight order), dims from each weight's export rank; data points into
- * the model (valid while the model lives and weights are resident).
+ * then weight order), dims from each weight's export rank. All resident:
+ * data points into the model (valid while it lives). Offloading: data is
+ * NULL and fetch/store read and write the swap file (io/weights.h), so
+ * saving never needs all weights in RAM at once.
  * *out is malloc'd with its names: free with nto_model_weights_free.
  */
 int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
@@ -121,5 +138,24 @@ void nto_model_weights_free(nto_named_tensor *ts, int n);
 
 /* Number of optimizer updates done. */
 long nto_model_iteration(const nto_model *m);
+
+/* The offload engine's counters; returns 0, or NTO_EINVAL (st zeroed)
+ * when everything is resident. */
+int nto_model_offload_stats(nto_model *m, nto_offload_stats *st);
+/* Reset the offload counters and peaks (no-op when all resident). */
+void nto_model_reset_offload_stats(nto_model *m);
+
+/* The static plan of a pass (NTO_PASS_*): per-step and per-tensor uses
+ * over the tensor table (tests, summary). Valid while the model lives. */
+const nto_plan *nto_model_plan(const nto_model *m, int pass);
+/* Tensor descriptor t (0 <= t < nto_model_tensor_count). */
+const nto_tensor *nto_model_tensor(const nto_model *m, int t);
+int nto_model_tensor_count(const nto_model *m);
+
+/* Number of steps of a pass (NTO_PASS_*) and a step's name, e.g.
+ * "F3 conv1" or "B3 conv1", written into buf; returns buf. */
+int nto_model_pass_steps(const nto_model *m, int pass);
+const char *nto_model_step_name(const nto_model *m, int pass, int s, char *buf,
+                                size_t len);
 
 #endif /* NTO_MODEL_H */

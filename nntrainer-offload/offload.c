@@ -1,0 +1,799 @@
+/*
+ * offload.c - the offload engine. See offload.h.
+ *
+ * DESIGN
+ * One mutex (mu) guards the window (window.h), the tensor table's data and
+ * state fields, both job queues, the step states and the counters. Three
+ * threads take it:
+ *   - the executor (caller) extends the window in nto_offload_begin, which
+ *     queues LOAD/ALLOC jobs for the onloader, waits on cv_exec until its
+ *     step's tensors are resident, and in nto_offload_end queues WRITE jobs
+ *     for the offloader and releases dropped/freed buffers itself;
+ *   - the onloader pops LOAD/ALLOC jobs in the order they were queued (step
+ *     order), gets a buffer from the pool, submits reads to its own queue
+ *     (io/iobackend.h, created on that thread), and on completion publishes
+ *     the buffer (t->data) and wakes the executor;
+ *   - the offloader pops WRITE jobs, submits writes from the tensor's
+ *     buffer, and on completion releases the buffer (or keeps it if the
+ *     window asked for the tensor again meanwhile) and advances the
+ *     writing step to SWAPPED.
+ * Jobs are popped in batches and the I/O itself runs without the lock.
+ * Ownership of a buffer moves with its job: the executor never touches a
+ * tensor that is not RESIDENT, and an I/O thread touches a buffer only
+ * between popping its job and completing it. The first I/O error is kept
+ * in `ferr`; every later executor call returns it, and waits end on it.
+ * Each I/O thread ends when `stop` is set and it has nothing queued or in
+ * flight. I/O threads block all signals.
+ */
+#include "offload.h"
+#include "pool.h"
+#include "swap.h"
+#include "window.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 64 /* jobs popped / completions reaped per round */
+
+typedef struct job {
+  int t;     /* tensor */
+  int kind;  /* nto_act_kind: LOAD, ALLOC or WRITE */
+  int zero;  /* ALLOC: zero-fill */
+  int step;  /* WRITE: the step whose leave decided it, -1 for a drain */
+  void *buf; /* WRITE: the tensor's buffer */
+} job;
+
+typedef struct fifo {
+  job *v;
+  int cap, head, n;
+} fifo;
+
+struct nto_offload {
+  nto_tensor *t;
+  int n_t;
+  const nto_plan *plans[2];
+  int mode; /* plan the window runs on */
+  nto_window win;
+  nto_offload_opts opts;
+
+  nto_swap *swap;
+  nto_io_kind io_kind;
+  char note[160];
+  nto_pool *pool;
+  nto_io_req *req; /* per tensor: at most one I/O in flight per tensor */
+  int64_t *offset; /* per tensor: swap file offset, -1 if none */
+  uint64_t swap_bytes;
+  nto_act *acts; /* scratch: n_t entries */
+
+  unsigned char *step_state; /* per step of the current plan */
+  int *step_writes;          /* per step: its writes not yet complete */
+  long entered, executed;    /* steps since the window was primed */
+  int primed;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv_exec, cv_load, cv_off, cv_mem;
+  size_t bound;    /* resident tensor bytes the onloader stays within */
+  long over_bound; /* allocations that had to exceed it */
+  fifo load_q, write_q;
+  int loads_inflight, writes_inflight; /* queued or submitted */
+  int stop, failed, io_dead;
+  job *jobs[2]; /* per I/O thread: one slot per tensor */
+  struct thread_arg *targ[2];
+  nto_err ferr;
+  pthread_t th_load, th_off;
+  int n_threads;
+
+  double stall_ms;
+  uint64_t read_bytes, written_bytes;
+  nto_window_sim sim;
+};
+
+const char *nto_step_state_name(nto_step_state s) {
+  static const char *const names[] = {"SWAPPED", "WAIT_FOR_EXEC",
+                                      "READY_FOR_EXEC", "WAIT_FOR_OFF"};
+  return (unsigned)s < 4 ? names[s] : "?";
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int fifo_init(fifo *q, int cap) {
+  q->v = malloc((size_t)cap * sizeof *q->v);
+  q->cap = cap;
+  q->head = q->n = 0;
+  return q->v ? 0 : -1;
+}
+
+static void fifo_push(fifo *q, job j) {
+  assert(q->n < q->cap);
+  q->v[(q->head + q->n++) % q->cap] = j;
+}
+
+static int fifo_pop(fifo *q, job *out, int max) {
+  int k = 0;
+  while (k < max && q->n > 0) {
+    out[k++] = q->v[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+  }
+  return k;
+}
+
+/* ---- step states (lock held) ---- */
+
+static int legal(nto_step_state from, nto_step_state to) {
+  return (from == NTO_STEP_SWAPPED && to == NTO_STEP_WAIT_FOR_EXEC) ||
+         (from == NTO_STEP_WAIT_FOR_EXEC && to == NTO_STEP_READY_FOR_EXEC) ||
+         (from == NTO_STEP_READY_FOR_EXEC && to == NTO_STEP_WAIT_FOR_OFF) ||
+         (from == NTO_STEP_WAIT_FOR_OFF && to == NTO_STEP_SWAPPED) ||
+         (from == NTO_STEP_WAIT_FOR_OFF && to == NTO_STEP_WAIT_FOR_EXEC);
+}
+
+static void set_state(nto_offload *o, int s, nto_step_state to) {
+  nto_step_state from = o->step_state[s];
+  assert(legal(from, to));
+  o->step_state[s] = (unsigned char)to;
+  if (o->opts.log_state)
+    o->opts.log_state(o->opts.log_user, o->mode, s, from, to);
+}
+
+/* The first I/O error wins; wakes everyone. Lock held. */
+static void record_error(nto_offload *o, int t, const char *what, int res) {
+  if (!o->failed)
+    nto_err_set(&o->ferr, NTO_EIO,
+                "swap %s of tensor %s (%zu bytes at offset %lld) failed: %s",
+                what, o->t[t].name, o->t[t].bytes, (long long)o->offset[t],
+                strerror(-res));
+  o->failed = 1;
+  pthread_cond_broadcast(&o->cv_exec);
+  pthread_cond_broadcast(&o->cv_mem);
+}
+
+static int failure(nto_offload *o, nto_err *err) {
+  if (err)
+    *err = o->ferr;
+  return o->ferr.code ? o->ferr.code : NTO_EIO;
+}
+
+/* Release tensor t's buffer and give it state st. Lock held. */
+static void release(nto_offload *o, int t, nto_residency st) {
+  nto_pool_put(o->pool, o->t[t].data, o->t[t].bytes);
+  o->t[t].data = NULL;
+  o->t[t].state = st;
+}
+
+/* Carry out the window's decisions. step: the leaving step, or -1. */
+static void dispatch(nto_offload *o, const nto_act *a, int n, int step) {
+  int loads = 0, writes = 0, freed = 0;
+  for (int i = 0; i < n; i++) {
+    int t = a[i].t;
+    switch (a[i].kind) {
+    case NTO_ACT_LOAD:
+    case NTO_ACT_ALLOC:
+      assert(a[i].kind == NTO_ACT_ALLOC || o->offset[t] >= 0);
+      fifo_push(&o->load_q, (job){t, (int)a[i].kind, a[i].zero, -1, NULL});
+      o->loads_inflight++;
+      loads++;
+      break;
+    case NTO_ACT_WRITE:
+      assert(o->offset[t] >= 0); /* the simulation gave it a slot */
+      fifo_push(&o->write_q, (job){t, NTO_ACT_WRITE, 0, step, o->t[t].data});
+      o->writes_inflight++;
+      if (step >= 0)
+        o->step_writes[step]++;
+      writes++;
+      break;
+    case NTO_ACT_DROP:
+      release(o, t, NTO_RES_SWAPPED);
+      freed++;
+      break;
+    case NTO_ACT_FREE:
+      release(o, t, NTO_RES_NONE);
+      freed++;
+      break;
+    case NTO_ACT_RECLAIM:
+      break;
+    }
+  }
+  if (freed)
+    pthread_cond_broadcast(&o->cv_mem);
+  if (loads)
+    pthread_cond_signal(&o->cv_load);
+  if (writes)
+    pthread_cond_signal(&o->cv_off);
+}
+
+/* ---- I/O threads ---- */
+
+/* A LOAD/ALLOC finished (res 0 or -errno) with buffer buf. */
+static void complete_load(nto_offload *o, const job *j, void *buf, int res) {
+  pthread_mutex_lock(&o->mu);
+  if (res < 0) {
+    record_error(o, j->t, "read", res);
+    nto_pool_put(o->pool, buf, o->t[j->t].bytes);
+  } else {
+    o->t[j->t].data = buf;
+    o->t[j->t].state = NTO_RES_RESIDENT;
+    nto_window_loaded(&o->win, j->t, (nto_act_kind)j->kind);
+    if (j->kind == NTO_ACT_LOAD)
+      o->read_bytes += o->t[j->t].bytes;
+  }
+  o->loads_inflight--;
+  pthread_cond_broadcast(&o->cv_exec);
+  pthread_mutex_unlock(&o->mu);
+}
+
+/* A WRITE finished (res 0 or -errno). */
+static void complete_write(nto_offload *o, const job *j, int res) {
+  pthread_mutex_lock(&o->mu);
+  int t = j->t;
+  if (res < 0) {
+    record_error(o, t, "write", res);
+  } else {
+    o->written_bytes += o->t[t].bytes;
+    if (!nto_window_written(&o->win, t))
+      release(o, t, NTO_RES_SWAPPED);
+  }
+  if (j->step >= 0 && --o->step_writes[j->step] == 0 &&
+      o->step_state[j->step] == NTO_STEP_WAIT_FOR_OFF)
+    set_state(o, j->step, NTO_STEP_SWAPPED);
+  o->writes_inflight--;
+  pthread_cond_broadcast(&o->cv_exec);
+  pthread_cond_broadcast(&o->cv_mem);
+  pthread_mutex_unlock(&o->mu);
+}
+
+/* Onloader: before allocating `bytes`, wait while that would exceed the
+ * bound and writes in flight will release memory. Offloading never waits
+ * for this; the executor only if its own step's reads are held back. */
+static void wait_for_memory(nto_offload *o, size_t bytes) {
+  pthread_mutex_lock(&o->mu);
+  while (!o->failed && o->writes_inflight > 0 &&
+         nto_pool_in_use(o->pool) + bytes > o->bound)
+    pthread_cond_wait(&o->cv_mem, &o->mu);
+  if (nto_pool_in_use(o->pool) + bytes > o->bound)
+    o->over_bound++;
+  pthread_mutex_unlock(&o->mu);
+}
+
+/* Start job j on queue io: returns 1 if a request was submitted, 0 if the
+ * job completed at once (ALLOC, or no buffer). */
+static int start_job(nto_offload *o, nto_io *io, job *j) {
+  size_t bytes = o->t[j->t].bytes;
+  void *buf = j->buf;
+  if (j->kind != NTO_ACT_WRITE) {
+    wait_for_memory(o, bytes);
+    buf = nto_pool_get(o->pool, bytes);
+    if (!buf) {
+      complete_load(o, j, NULL, -ENOMEM);
+      return 0;
+    }
+    if (j->kind == NTO_ACT_ALLOC) {
+      if (j->zero)
+        memset(buf, 0, bytes);
+      complete_load(o, j, buf, 0);
+      return 0;
+    }
+  }
+  nto_io_req *r = &o->req[j->t];
+  memset(r, 0, sizeof *r);
+  r->op = j->kind == NTO_ACT_WRITE ? NTO_IO_WRITE : NTO_IO_READ;
+  r->buf = buf;
+  r->len = bytes;
+  r->offset = o->offset[j->t];
+  r->user = j;
+  nto_io_submit(io, r);
+  return 1;
+}
+
+/* Complete job j with its request's result. */
+static void finish(nto_offload *o, int writer, job *j, nto_io_req *r) {
+  if (writer)
+    complete_write(o, j, r ? r->result : -EIO);
+  else
+    complete_load(o, j, r ? r->buf : NULL, r ? r->result : -EIO);
+}
+
+typedef struct thread_arg {
+  nto_offload *o;
+  int writer; /* 0: onloader, 1: offloader */
+} thread_arg;
+
+/* The queue could not be created or failed: record why. Lock held. */
+static void io_broken(nto_offload *o, const nto_err *e) {
+  if (!o->failed)
+    o->ferr = *e;
+  o->failed = 1;
+  o->io_dead = 1;
+  pthread_cond_broadcast(&o->cv_exec);
+}
+
+/* One I/O thread: pop jobs, submit, reap, complete; until stop. */
+static void *io_main(void *arg) {
+  nto_offload *o = ((thread_arg *)arg)->o;
+  int writer = ((thread_arg *)arg)->writer;
+  fifo *q = writer ? &o->write_q : &o->load_q;
+  pthread_cond_t *cv = writer ? &o->cv_off : &o->cv_load;
+  job *jobs = o->jobs[writer]; /* slot per tensor: one job in flight each */
+  nto_io *io = NULL;
+  nto_err e = {0};
+  int rc =
+      nto_io_create(&io, o->io_kind, nto_swap_fd(o->swap), o->opts.depth, &e);
+  nto_io_req *done[BATCH];
+  int pending = 0;
+  pthread_mutex_lock(&o->mu);
+  if (rc != 0)
+    io_broken(o, &e);
+  for (;;) {
+    while (!o->stop && q->n == 0 && pending == 0)
+      pthread_cond_wait(cv, &o->mu);
+    if (q->n == 0 && pending == 0)
+      break; /* stop requested and nothing left */
+    job batch[BATCH];
+    int nb = fifo_pop(q, batch, BATCH);
+    pthread_mutex_unlock(&o->mu);
+    for (int i = 0; i < nb; i++) {
+      job *j = &jobs[batch[i].t];
+      *j = batch[i];
+      if (io)
+        pending += start_job(o, io, j);
+      else
+        finish(o, writer, j, NULL);
+    }
+    int nd = 0;
+    if (pending > 0) {
+      nto_io_flush(io);
+      nd = nto_io_reap(io, done, BATCH, nb == 0);
+      for (int i = 0; i < nd; i++)
+        finish(o, writer, done[i]->user, done[i]);
+    }
+    pthread_mutex_lock(&o->mu);
+    if (nd < 0) {
+      nto_err_set(&e, NTO_EIO, "swap %s queue failed: %s",
+                  writer ? "write" : "read", strerror(-nd));
+      io_broken(o, &e);
+      break; /* requests in flight are abandoned with their buffers */
+    }
+    pending -= nd;
+  }
+  pthread_mutex_unlock(&o->mu);
+  nto_io_destroy(io);
+  return NULL;
+}
+
+/* ---- executor side ---- */
+
+static int n_steps(const nto_offload *o) { return o->plans[o->mode]->n_steps; }
+
+/* Step s enters the window. Lock held. */
+static void enter_step(nto_offload *o, int s) {
+  int n = nto_window_enter(&o->win, s, o->acts);
+  set_state(o, s, NTO_STEP_WAIT_FOR_EXEC);
+  dispatch(o, o->acts, n, s);
+}
+
+/* Are all tensors of step s resident? Lock held. */
+static int step_ready(const nto_offload *o, int s) {
+  const nto_plan *p = o->plans[o->mode];
+  for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++)
+    if (o->win.state[p->step_t[k]] != NTO_WS_RESIDENT)
+      return 0;
+  return 1;
+}
+
+/* Wait until no job of the given kind is queued or in flight. */
+static void wait_idle(nto_offload *o, const int *inflight) {
+  while (*inflight > 0 && !o->io_dead)
+    pthread_cond_wait(&o->cv_exec, &o->mu);
+}
+
+/* Empty the window (see nto_offload_drain). Lock held. */
+static void drain_locked(nto_offload *o) {
+  if (!o->primed)
+    return;
+  /* writes first too: a reclaimed tensor becomes resident only when its
+   * write completes */
+  wait_idle(o, &o->loads_inflight);
+  wait_idle(o, &o->writes_inflight);
+  int S = n_steps(o);
+  for (long g = o->executed; g < o->entered; g++) {
+    int s = (int)(g % S);
+    if (o->step_state[s] == NTO_STEP_WAIT_FOR_EXEC)
+      set_state(o, s, NTO_STEP_READY_FOR_EXEC);
+    if (o->step_state[s] == NTO_STEP_READY_FOR_EXEC)
+      set_state(o, s, NTO_STEP_WAIT_FOR_OFF);
+  }
+  if (!o->failed)
+    dispatch(o, o->acts, nto_window_drain(&o->win, o->acts), -1);
+  wait_idle(o, &o->writes_inflight);
+  for (int s = 0; s < S; s++) {
+    o->step_writes[s] = 0;
+    if (o->step_state[s] == NTO_STEP_WAIT_FOR_OFF)
+      set_state(o, s, NTO_STEP_SWAPPED);
+  }
+  if (o->failed) /* content is lost anyway: release every buffer */
+    for (int t = 0; t < o->n_t; t++)
+      if (o->t[t].data && o->win.state[t] != NTO_WS_WRITING &&
+          o->win.state[t] != NTO_WS_LOADING)
+        release(o, t, NTO_RES_NONE);
+  o->primed = 0;
+  o->entered = o->executed = 0;
+}
+
+/* Put the window on plan `mode` (drained). Lock held. */
+static int switch_mode(nto_offload *o, int mode, nto_err *err) {
+  nto_window w;
+  int rc = nto_window_init(&w, o->plans[mode], o->opts.window, o->win.state,
+                           o->win.zero, err);
+  if (rc != 0)
+    return rc;
+  nto_window_free(&o->win);
+  o->win = w;
+  o->mode = mode;
+  return 0;
+}
+
+int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
+  int rc = 0;
+  pthread_mutex_lock(&o->mu);
+  if (!o->failed && mode != o->mode) {
+    drain_locked(o);
+    if (!o->failed)
+      rc = switch_mode(o, mode, err);
+  }
+  if (rc == 0 && !o->failed) {
+    o->primed = 1;
+    int S = n_steps(o);
+    assert(o->executed % S == s);
+    while (o->entered <= o->executed + o->win.n)
+      enter_step(o, (int)(o->entered++ % S));
+    if (!step_ready(o, s) && !o->failed) {
+      double t0 = now_ms();
+      while (!o->failed && !step_ready(o, s))
+        pthread_cond_wait(&o->cv_exec, &o->mu);
+      o->stall_ms += now_ms() - t0;
+    }
+    if (!o->failed)
+      set_state(o, s, NTO_STEP_READY_FOR_EXEC);
+  }
+  if (o->failed)
+    rc = failure(o, err);
+  pthread_mutex_unlock(&o->mu);
+  return rc;
+}
+
+int nto_offload_end(nto_offload *o, int s, nto_err *err) {
+  int rc = 0;
+  pthread_mutex_lock(&o->mu);
+  if (o->failed) {
+    rc = failure(o, err);
+  } else {
+    int n = nto_window_leave(&o->win, s, o->acts);
+    set_state(o, s, NTO_STEP_WAIT_FOR_OFF);
+    dispatch(o, o->acts, n, s);
+    if (o->step_writes[s] == 0)
+      set_state(o, s, NTO_STEP_SWAPPED);
+    o->executed++;
+  }
+  pthread_mutex_unlock(&o->mu);
+  return rc;
+}
+
+int nto_offload_drain(nto_offload *o, nto_err *err) {
+  pthread_mutex_lock(&o->mu);
+  drain_locked(o);
+  int rc = o->failed ? failure(o, err) : 0;
+  pthread_mutex_unlock(&o->mu);
+  return rc;
+}
+
+/* pread/pwrite all len bytes at off, over EINTR and short transfers.
+ * Returns 0 or -errno (-EIO for an early end of file). */
+static int transfer_all(int fd, int writing, void *buf, size_t len,
+                        int64_t off) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t k = writing ? pwrite(fd, p, len, off) : pread(fd, p, len, off);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0)
+      return -errno;
+    if (k == 0)
+      return -EIO;
+    p += k;
+    off += k;
+    len -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Synchronous store (writing) or fetch of persistent tensor t. */
+static int sync_io(nto_offload *o, int t, int writing, float *data,
+                   nto_err *err) {
+  int rc = nto_offload_drain(o, err);
+  if (rc != 0)
+    return rc;
+  size_t bytes = o->t[t].bytes, n = nto_tensor_numel(&o->t[t]);
+  if (o->offset[t] < 0)
+    return nto_err_set(err, NTO_EINVAL, "tensor %s has no swap space",
+                       o->t[t].name);
+  pthread_mutex_lock(&o->mu);
+  int zero = o->win.state[t] == NTO_WS_NONE && o->win.zero[t];
+  pthread_mutex_unlock(&o->mu);
+  if (!writing && zero) {
+    memset(data, 0, n * sizeof(float));
+    return 0;
+  }
+  float *buf = nto_pool_get(o->pool, bytes);
+  if (!buf)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (writing) {
+    memset(buf, 0, bytes);
+    memcpy(buf, data, n * sizeof(float));
+  }
+  int res =
+      transfer_all(nto_swap_fd(o->swap), writing, buf, bytes, o->offset[t]);
+  if (res == 0 && !writing)
+    memcpy(data, buf, n * sizeof(float));
+  nto_pool_put(o->pool, buf, bytes);
+  if (res < 0)
+    return nto_err_set(err, NTO_EIO, "swap %s of tensor %s failed: %s",
+                       writing ? "write" : "read", o->t[t].name,
+                       strerror(-res));
+  if (writing) {
+    pthread_mutex_lock(&o->mu);
+    o->win.state[t] = NTO_WS_SWAPPED;
+    o->win.zero[t] = 0;
+    o->win.dirty[t] = 0;
+    o->t[t].state = NTO_RES_SWAPPED;
+    pthread_mutex_unlock(&o->mu);
+  }
+  return 0;
+}
+
+int nto_offload_store(nto_offload *o, int t, const float *src, nto_err *err) {
+  return sync_io(o, t, 1, (float *)src, err);
+}
+
+int nto_offload_fetch(nto_offload *o, int t, float *dst, nto_err *err) {
+  return sync_io(o, t, 0, dst, err);
+}
+
+int nto_offload_zero(nto_offload *o, int t, nto_err *err) {
+  int rc = nto_offload_drain(o, err);
+  if (rc != 0)
+    return rc;
+  pthread_mutex_lock(&o->mu);
+  o->win.state[t] = NTO_WS_NONE;
+  o->win.zero[t] = 1;
+  o->win.dirty[t] = 0;
+  o->t[t].state = NTO_RES_NONE;
+  pthread_mutex_unlock(&o->mu);
+  return 0;
+}
+
+/* ---- setup ---- */
+
+/* Swap offsets: every persistent tensor and every transient tensor the
+ * window of either plan may write gets its own page-aligned slot. */
+static int place_swap(nto_offload *o, const unsigned char *initial,
+                      const unsigned char *zero, nto_err *err) {
+  nto_window_sim ev;
+  int rc = nto_window_simulate(o->plans[0], o->opts.window, initial, zero, 3, 1,
+                               &o->sim, err);
+  if (rc == 0)
+    rc = nto_window_simulate(o->plans[1], o->opts.window, initial, zero, 3, 1,
+                             &ev, err);
+  if (rc != 0)
+    return rc;
+  uint64_t off = 0;
+  for (int t = 0; t < o->n_t; t++) {
+    o->offset[t] = -1;
+    if (o->plans[0]->persistent[t] || o->sim.written[t] || ev.written[t]) {
+      o->offset[t] = (int64_t)off;
+      o->t[t].swap_offset = (int64_t)off;
+      off += o->t[t].bytes;
+    }
+  }
+  free(ev.written);
+  o->swap_bytes = off;
+  o->bound =
+      o->sim.peak_bytes > ev.peak_bytes ? o->sim.peak_bytes : ev.peak_bytes;
+  return 0;
+}
+
+/* Decide between io_uring and psync by creating a probe ring here. */
+static int choose_io(nto_offload *o, nto_err *err) {
+  o->io_kind = o->opts.io == NTO_IO_AUTO ? NTO_IO_URING : o->opts.io;
+  if (o->io_kind == NTO_IO_PSYNC)
+    return 0;
+  nto_io *probe = NULL;
+  nto_err e = {0};
+  int rc = nto_io_create(&probe, NTO_IO_URING, nto_swap_fd(o->swap), 1, &e);
+  nto_io_destroy(probe);
+  if (rc == 0)
+    return 0;
+  if (rc != NTO_EUNSUPPORTED || o->opts.io == NTO_IO_URING)
+    return nto_err_set(err, rc, "%s", e.msg);
+  o->io_kind = NTO_IO_PSYNC;
+  snprintf(o->note, sizeof o->note, "%.120s; using psync", e.msg);
+  return 0;
+}
+
+/* Allocate the per-tensor and per-step arrays and queues. */
+static int alloc_tables(nto_offload *o) {
+  size_t nt = (size_t)o->n_t + 1;
+  int S = o->plans[0]->n_steps > o->plans[1]->n_steps ? o->plans[0]->n_steps
+                                                      : o->plans[1]->n_steps;
+  o->req = calloc(nt, sizeof *o->req);
+  o->offset = calloc(nt, sizeof *o->offset);
+  o->acts = calloc(nt, sizeof *o->acts);
+  o->step_state = calloc((size_t)S + 1, 1);
+  o->step_writes = calloc((size_t)S + 1, sizeof *o->step_writes);
+  o->jobs[0] = calloc(nt, sizeof(job));
+  o->jobs[1] = calloc(nt, sizeof(job));
+  o->pool = nto_pool_create();
+  if (!o->req || !o->offset || !o->acts || !o->step_state || !o->step_writes ||
+      !o->jobs[0] || !o->jobs[1] || !o->pool ||
+      fifo_init(&o->load_q, (int)nt) != 0 ||
+      fifo_init(&o->write_q, (int)nt) != 0)
+    return NTO_ENOMEM;
+  return 0;
+}
+
+/* Start the onloader and the offloader with every signal blocked. */
+static int start_threads(nto_offload *o, nto_err *err) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = 0;
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    thread_arg *a = malloc(sizeof *a);
+    if (!a) {
+      rc = ENOMEM;
+      break;
+    }
+    *a = (thread_arg){o, i};
+    o->targ[i] = a;
+    rc = pthread_create(i ? &o->th_off : &o->th_load, NULL, io_main, a);
+    if (rc == 0) {
+      pthread_setname_np(i ? o->th_off : o->th_load,
+                         i ? "nto-offload" : "nto-onload");
+      o->n_threads++;
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0)
+    return nto_err_set(err, NTO_ENOMEM, "cannot start I/O threads: %s",
+                       strerror(rc));
+  return 0;
+}
+
+int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
+                       const nto_plan *plans[2], const nto_offload_opts *opts,
+                       nto_err *err) {
+  *out = NULL;
+  nto_offload *o = calloc(1, sizeof *o);
+  if (!o)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  o->t = t;
+  o->n_t = n_tensors;
+  o->plans[0] = plans[0];
+  o->plans[1] = plans[1];
+  o->opts = *opts;
+  if (o->opts.window < 1)
+    o->opts.window = 1;
+  if (o->opts.depth == 0)
+    o->opts.depth = 16;
+  pthread_mutex_init(&o->mu, NULL);
+  pthread_cond_init(&o->cv_exec, NULL);
+  pthread_cond_init(&o->cv_load, NULL);
+  pthread_cond_init(&o->cv_off, NULL);
+  pthread_cond_init(&o->cv_mem, NULL);
+  unsigned char *initial = calloc((size_t)n_tensors + 1, 1);
+  int rc = initial && alloc_tables(o) == 0
+               ? 0
+               : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  const unsigned char *zero = plans[0]->persistent; /* zeros until stored */
+  if (rc == 0)
+    rc = place_swap(o, initial, zero, err);
+  if (rc == 0)
+    rc = nto_window_init(&o->win, plans[0], o->opts.window, initial, zero, err);
+  free(initial);
+  if (rc == 0) {
+    nto_swap_opts so = {opts->swap_dir, o->swap_bytes, !opts->no_direct};
+    rc = nto_swap_open(&o->swap, &so, err);
+  }
+  if (rc == 0)
+    rc = choose_io(o, err);
+  if (rc == 0)
+    rc = start_threads(o, err);
+  if (rc != 0) {
+    nto_offload_free(o);
+    return rc;
+  }
+  *out = o;
+  return 0;
+}
+
+void nto_offload_free(nto_offload *o) {
+  if (!o)
+    return;
+  pthread_mutex_lock(&o->mu);
+  if (o->n_threads == 2)
+    drain_locked(o);
+  o->stop = 1;
+  pthread_cond_broadcast(&o->cv_load);
+  pthread_cond_broadcast(&o->cv_off);
+  pthread_mutex_unlock(&o->mu);
+  if (o->n_threads > 0)
+    pthread_join(o->th_load, NULL);
+  if (o->n_threads > 1)
+    pthread_join(o->th_off, NULL);
+  for (int t = 0; t < o->n_t && o->pool; t++)
+    if (o->t[t].data) {
+      nto_pool_put(o->pool, o->t[t].data, o->t[t].bytes);
+      o->t[t].data = NULL;
+      o->t[t].state = NTO_RES_NONE;
+    }
+  nto_swap_close(o->swap);
+  nto_pool_destroy(o->pool);
+  nto_window_free(&o->win);
+  free(o->sim.written);
+  free(o->req);
+  free(o->offset);
+  free(o->acts);
+  free(o->step_state);
+  free(o->step_writes);
+  free(o->jobs[0]);
+  free(o->jobs[1]);
+  free(o->targ[0]);
+  free(o->targ[1]);
+  free(o->load_q.v);
+  free(o->write_q.v);
+  pthread_cond_destroy(&o->cv_exec);
+  pthread_cond_destroy(&o->cv_load);
+  pthread_cond_destroy(&o->cv_off);
+  pthread_cond_destroy(&o->cv_mem);
+  pthread_mutex_destroy(&o->mu);
+  free(o);
+}
+
+void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
+  memset(st, 0, sizeof *st);
+  pthread_mutex_lock(&o->mu);
+  st->window = o->win.n;
+  st->io = nto_io_kind_name(o->io_kind);
+  st->direct = nto_swap_is_direct(o->swap);
+  st->swap_dir = nto_swap_dir(o->swap);
+  st->swap_bytes = o->swap_bytes;
+  st->stall_ms = o->stall_ms;
+  st->read_bytes = o->read_bytes;
+  st->written_bytes = o->written_bytes;
+  st->planned_peak = o->bound;
+  st->over_bound = o->over_bound;
+  st->planned_read = o->sim.read_bytes;
+  st->planned_written = o->sim.written_bytes;
+  snprintf(st->note, sizeof st->note, "%s", o->note);
+  pthread_mutex_unlock(&o->mu);
+  st->peak_resident = nto_pool_peak(o->pool);
+}
+
+void nto_offload_reset_stats(nto_offload *o) {
+  pthread_mutex_lock(&o->mu);
+  o->stall_ms = 0;
+  o->read_bytes = o->written_bytes = 0;
+  o->over_bound = 0;
+  pthread_mutex_unlock(&o->mu);
+  nto_pool_reset_peak(o->pool);
+}

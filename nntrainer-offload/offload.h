@@ -1,0 +1,144 @@
+/*
+ * offload.h - the offload engine: a sliding window of N steps resident,
+ * everything else in a swap file, moved by two I/O threads.
+ *
+ * Threads. The executor is the caller's thread (it runs the steps and is
+ * the only BLAS caller). The engine adds the onloader, which allocates
+ * buffers and reads tensors through its own I/O queue (io_uring or psync,
+ * io/iobackend.h), and the offloader, which writes tensors through its own
+ * queue and releases their buffers. The executor waits only for the reads
+ * of the step it is about to run (a stall); offloading never waits on
+ * onloading.
+ *
+ * Per-step state machine (window.h decides the tensor traffic):
+ *
+ *   SWAPPED --enter--> WAIT_FOR_EXEC --all reads done--> READY_FOR_EXEC
+ *   READY_FOR_EXEC --run, leave--> WAIT_FOR_OFF --writes done--> SWAPPED
+ *   WAIT_FOR_OFF --enter (window wraps onto it again)--> WAIT_FOR_EXEC
+ *
+ * Any other transition is a programming error (assert).
+ *
+ * A pass (a training iteration or an inference pass) is driven as
+ *   for s in 0..S-1: nto_offload_begin(o, mode, s); run s; nto_offload_end(o,
+ * s) While passes of the same mode follow each other, the window runs on into
+ * the next pass without a pause; a change of mode first drains the window.
+ *
+ * Errors: the first I/O error is recorded by the I/O thread and returned
+ * by the next nto_offload_begin/end/drain as NTO_EIO with a message naming
+ * the tensor; the engine then refuses further steps.
+ */
+#ifndef NTO_OFFLOAD_H
+#define NTO_OFFLOAD_H
+
+#include "error.h"
+#include "iobackend.h"
+#include "plan.h"
+#include "tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct nto_offload nto_offload;
+
+/* Step states (see the diagram above). */
+typedef enum {
+  NTO_STEP_SWAPPED,
+  NTO_STEP_WAIT_FOR_EXEC,
+  NTO_STEP_READY_FOR_EXEC,
+  NTO_STEP_WAIT_FOR_OFF,
+} nto_step_state;
+
+/* "SWAPPED", "WAIT_FOR_EXEC", ... */
+const char *nto_step_state_name(nto_step_state s);
+
+/* Called on every step state transition, from the executor or the
+ * offloader thread, with the engine's lock held: keep it short and do not
+ * call into the engine. mode: the plan index (0 train, 1 inference). */
+typedef void (*nto_state_log_fn)(void *user, int mode, int step,
+                                 nto_step_state from, nto_step_state to);
+
+typedef struct nto_offload_opts {
+  int window;                 /* N >= 1 */
+  const char *swap_dir;       /* NULL or "": $TMPDIR, else /tmp */
+  nto_io_kind io;             /* AUTO: io_uring, psync where it is refused */
+  int no_direct;              /* 1: buffered swap file (page cache) */
+  unsigned depth;             /* requests in flight per queue; 0: 16 */
+  nto_state_log_fn log_state; /* NULL: off */
+  void *log_user;
+} nto_offload_opts;
+
+/* Counters since creation (or the last nto_offload_reset_stats). */
+typedef struct nto_offload_stats {
+  int window;               /* N in use (clamped to the plan) */
+  const char *io;           /* "io_uring" or "psync" */
+  int direct;               /* swap file opened with O_DIRECT */
+  const char *swap_dir;     /* directory of the swap file */
+  uint64_t swap_bytes;      /* swap file size */
+  double stall_ms;          /* executor waiting for reads */
+  uint64_t read_bytes;      /* read from the swap file */
+  uint64_t written_bytes;   /* written to the swap file */
+  size_t peak_resident;     /* peak tensor buffer bytes in RAM */
+  size_t planned_peak;      /* the bound: the window's simulated peak
+                               (window.h); the onloader waits for writes
+                               rather than exceed it */
+  long over_bound;          /* allocations that exceeded the bound because
+                               no write was left to wait for (0 expected) */
+  uint64_t planned_read;    /* predicted bytes read per training pass */
+  uint64_t planned_written; /* predicted bytes written per training pass */
+  char note[160];           /* e.g. why io_uring was not used; "" if none */
+} nto_offload_stats;
+
+/*
+ * Create the engine over the model's tensor table t[0..n_tensors) (borrowed;
+ * the engine sets t[i].data and t[i].state). plans[0] is the training plan,
+ * plans[1] the inference plan (both borrowed, same tensors). Every tensor
+ * starts without content: persistent ones as zeros until nto_offload_store
+ * gives them a value. Sizes the swap file from the window's simulation
+ * (every persistent tensor, plus every transient one the window may
+ * write), opens it (io/swap.h) and starts the two I/O threads. Returns 0,
+ * NTO_EIO / NTO_EUNSUPPORTED (swap file, io_uring asked for explicitly
+ * but refused) or NTO_ENOMEM, with a message. Executor thread.
+ */
+int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
+                       const nto_plan *plans[2], const nto_offload_opts *o,
+                       nto_err *err);
+
+/* Drain, stop the threads, close the swap file (nothing is left on disk),
+ * release all buffers. NULL is ignored. Executor thread. */
+void nto_offload_free(nto_offload *o);
+
+/*
+ * Before step s of a pass of plan `mode`: extends the window (a read
+ * lookahead of one step), then waits until every tensor of step s is
+ * resident. Returns 0, or the recorded I/O error. Executor thread.
+ */
+int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err);
+
+/* After step s ran: evicts what the window no longer holds (writes go to
+ * the offloader). Returns 0 or the recorded I/O error. Executor thread. */
+int nto_offload_end(nto_offload *o, int s, nto_err *err);
+
+/*
+ * Empty the window: waits for in-flight reads, writes every dirty
+ * persistent tensor, frees the rest, waits for the writes. Afterwards no
+ * tensor is resident. Also the way out of a pass abandoned midway (e.g. a
+ * non-finite loss). Returns 0 or the recorded I/O error. Executor thread.
+ */
+int nto_offload_drain(nto_offload *o, nto_err *err);
+
+/*
+ * Synchronous access to a persistent tensor's content while the engine is
+ * drained (they drain first): store writes n floats from src to the swap
+ * file; fetch reads them into dst; zero makes the content zeros without
+ * I/O. Returns 0, NTO_EIO or NTO_ENOMEM. Executor thread.
+ */
+int nto_offload_store(nto_offload *o, int t, const float *src, nto_err *err);
+int nto_offload_fetch(nto_offload *o, int t, float *dst, nto_err *err);
+int nto_offload_zero(nto_offload *o, int t, nto_err *err);
+
+/* Counters; any thread that owns the engine (executor). */
+void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st);
+/* Reset counters and the resident peak (between measured phases). */
+void nto_offload_reset_stats(nto_offload *o);
+
+#endif /* NTO_OFFLOAD_H */

@@ -1,0 +1,249 @@
+/* window.c - residency decisions of the sliding window. See window.h. */
+#include "window.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nto_window_init(nto_window *w, const nto_plan *p, int n,
+                    const unsigned char *initial, const unsigned char *zero,
+                    nto_err *err) {
+  memset(w, 0, sizeof *w);
+  w->plan = p;
+  int max_n = p->n_steps > 1 ? p->n_steps - 1 : 1;
+  w->n = n < 1 ? 1 : n > max_n ? max_n : n;
+  size_t nt = (size_t)(p->n_tensors ? p->n_tensors : 1);
+  w->refcnt = calloc(nt, sizeof *w->refcnt);
+  w->state = calloc(nt, 1);
+  w->dirty = calloc(nt, 1);
+  w->zero = calloc(nt, 1);
+  w->reclaim = calloc(nt, 1);
+  w->ever_written = calloc(nt, 1);
+  if (!w->refcnt || !w->state || !w->dirty || !w->zero || !w->reclaim ||
+      !w->ever_written) {
+    nto_window_free(w);
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  memcpy(w->state, initial, (size_t)p->n_tensors);
+  if (zero)
+    memcpy(w->zero, zero, (size_t)p->n_tensors);
+  return 0;
+}
+
+void nto_window_free(nto_window *w) {
+  free(w->refcnt);
+  free(w->state);
+  free(w->dirty);
+  free(w->zero);
+  free(w->reclaim);
+  free(w->ever_written);
+  memset(w, 0, sizeof *w);
+}
+
+static void add_resident(nto_window *w, int t) {
+  w->resident_bytes += w->plan->bytes[t];
+  if (w->resident_bytes > w->peak_bytes)
+    w->peak_bytes = w->resident_bytes;
+}
+
+static void sub_resident(nto_window *w, int t) {
+  assert(w->resident_bytes >= w->plan->bytes[t]);
+  w->resident_bytes -= w->plan->bytes[t];
+}
+
+/* Tensor t is needed by the window and was not: how it gets there. */
+static int bring_in(nto_window *w, int t, nto_act *a) {
+  switch ((nto_wstate)w->state[t]) {
+  case NTO_WS_SWAPPED:
+    *a = (nto_act){NTO_ACT_LOAD, t, 0};
+    break;
+  case NTO_WS_NONE:
+    *a = (nto_act){NTO_ACT_ALLOC, t, w->zero[t]};
+    break;
+  case NTO_WS_WRITING:
+    w->reclaim[t] = 1;
+    *a = (nto_act){NTO_ACT_RECLAIM, t, 0};
+    return 1;
+  case NTO_WS_RESIDENT:
+  case NTO_WS_LOADING:
+    return 0;
+  }
+  w->state[t] = NTO_WS_LOADING;
+  add_resident(w, t);
+  return 1;
+}
+
+int nto_window_enter(nto_window *w, int s, nto_act *acts) {
+  const nto_plan *p = w->plan;
+  int n = 0;
+  for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
+    int t = p->step_t[k];
+    if (w->refcnt[t]++ == 0)
+      n += bring_in(w, t, &acts[n]);
+  }
+  return n;
+}
+
+/* Tensor t (RESIDENT) left the window after step s: write, drop or free. */
+static nto_act evict(nto_window *w, int t, int s) {
+  const nto_plan *p = w->plan;
+  if (!nto_plan_needed_after(p, t, s)) {
+    w->state[t] = NTO_WS_NONE;
+    w->dirty[t] = 0;
+    w->zero[t] = 0;
+    sub_resident(w, t);
+    return (nto_act){NTO_ACT_FREE, t, 0};
+  }
+  if (w->dirty[t]) {
+    w->state[t] = NTO_WS_WRITING;
+    w->ever_written[t] = 1;
+    return (nto_act){NTO_ACT_WRITE, t, 0};
+  }
+  sub_resident(w, t);
+  if (w->zero[t]) { /* still all zeros: re-created on the next ALLOC */
+    w->state[t] = NTO_WS_NONE;
+    return (nto_act){NTO_ACT_FREE, t, 0};
+  }
+  w->state[t] = NTO_WS_SWAPPED;
+  return (nto_act){NTO_ACT_DROP, t, 0};
+}
+
+int nto_window_leave(nto_window *w, int s, nto_act *acts) {
+  const nto_plan *p = w->plan;
+  int n = 0;
+  for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
+    int t = p->step_t[k];
+    assert(w->refcnt[t] > 0 && w->state[t] == NTO_WS_RESIDENT);
+    if (p->step_mode[k] & NTO_USE_WRITE) {
+      w->dirty[t] = 1;
+      w->zero[t] = 0;
+    }
+    if (--w->refcnt[t] == 0)
+      acts[n++] = evict(w, t, s);
+  }
+  return n;
+}
+
+void nto_window_loaded(nto_window *w, int t, nto_act_kind kind) {
+  assert(w->state[t] == NTO_WS_LOADING);
+  w->state[t] = NTO_WS_RESIDENT;
+  if (kind == NTO_ACT_LOAD)
+    w->dirty[t] = 0;
+}
+
+int nto_window_written(nto_window *w, int t) {
+  assert(w->state[t] == NTO_WS_WRITING);
+  w->dirty[t] = 0;
+  w->zero[t] = 0;
+  if (w->reclaim[t]) {
+    w->reclaim[t] = 0;
+    w->state[t] = NTO_WS_RESIDENT;
+    return 1;
+  }
+  w->state[t] = NTO_WS_SWAPPED;
+  sub_resident(w, t);
+  return 0;
+}
+
+int nto_window_drain(nto_window *w, nto_act *acts) {
+  const nto_plan *p = w->plan;
+  int n = 0;
+  for (int t = 0; t < p->n_tensors; t++) {
+    w->refcnt[t] = 0;
+    if (w->state[t] != NTO_WS_RESIDENT)
+      continue;
+    /* the last step of a pass: only persistent content is needed later */
+    acts[n++] = evict(w, t, p->n_steps - 1);
+  }
+  return n;
+}
+
+/* Simulated I/O: loads complete at once, writes one step later (they
+ * overlap the next step), so the peak counts both the lookahead and the
+ * previous step's writes in flight. Writes are queued in *pend. */
+static void sim_apply(nto_window *w, const nto_act *a, int n, uint64_t *rd,
+                      uint64_t *wr, int *pend, int *n_pend) {
+  for (int i = 0; i < n; i++) {
+    int t = a[i].t;
+    switch (a[i].kind) {
+    case NTO_ACT_LOAD:
+      *rd += w->plan->bytes[t];
+      /* fall through */
+    case NTO_ACT_ALLOC:
+      nto_window_loaded(w, t, a[i].kind);
+      break;
+    case NTO_ACT_WRITE:
+      *wr += w->plan->bytes[t];
+      pend[(*n_pend)++] = t;
+      break;
+    case NTO_ACT_RECLAIM:
+    case NTO_ACT_DROP:
+    case NTO_ACT_FREE:
+      break;
+    }
+  }
+}
+
+static void sim_complete_writes(nto_window *w, int *pend, int *n_pend) {
+  for (int i = 0; i < *n_pend; i++)
+    nto_window_written(w, pend[i]);
+  *n_pend = 0;
+}
+
+int nto_window_simulate(const nto_plan *p, int n, const unsigned char *initial,
+                        const unsigned char *zero, int passes, int want_written,
+                        nto_window_sim *sim, nto_err *err) {
+  memset(sim, 0, sizeof *sim);
+  nto_window w;
+  int rc = nto_window_init(&w, p, n, initial, zero, err);
+  if (rc != 0)
+    return rc;
+  int S = p->n_steps, max_acts = 0;
+  for (int s = 0; s < S; s++)
+    if (nto_plan_step_count(p, s) > max_acts)
+      max_acts = nto_plan_step_count(p, s);
+  nto_act *acts = malloc((size_t)(max_acts + p->n_tensors + 1) * sizeof *acts);
+  int *pend = malloc((size_t)(p->n_tensors + 1) * sizeof *pend);
+  if (!acts || !pend) {
+    free(acts);
+    free(pend);
+    nto_window_free(&w);
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  uint64_t rd = 0, wr = 0;
+  int np = 0;
+  if (passes < 3)
+    passes = 3; /* pass 1 (counted) then sees both of its neighbours */
+  for (int s = 0; s < w.n; s++)
+    sim_apply(&w, acts, nto_window_enter(&w, s, acts), &rd, &wr, pend, &np);
+  for (int pass = 0; pass < passes; pass++) {
+    if (pass == 1)
+      rd = wr = 0;
+    for (int s = 0; s < S; s++) {
+      if (s + w.n < S || pass + 1 < passes)
+        sim_apply(&w, acts, nto_window_enter(&w, (s + w.n) % S, acts), &rd, &wr,
+                  pend, &np);
+      sim_complete_writes(&w, pend, &np);
+      sim_apply(&w, acts, nto_window_leave(&w, s, acts), &rd, &wr, pend, &np);
+    }
+    if (pass == 1) {
+      sim->read_bytes = rd;
+      sim->written_bytes = wr;
+    }
+  }
+  sim_complete_writes(&w, pend, &np);
+  free(pend);
+  sim->peak_bytes = w.peak_bytes;
+  if (want_written) {
+    sim->written =
+        calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(int));
+    if (!sim->written)
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+    else
+      for (int t = 0; t < p->n_tensors; t++)
+        sim->written[t] = w.ever_written[t];
+  }
+  free(acts);
+  nto_window_free(&w);
+  return rc;
+}

@@ -1,0 +1,290 @@
+/*
+ * test_offload.c - the offload engine gives bit-identical results.
+ *
+ * For each network, K training steps (and one inference pass) run with
+ * everything resident (the reference), then with the offload engine at
+ * windows 1, 2, 3 and one larger than the pass, over both I/O backends.
+ * Losses, outputs and every weight must be equal bit for bit, and no swap
+ * file may be left in the swap directory. With NTO_TEST_QUICK=1 (the
+ * ThreadSanitizer run) only the small nets run. This is the test that catches a
+ * lost update or a stale buffer anywhere in the scheduler.
+ */
+#include "config.h"
+#include "model.h"
+#include "tmpdir.h"
+
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define MAX_STEPS 4
+
+typedef struct result {
+  double loss[MAX_STEPS + 1]; /* K training losses, then the eval loss */
+  float *out;                 /* eval output, N x K */
+  float *w;                   /* all weights, concatenated */
+  size_t n_out, n_w;
+} result;
+
+typedef struct net_case {
+  const char *ini;
+  int batch;
+  int steps;
+} net_case;
+
+/* Deterministic inputs in [0, 1) and one-hot targets for step `step`. */
+static void make_batch(float *x, size_t nx, float *y, int n, int k, int step) {
+  uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1);
+  for (size_t i = 0; i < nx; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (float)((s >> 40) & 0xffffff) / 16777216.0f;
+  }
+  memset(y, 0, sizeof(float) * (size_t)n * (size_t)k);
+  for (int i = 0; i < n; i++)
+    y[(size_t)i * k + (size_t)((i * 7 + step) % k)] = 1.0f;
+}
+
+/* Copy all weights of m into r->w (fetching from the swap file when the
+ * model offloads). */
+static void collect_weights(nto_model *m, result *r) {
+  nto_named_tensor *ts;
+  int n;
+  nto_err err = {0};
+  assert_int_equal(nto_model_weights(m, &ts, &n, &err), 0);
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += nto_named_numel(&ts[i]);
+  r->w = malloc(total * sizeof(float));
+  r->n_w = total;
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    size_t c = nto_named_numel(&ts[i]);
+    if (ts[i].data)
+      memcpy(r->w + off, ts[i].data, c * sizeof(float));
+    else if (ts[i].fetch(ts[i].ctx, ts[i].index, r->w + off, &err) != 0)
+      fail_msg("fetch %s: %s", ts[i].name, err.msg);
+    off += c;
+  }
+  nto_model_weights_free(ts, n);
+}
+
+/* Train c->steps steps and evaluate once with the given window (0: all
+ * resident) and I/O backend; swap files go to dir. */
+static void run(const net_case *nc, int window, nto_io_kind io, const char *dir,
+                result *r) {
+  nto_config c;
+  nto_err err = {0};
+  nto_model *m = NULL;
+  if (nto_config_load(&c, nc->ini, &err) != 0)
+    fail_msg("%s", err.msg);
+  nto_model_opts o = {.batch = nc->batch, .seed = 7};
+  o.offload.window = window;
+  o.offload.io = io;
+  o.offload.swap_dir = dir;
+  if (nto_model_create(&m, &c, &o, &err) != 0)
+    fail_msg("%s (window %d): %s", nc->ini, window, err.msg);
+  int n = nto_model_batch(m), k = nto_model_output_size(m);
+  size_t nx = (size_t)n * nto_shape_sample(nto_model_input_shape(m));
+  float *x = malloc(nx * sizeof(float));
+  float *y = malloc((size_t)n * k * sizeof(float));
+  nto_step_stats st;
+  for (int s = 0; s < nc->steps; s++) {
+    make_batch(x, nx, y, n, k, s);
+    if (nto_model_train_step(m, x, y, &st, &err) != 0)
+      fail_msg("%s window %d step %d: %s", nc->ini, window, s, err.msg);
+    r->loss[s] = st.loss;
+  }
+  make_batch(x, nx, y, n, k, 99);
+  if (nto_model_eval_step(m, x, y, n, &st, &err) != 0)
+    fail_msg("%s window %d eval: %s", nc->ini, window, err.msg);
+  r->loss[nc->steps] = st.loss;
+  r->n_out = (size_t)n * k;
+  r->out = malloc(r->n_out * sizeof(float));
+  memcpy(r->out, nto_model_output(m), r->n_out * sizeof(float));
+  collect_weights(m, r);
+  nto_model_free(m);
+  free(x);
+  free(y);
+}
+
+static void result_free(result *r) {
+  free(r->out);
+  free(r->w);
+}
+
+/* Number of entries in dir other than . and .. */
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static void check_equal(const net_case *nc, const result *ref, const result *r,
+                        int window, nto_io_kind io) {
+  for (int s = 0; s <= nc->steps; s++)
+    if (memcmp(&ref->loss[s], &r->loss[s], sizeof(double)) != 0)
+      fail_msg("%s window %d %s: loss %d differs: %.9g vs %.9g", nc->ini,
+               window, nto_io_kind_name(io), s, r->loss[s], ref->loss[s]);
+  assert_int_equal(ref->n_w, r->n_w);
+  for (size_t i = 0; i < ref->n_w; i++)
+    if (memcmp(&ref->w[i], &r->w[i], sizeof(float)) != 0)
+      fail_msg("%s window %d %s: weight value %zu differs: %.9g vs %.9g",
+               nc->ini, window, nto_io_kind_name(io), i, r->w[i], ref->w[i]);
+  if (memcmp(ref->out, r->out, ref->n_out * sizeof(float)) != 0)
+    fail_msg("%s window %d %s: eval output differs", nc->ini, window,
+             nto_io_kind_name(io));
+}
+
+static void check_net(const net_case *nc) {
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "offload"), 0);
+  result ref = {0};
+  run(nc, 0, NTO_IO_AUTO, dir, &ref);
+  const int windows[] = {1, 2, 3, 100000};
+  const nto_io_kind ios[] = {NTO_IO_PSYNC, NTO_IO_AUTO};
+  for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
+    for (size_t i = 0; i < 2; i++) {
+      result r = {0};
+      run(nc, windows[w], ios[i], dir, &r);
+      check_equal(nc, &ref, &r, windows[w], ios[i]);
+      result_free(&r);
+      if (dir_entries(dir) != 0)
+        fail_msg("%s window %d: files left in %s", nc->ini, windows[w], dir);
+    }
+  }
+  result_free(&ref);
+  tmpdir_remove(dir);
+}
+
+static void test_small_nets(void **state) {
+  (void)state;
+  const net_case nets[] = {
+      {"test/data/nets/mlp.ini", 4, 3},
+      {"test/data/nets/lenet.ini", 3, 3},
+      {"test/data/nets/tiny_resnet.ini", 2, 3},
+      {"test/data/nets/mobile_block.ini", 2, 3},
+      {"test/data/nets/mse_net.ini", 3, 3},
+  };
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
+    check_net(&nets[i]);
+}
+
+/* Transitions seen by the state log, per pass kind and step. */
+typedef struct state_log {
+  int last[2][512]; /* last state entered, -1 before any */
+  int transitions, illegal, cycles;
+} state_log;
+
+static void on_state(void *user, int mode, int step, nto_step_state from,
+                     nto_step_state to) {
+  state_log *l = user;
+  int legal =
+      (from == NTO_STEP_SWAPPED && to == NTO_STEP_WAIT_FOR_EXEC) ||
+      (from == NTO_STEP_WAIT_FOR_EXEC && to == NTO_STEP_READY_FOR_EXEC) ||
+      (from == NTO_STEP_READY_FOR_EXEC && to == NTO_STEP_WAIT_FOR_OFF) ||
+      (from == NTO_STEP_WAIT_FOR_OFF && to == NTO_STEP_SWAPPED) ||
+      (from == NTO_STEP_WAIT_FOR_OFF && to == NTO_STEP_WAIT_FOR_EXEC);
+  int prev = l->last[mode][step];
+  if (!legal || (prev >= 0 && prev != (int)from) ||
+      (prev < 0 && from != NTO_STEP_SWAPPED))
+    l->illegal++;
+  l->last[mode][step] = (int)to;
+  l->transitions++;
+  l->cycles += to == NTO_STEP_SWAPPED;
+}
+
+/* Only legal transitions, each continuing the step's previous state, and
+ * after the run (drained) every step that ran is SWAPPED again; the
+ * resident bytes never exceed the planned bound. */
+static void test_state_machine(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "states"), 0);
+  state_log log;
+  memset(&log, 0, sizeof log);
+  memset(log.last, 0xff, sizeof log.last);
+  nto_config c;
+  nto_err err = {0};
+  nto_model *m = NULL;
+  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
+                   0);
+  nto_model_opts o = {.batch = 2, .seed = 3};
+  o.offload = (nto_offload_opts){
+      .window = 2, .swap_dir = dir, .log_state = on_state, .log_user = &log};
+  if (nto_model_create(&m, &c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  int n = nto_model_batch(m), k = nto_model_output_size(m);
+  size_t nx = (size_t)n * nto_shape_sample(nto_model_input_shape(m));
+  float *x = malloc(nx * sizeof(float)), *y = malloc((size_t)n * k * 4);
+  nto_step_stats st;
+  for (int s = 0; s < 3; s++) {
+    make_batch(x, nx, y, n, k, s);
+    assert_int_equal(nto_model_train_step(m, x, y, &st, &err), 0);
+  }
+  assert_int_equal(nto_model_eval_step(m, x, y, n, &st, &err), 0);
+  result r = {0};
+  collect_weights(m, &r); /* drains the window */
+  nto_offload_stats os;
+  assert_int_equal(nto_model_offload_stats(m, &os), 0);
+  assert_int_equal(log.illegal, 0);
+  int S = nto_model_pass_steps(m, NTO_PASS_TRAIN);
+  for (int s = 0; s < S; s++)
+    assert_int_equal(log.last[NTO_PASS_TRAIN][s], NTO_STEP_SWAPPED);
+  for (int s = 0; s < nto_model_pass_steps(m, NTO_PASS_EVAL); s++)
+    assert_int_equal(log.last[NTO_PASS_EVAL][s], NTO_STEP_SWAPPED);
+  assert_true(log.cycles >= 3 * S); /* every step ran 3 times */
+  assert_true(os.read_bytes > 0 && os.written_bytes > 0);
+  assert_true(os.peak_resident <= os.planned_peak);
+  assert_int_equal(os.over_bound, 0);
+  result_free(&r);
+  nto_model_free(m);
+  nto_config_free(&c);
+  free(x);
+  free(y);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
+/* NTO_TEST_QUICK=1 (the ThreadSanitizer run) keeps to the small nets. */
+static int quick(void) {
+  const char *q = getenv("NTO_TEST_QUICK");
+  return q && q[0] == '1';
+}
+
+static void test_resnet18(void **state) {
+  (void)state;
+  if (quick())
+    skip();
+  const net_case nc = {"res/resnet18.ini", 2, 2};
+  check_net(&nc);
+}
+
+static void test_mobilenetv2(void **state) {
+  (void)state;
+  if (quick())
+    skip();
+  const net_case nc = {"res/mobilenetv2_32.ini", 2, 2};
+  check_net(&nc);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_small_nets),
+      cmocka_unit_test(test_state_machine),
+      cmocka_unit_test(test_resnet18),
+      cmocka_unit_test(test_mobilenetv2),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,259 @@
+/*
+ * test_plan.c - the execution plan and the window's decisions on a graph
+ * small enough to work out by hand (test/data/nets/plan_net.ini: a residual
+ * addition and a concat). Checks every use of the interesting tensors,
+ * dead points, what is dirty when, and the resident set of a step.
+ */
+#include "config.h"
+#include "model.h"
+#include "window.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define R NTO_USE_READ
+#define W NTO_USE_WRITE
+#define RW NTO_USE_RW
+
+typedef struct fixture {
+  nto_config c;
+  nto_model *m;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  nto_err err = {0};
+  nto_model_opts o = {.plan_only = 1};
+  if (nto_config_load(&f->c, "test/data/nets/plan_net.ini", &err) != 0 ||
+      nto_model_create(&f->m, &f->c, &o, &err) != 0) {
+    fprintf(stderr, "%s\n", err.msg);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  nto_model_free(f->m);
+  nto_config_free(&f->c);
+  free(f);
+  return 0;
+}
+
+/* Index of the tensor called name ("<layer>:<what>"); fails if absent. */
+static int find(const nto_model *m, const char *name) {
+  for (int t = 0; t < nto_model_tensor_count(m); t++)
+    if (!strcmp(nto_model_tensor(m, t)->name, name))
+      return t;
+  fail_msg("no tensor %s", name);
+  return -1;
+}
+
+/* The uses of `name` in plan p are exactly steps[0..n) with modes[]. */
+static void expect_uses(const nto_model *m, const nto_plan *p, const char *name,
+                        int n, const int *steps, const int *modes) {
+  int t = find(m, name);
+  int k0 = p->use_first[t], got = p->use_first[t + 1] - k0;
+  if (got != n)
+    fail_msg("%s: %d uses, expected %d", name, got, n);
+  for (int i = 0; i < n; i++)
+    if (p->use_step[k0 + i] != steps[i] || p->use_mode[k0 + i] != modes[i])
+      fail_msg("%s use %d: step %d mode %d, expected step %d mode %d", name, i,
+               p->use_step[k0 + i], p->use_mode[k0 + i], steps[i], modes[i]);
+}
+
+#define USES(p, name, ...)                                                     \
+  do {                                                                         \
+    const int su[][2] = {__VA_ARGS__};                                         \
+    int n = (int)(sizeof su / sizeof su[0]), st[16], md[16];                   \
+    for (int i = 0; i < n; i++)                                                \
+      st[i] = su[i][0], md[i] = su[i][1];                                      \
+    expect_uses(f->m, p, name, n, st, md);                                     \
+  } while (0)
+
+/* Training plan: F_i = i, B_i = 13 - i. */
+static void test_training_uses(void **state) {
+  fixture *f = *state;
+  const nto_plan *p = nto_model_plan(f->m, NTO_PASS_TRAIN);
+  assert_int_equal(p->n_steps, 14);
+  USES(p, "in:out", {0, W}, {1, R}, {12, R}); /* B_a needs its input */
+  USES(p, "a:out", {1, W}, {2, R}, {3, R}, {4, R}, {11, R});
+  USES(p, "b:out", {2, W}, {3, R}); /* addition's backward needs no input */
+  USES(p, "c:out", {3, W}, {4, R});
+  USES(p, "d:out", {4, W}, {5, R}, {8, R});
+  /* the loss (in B_e's step 7) reads the logits and the softmax output
+   * and writes the gradient of the fused softmax's input */
+  USES(p, "e:out", {5, W}, {6, R}, {7, R});
+  USES(p, "e/activation:out", {6, W}, {7, R});
+  USES(p, "e/activation:grad_in0", {7, W}, {8, RW});
+  /* a's three consumers' edges, summed in B_a into the first one */
+  USES(p, "b:grad_in0", {11, W}, {12, RW});
+  USES(p, "c:grad_in0", {10, W}, {12, R});
+  USES(p, "d:grad_in0", {9, W}, {12, R});
+  USES(p, "c:grad_in1", {10, W}, {11, RW});
+  USES(p, "d:grad_in1", {9, W}, {10, RW});
+  /* weights: read in forward, updated (sgd) in backward; the parameter
+   * gradient lives within B_a */
+  USES(p, "a:weight", {1, R}, {12, RW});
+  USES(p, "a:bias", {1, R}, {12, RW});
+  USES(p, "a:dweight", {12, RW});
+  /* nobody needs the input's gradient */
+  for (int t = 0; t < nto_model_tensor_count(f->m); t++)
+    assert_string_not_equal(nto_model_tensor(f->m, t)->name, "a:grad_in0");
+}
+
+static void test_inference_uses(void **state) {
+  fixture *f = *state;
+  const nto_plan *p = nto_model_plan(f->m, NTO_PASS_EVAL);
+  assert_int_equal(p->n_steps, 7);
+  USES(p, "a:out", {1, W}, {2, R}, {3, R}, {4, R});
+  USES(p, "e:out", {5, W}, {6, R}); /* the loss runs in F_6 */
+  USES(p, "a:weight", {1, R});
+  int g = find(f->m, "d:grad_in0"); /* no backward: unused */
+  assert_int_equal(p->use_first[g + 1] - p->use_first[g], 0);
+}
+
+static void test_dead_points(void **state) {
+  fixture *f = *state;
+  const nto_plan *p = nto_model_plan(f->m, NTO_PASS_TRAIN);
+  int a = find(f->m, "a:out"), b = find(f->m, "b:out");
+  int w = find(f->m, "a:weight");
+  assert_true(nto_plan_needed_after(p, a, 4)); /* read again in B_b */
+  assert_int_equal(nto_plan_next_use(p, a, 4), 11);
+  assert_false(nto_plan_needed_after(p, a, 11));
+  assert_false(nto_plan_needed_after(p, b, 3));
+  assert_true(nto_plan_needed_after(p, w, 13)); /* persistent */
+  assert_int_equal(nto_plan_last_use(p, a), 11);
+  assert_int_equal(nto_plan_first_use(p, find(f->m, "d:grad_in1")), 9);
+}
+
+/* Batch-norm running statistics are written by the training forward only. */
+static void test_running_stats_dirty_in_forward(void **state) {
+  (void)state;
+  nto_config c;
+  nto_model *m = NULL;
+  nto_err err = {0};
+  nto_model_opts o = {.plan_only = 1};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
+                   0);
+  assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+  int t = find(m, "bn0:moving_mean"), g = find(m, "bn0:gamma");
+  const nto_plan *tp = nto_model_plan(m, NTO_PASS_TRAIN);
+  const nto_plan *ep = nto_model_plan(m, NTO_PASS_EVAL);
+  assert_int_equal(tp->use_mode[tp->use_first[t]], RW);
+  assert_int_equal(ep->use_mode[ep->use_first[t]], R);
+  assert_int_equal(tp->use_mode[tp->use_first[g]], R);
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
+/* Drive a window of n over `passes` training passes with instant reads
+ * and each step's writes completing during the next step; record which
+ * tensors are in RAM (resident, loading or writing) while step `at` of
+ * pass 1 runs, and count writes/loads of tensor `track` in pass 1. */
+static void drive(const nto_plan *p, int n, int at, unsigned char *in_ram,
+                  int track, int *writes, int *loads) {
+  nto_window w;
+  nto_err err = {0};
+  unsigned char *init = calloc((size_t)p->n_tensors, 1);
+  nto_act *acts = calloc((size_t)p->n_tensors, sizeof *acts);
+  int *pend = calloc((size_t)p->n_tensors, sizeof *pend), np = 0;
+  assert_int_equal(nto_window_init(&w, p, n, init, p->persistent, &err), 0);
+  *writes = *loads = 0;
+  for (int s = 0; s < w.n; s++) {
+    int k = nto_window_enter(&w, s, acts);
+    for (int i = 0; i < k; i++)
+      nto_window_loaded(&w, acts[i].t, acts[i].kind);
+  }
+  for (int pass = 0; pass < 3; pass++) {
+    for (int s = 0; s < p->n_steps; s++) {
+      int k = nto_window_enter(&w, (s + w.n) % p->n_steps, acts);
+      for (int i = 0; i < k; i++) {
+        if (acts[i].kind == NTO_ACT_RECLAIM)
+          continue;
+        nto_window_loaded(&w, acts[i].t, acts[i].kind);
+        *loads +=
+            pass == 1 && acts[i].t == track && acts[i].kind == NTO_ACT_LOAD;
+      }
+      if (pass == 1 && s == at)
+        for (int t = 0; t < p->n_tensors; t++)
+          in_ram[t] =
+              w.state[t] == NTO_WS_RESIDENT || w.state[t] == NTO_WS_WRITING;
+      for (int i = 0; i < np; i++)
+        nto_window_written(&w, pend[i]);
+      np = 0;
+      k = nto_window_leave(&w, s, acts);
+      for (int i = 0; i < k; i++)
+        if (acts[i].kind == NTO_ACT_WRITE) {
+          pend[np++] = acts[i].t;
+          *writes += pass == 1 && acts[i].t == track;
+        }
+    }
+  }
+  nto_window_free(&w);
+  free(init);
+  free(acts);
+  free(pend);
+}
+
+static void expect_in_ram(const nto_model *m, const unsigned char *in_ram,
+                          const char *const *names, int n) {
+  int count = 0;
+  for (int t = 0; t < nto_model_tensor_count(m); t++)
+    count += in_ram[t];
+  for (int i = 0; i < n; i++)
+    if (!in_ram[find(m, names[i])])
+      fail_msg("%s is not in RAM", names[i]);
+  if (count != n) {
+    for (int t = 0; t < nto_model_tensor_count(m); t++)
+      if (in_ram[t])
+        fprintf(stderr, "in RAM: %s\n", nto_model_tensor(m, t)->name);
+    fail_msg("%d tensors in RAM, expected %d", count, n);
+  }
+}
+
+static void test_window_resident_sets(void **state) {
+  fixture *f = *state;
+  const nto_plan *p = nto_model_plan(f->m, NTO_PASS_TRAIN);
+  unsigned char *in_ram = calloc((size_t)p->n_tensors, 1);
+  int a = find(f->m, "a:out"), writes, loads;
+  /* N = 1 at F_c (step 3): the tensors of F_c and of the lookahead F_d;
+   * a:out stays (used by both), b's weights were dropped without I/O */
+  drive(p, 1, 3, in_ram, a, &writes, &loads);
+  const char *f3[] = {"a:out", "b:out", "c:out", "d:out"};
+  expect_in_ram(f->m, in_ram, f3, 4);
+  /* a:out leaves after F_d and comes back for B_b: one write, one read */
+  assert_int_equal(writes, 1);
+  assert_int_equal(loads, 1);
+  /* N = 1 at B_c (step 10): its tensors, the lookahead B_b's (b:weight,
+   * b:bias read and updated, a:out read back, c:grad_in1 gathered), and
+   * d:grad_in0 being written (next needed by B_a at step 12) */
+  drive(p, 1, 10, in_ram, a, &writes, &loads);
+  const char *b10[] = {"d:grad_in1", "c:grad_in0", "c:grad_in1", "b:weight",
+                       "b:bias",     "b:dweight",  "b:dbias",    "b:grad_in0",
+                       "a:out",      "d:grad_in0"};
+  expect_in_ram(f->m, in_ram, b10, 10);
+  /* a window of the whole pass keeps a:out from F_a to B_b: no I/O */
+  drive(p, 13, 3, in_ram, a, &writes, &loads);
+  assert_int_equal(writes, 0);
+  assert_int_equal(loads, 0);
+  free(in_ram);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_training_uses),
+      cmocka_unit_test(test_inference_uses),
+      cmocka_unit_test(test_dead_points),
+      cmocka_unit_test(test_running_stats_dirty_in_forward),
+      cmocka_unit_test(test_window_resident_sets),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
