@@ -6,6 +6,7 @@
 #include "weights.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +37,29 @@ static const char usage[] =
     "                        (default 1)\n"
     "  --threads T           BLAS threads (default: online CPUs)\n"
     "  --log-every K         in non-terminal output, a line every K\n"
-    "                        iterations (default: about 20 per epoch)\n";
+    "                        iterations (default: about 20 per epoch)\n"
+    "\n"
+    "Offloading (default: the INI's memory_swap* / fsu* keys, else all\n"
+    "resident):\n"
+    "  --window N|all        keep the tensors of N steps in RAM, the rest in\n"
+    "                        a swap file; 'all': everything resident\n"
+    "  --swap-dir DIR        directory of the swap file (default: the INI's\n"
+    "                        memory_swap_path, else $TMPDIR or /tmp)\n"
+    "  --io uring|psync      I/O backend (default: io_uring, psync where\n"
+    "                        io_uring is refused)\n"
+    "  --no-direct           swap through the page cache (no O_DIRECT)\n"
+    "  --log-states FILE     log every step state transition to FILE\n"
+    "                        ('-': stderr)\n";
 
 typedef struct opts {
   const char *model, *data, *save;
   long epochs, iterations, batch, train_samples, eval_samples, shuffle;
   long seed, threads, log_every;
+  const char *window;     /* "N", "all" or NULL (the INI decides) */
+  const char *swap_dir;   /* NULL: the INI's, else the default */
+  const char *io;         /* NULL: auto */
+  const char *log_states; /* NULL: off */
+  int no_direct;
 } opts;
 
 static double now_s(void) {
@@ -62,8 +80,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 1;
-    } else if (!strcmp(a, "--data") || !strcmp(a, "--save")) {
-      const char **dst = !strcmp(a, "--data") ? &o->data : &o->save;
+    } else if (!strcmp(a, "--no-direct")) {
+      o->no_direct = 1;
+      continue;
+    } else if (!strcmp(a, "--data") || !strcmp(a, "--save") ||
+               !strcmp(a, "--window") || !strcmp(a, "--swap-dir") ||
+               !strcmp(a, "--io") || !strcmp(a, "--log-states")) {
+      const char **dst = !strcmp(a, "--data")       ? &o->data
+                         : !strcmp(a, "--save")     ? &o->save
+                         : !strcmp(a, "--window")   ? &o->window
+                         : !strcmp(a, "--swap-dir") ? &o->swap_dir
+                         : !strcmp(a, "--io")       ? &o->io
+                                                    : &o->log_states;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
         return -1;
@@ -122,8 +150,8 @@ static int open_data(const opts *o, const nto_config *c, nto_shape in, int k,
   }
   if (!o->data && c->train_set.kind == NTO_DATA_FILE) {
     rc = nto_dataset_open_raw(train, c->train_set.path, in, k, err);
-    const nto_data_conf *t = c->test_set.kind == NTO_DATA_FILE ? &c->test_set
-                                                               : &c->valid_set;
+    const nto_data_conf *t =
+        c->test_set.kind == NTO_DATA_FILE ? &c->test_set : &c->valid_set;
     if (rc == 0 && t->kind == NTO_DATA_FILE)
       rc = nto_dataset_open_raw(test, t->path, in, k, err);
     return rc;
@@ -178,6 +206,10 @@ typedef struct run {
   double test_loss, test_acc;
   long test_n;
   int tty;
+  int offload;                  /* the model offloads */
+  FILE *state_log;              /* --log-states, or NULL */
+  uint64_t io_read, io_written; /* during training steps only */
+  double stall_ms;              /* during training steps only */
 } run;
 
 static void progress(run *r, long epoch, long it, long it_in_epoch,
@@ -204,8 +236,8 @@ static void progress(run *r, long epoch, long it, long it_in_epoch,
 static int evaluate(run *r, long epoch, nto_err *err) {
   if (!r->test || r->o.eval_samples == 0)
     return 0;
-  nto_dataset_limit(r->test, r->o.eval_samples > 0 ? (size_t)r->o.eval_samples
-                                                    : 0);
+  nto_dataset_limit(r->test,
+                    r->o.eval_samples > 0 ? (size_t)r->o.eval_samples : 0);
   int rc = nto_dataset_rewind(r->test, err);
   double loss = 0;
   long correct = 0, n = 0;
@@ -258,9 +290,15 @@ static int train_loop(run *r, nto_err *err) {
       if (rc != 0 || got < r->batch)
         break; /* the last partial batch of an epoch is dropped */
       nto_step_stats st;
+      nto_offload_stats before, after;
+      nto_model_offload_stats(r->m, &before);
       double s0 = now_s();
       rc = nto_model_train_step(r->m, r->x, r->y, &st, err);
       r->step_s[it] = now_s() - s0;
+      nto_model_offload_stats(r->m, &after);
+      r->io_read += after.read_bytes - before.read_bytes;
+      r->io_written += after.written_bytes - before.written_bytes;
+      r->stall_ms += after.stall_ms - before.stall_ms;
       if (rc != 0)
         break;
       it++, ie++;
@@ -279,6 +317,52 @@ static int train_loop(run *r, nto_err *err) {
       return rc;
   }
   return 0;
+}
+
+/* What will be resident, before training starts. */
+static void print_plan(run *r) {
+  char a[32], b[32], c[32];
+  nto_mem_plan p = nto_model_mem_plan(r->m);
+  nto_offload_stats st;
+  if (nto_model_offload_stats(r->m, &st) != 0) {
+    printf("planned memory: %s (all resident)\n",
+           cli_bytes(p.total, a, sizeof a));
+    return;
+  }
+  printf("offload: window %d steps, %s, swap file %s in %s%s; planned peak "
+         "of resident tensors %s + workspace %s\n",
+         st.window, st.io, cli_bytes(st.swap_bytes, a, sizeof a), st.swap_dir,
+         st.direct ? " (O_DIRECT)" : " (page cache)",
+         cli_bytes(st.planned_peak, b, sizeof b),
+         cli_bytes(p.workspace, c, sizeof c));
+  if (st.note[0])
+    printf("offload: %s\n", st.note);
+}
+
+/* Offload lines of the end-of-run report. */
+static void report_offload(run *r) {
+  char a[32], b[32], c[32];
+  nto_offload_stats st;
+  if (nto_model_offload_stats(r->m, &st) != 0) {
+    printf("window            all (every tensor resident)\n");
+    return;
+  }
+  double n = r->n_steps > 0 ? (double)r->n_steps : 1;
+  printf("window            %d steps (%s, swap %s%s)\n", st.window, st.io,
+         st.swap_dir, st.direct ? ", O_DIRECT" : ", page cache");
+  printf("resident tensors  peak %s (planned %s) + workspace %s\n",
+         cli_bytes(st.peak_resident, a, sizeof a),
+         cli_bytes(st.planned_peak, b, sizeof b),
+         cli_bytes(nto_model_mem_plan(r->m).workspace, c, sizeof c));
+  printf("stall             %.1f ms per iteration (%.1f%% of the median "
+         "iteration), executor waiting for reads\n",
+         r->stall_ms / n,
+         100.0 * (r->stall_ms / n) /
+             (percentile(r->step_s, (size_t)r->n_steps, 0.5) * 1e3 + 1e-9));
+  printf("swap traffic      %.1f MiB read, %.1f MiB written per iteration "
+         "(planned %.1f / %.1f)\n",
+         r->io_read / n / 1048576.0, r->io_written / n / 1048576.0,
+         st.planned_read / 1048576.0, st.planned_written / 1048576.0);
 }
 
 static void report(run *r, double total_s) {
@@ -304,7 +388,7 @@ static void report(run *r, double total_s) {
          cli_bytes(p.total, b, sizeof b), cli_bytes(p.weights, c, sizeof c),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
          cli_bytes(p.workspace, f, sizeof f));
-  printf("window            all (every tensor resident)\n");
+  report_offload(r);
 }
 
 static int save(run *r, nto_err *err) {
@@ -322,10 +406,14 @@ static int save(run *r, nto_err *err) {
     snprintf(st, sizeof st, "%s.safetensors", path);
   char iters[32];
   snprintf(iters, sizeof iters, "%ld", nto_model_iteration(r->m));
-  const char *meta[] = {"format",    "nntrainer-offload",
-                        "model",     r->o.model,
-                        "iteration", iters,
-                        "fully_connected_weight_layout", "in,unit",
+  const char *meta[] = {"format",
+                        "nntrainer-offload",
+                        "model",
+                        r->o.model,
+                        "iteration",
+                        iters,
+                        "fully_connected_weight_layout",
+                        "in,unit",
                         NULL};
   if (rc == 0)
     rc = nto_weights_save_bin(path, ts, n, err);
@@ -337,6 +425,67 @@ static int save(run *r, nto_err *err) {
   return rc;
 }
 
+/* --log-states: one line per step state transition. */
+static void log_state(void *user, int pass, int step, nto_step_state from,
+                      nto_step_state to) {
+  run *r = user;
+  char name[NTO_NAME_MAX + 16];
+  fprintf(r->state_log, "%s %s: %s -> %s\n",
+          pass == NTO_PASS_TRAIN ? "train" : "eval",
+          nto_model_step_name(r->m, pass, step, name, sizeof name),
+          nto_step_state_name(from), nto_step_state_name(to));
+}
+
+/* The offload settings: options first, then the INI's memory_swap* / fsu*
+ * keys. Returns 0, or -1 after printing a usage error. */
+static int offload_opts(run *r, nto_offload_opts *oo) {
+  const opts *o = &r->o;
+  const nto_model_conf *mc = &r->c.model;
+  memset(oo, 0, sizeof *oo);
+  const char *w = o->window, *what = "--window";
+  if (!w && mc->memory_swap) {
+    w = mc->swap_lookahead[0] ? mc->swap_lookahead : "2";
+    what = "memory_swap_lookahead";
+  }
+  if (w && strcmp(w, "all") != 0) {
+    long n;
+    if (!strcmp(w, "auto")) {
+      cli_error("%s: the adaptive window (auto) is not available in this "
+                "version; give a number of steps >= 1, or all",
+                what);
+      return -1;
+    }
+    if (cli_int(what, w, 1, 1L << 20, &n) != 0)
+      return -1;
+    oo->window = (int)n;
+  }
+  oo->swap_dir = o->swap_dir        ? o->swap_dir
+                 : mc->swap_path[0] ? mc->swap_path
+                                    : NULL;
+  oo->no_direct = o->no_direct;
+  oo->io = NTO_IO_AUTO;
+  if (o->io) {
+    int k = nto_io_kind_parse(o->io);
+    if (k < 0) {
+      cli_error("--io: expected uring or psync, got '%s'", o->io);
+      return -1;
+    }
+    oo->io = (nto_io_kind)k;
+  }
+  if (o->log_states) {
+    r->state_log =
+        !strcmp(o->log_states, "-") ? stderr : fopen(o->log_states, "w");
+    if (!r->state_log) {
+      cli_error("--log-states: cannot open %s: %s", o->log_states,
+                strerror(errno));
+      return -1;
+    }
+    oo->log_state = log_state;
+    oo->log_user = r;
+  }
+  return 0;
+}
+
 static void cleanup(run *r) {
   nto_dataset_close(r->train);
   nto_dataset_close(r->test);
@@ -345,6 +494,8 @@ static void cleanup(run *r) {
   nto_free_aligned(r->x);
   nto_free_aligned(r->y);
   free(r->step_s);
+  if (r->state_log && r->state_log != stderr)
+    fclose(r->state_log);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -359,6 +510,10 @@ int cmd_train(int argc, char **argv) {
   int rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
+  if (rc == 0 && offload_opts(&r, &mo.offload) != 0) {
+    cleanup(&r);
+    return CLI_USAGE;
+  }
   if (rc == 0) {
     rc = nto_model_create(&r.m, &r.c, &mo, &err);
     status = cli_status(rc);
@@ -368,6 +523,7 @@ int cmd_train(int argc, char **argv) {
     cleanup(&r);
     return status;
   }
+  r.offload = mo.offload.window > 0;
   r.batch = nto_model_batch(r.m);
   r.k = nto_model_output_size(r.m);
   nto_shape in = nto_model_input_shape(r.m);
@@ -384,7 +540,6 @@ int cmd_train(int argc, char **argv) {
       rc = nto_err_set(&err, NTO_ENOMEM, "out of memory");
   }
   if (rc == 0) {
-    char pl[32];
     printf("model %s: %d layers, %zu parameters, batch %d, %ld BLAS "
            "threads\n",
            r.o.model, nto_model_graph(r.m)->n_layers,
@@ -392,8 +547,7 @@ int cmd_train(int argc, char **argv) {
     printf("data: %s\n", nto_dataset_describe(r.train));
     if (r.test)
       printf("test: %s\n", nto_dataset_describe(r.test));
-    printf("planned memory: %s (all resident)\n",
-           cli_bytes(nto_model_mem_plan(r.m).total, pl, sizeof pl));
+    print_plan(&r);
     fflush(stdout);
     rc = train_loop(&r, &err);
   }
