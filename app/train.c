@@ -350,8 +350,11 @@ static void report_offload(run *r) {
   double n = r->n_steps > 0 ? (double)r->n_steps : 1;
   printf("window            %d steps (%s, swap %s%s)\n", st.window, st.io,
          st.swap_dir, st.direct ? ", O_DIRECT" : ", page cache");
-  printf("resident tensors  peak %s (planned %s) + workspace %s\n",
+  char d[32];
+  printf("resident tensors  peak %s in a region of %s (planned peak %s) + "
+         "workspace %s\n",
          cli_bytes(st.peak_resident, a, sizeof a),
+         cli_bytes(st.region, d, sizeof d),
          cli_bytes(st.planned_peak, b, sizeof b),
          cli_bytes(nto_model_mem_plan(r->m).workspace, c, sizeof c));
   printf("stall             %.1f ms per iteration (%.1f%% of the median "

@@ -2,21 +2,30 @@
  * offload.c - the offload engine. See offload.h.
  *
  * DESIGN
- * One mutex (mu) guards the window (window.h), the tensor table's data and
- * state fields, both job queues, the step states and the counters. Three
- * threads take it:
- *   - the executor (caller) extends the window in nto_offload_begin, which
- *     queues LOAD/ALLOC jobs for the onloader, waits on cv_exec until its
- *     step's tensors are resident, and in nto_offload_end queues WRITE jobs
- *     for the offloader and releases dropped/freed buffers itself;
- *   - the onloader pops LOAD/ALLOC jobs in the order they were queued (step
- *     order), gets a buffer from the pool, submits reads to its own queue
- *     (io/iobackend.h, created on that thread), and on completion publishes
- *     the buffer (t->data) and wakes the executor;
+ * The decisions are static (schedule.h): per step, the buffers to bring
+ * in (each at a planned offset of one tensor region) and the tensors to
+ * write, drop or free. The engine replays them; only the I/O timing is
+ * dynamic. One mutex (mu) guards the per-tensor runtime state (dirty,
+ * zero, writing, the data/state fields of the tensor table), the page
+ * owners of the region, both job queues, the step states and the
+ * counters. Three threads take it:
+ *   - the executor (caller) queues the step's begin actions for the
+ *     onloader in nto_offload_begin and waits on cv_exec until its step's
+ *     tensors are resident and not being written; in nto_offload_end it
+ *     marks what the step wrote dirty, queues writes for the offloader and
+ *     releases dropped/freed buffers itself;
+ *   - the onloader pops LOAD/ALLOC jobs in queue (step) order, waits until
+ *     the pages of the planned buffer are free (a release the model placed
+ *     earlier may still be in flight: an earlier write) and the tensor's
+ *     own previous write is done, claims the pages, reads through its own
+ *     queue (io/iobackend.h, created on that thread) or zero-fills, and
+ *     publishes the tensor as resident;
  *   - the offloader pops WRITE jobs, submits writes from the tensor's
- *     buffer, and on completion releases the buffer (or keeps it if the
- *     window asked for the tensor again meanwhile) and advances the
- *     writing step to SWAPPED.
+ *     buffer, and on completion releases the buffer (unless the schedule
+ *     keeps it) and advances the writing step to SWAPPED.
+ * Waits cannot deadlock: a load waits only for releases the model placed
+ * before it, i.e. executor releases of steps already run, or writes,
+ * which complete on their own.
  * Jobs are popped in batches and the I/O itself runs without the lock.
  * Ownership of a buffer moves with its job: the executor never touches a
  * tensor that is not RESIDENT, and an I/O thread touches a buffer only
@@ -26,9 +35,8 @@
  * flight. I/O threads block all signals.
  */
 #include "offload.h"
-#include "pool.h"
+#include "schedule.h"
 #include "swap.h"
-#include "window.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -37,17 +45,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #define BATCH 64 /* jobs popped / completions reaped per round */
 
 typedef struct job {
-  int t;     /* tensor */
-  int kind;  /* nto_act_kind: LOAD, ALLOC or WRITE */
-  int zero;  /* ALLOC: zero-fill */
-  int step;  /* WRITE: the step whose leave decided it, -1 for a drain */
-  void *buf; /* WRITE: the tensor's buffer */
+  int t;      /* tensor */
+  int kind;   /* nto_act_kind: LOAD, ALLOC or WRITE */
+  int keep;   /* WRITE: keep the buffer afterwards */
+  int step;   /* WRITE: the step whose end decided it, -1 for a drain */
+  size_t off; /* LOAD/ALLOC: offset in the region */
 } job;
 
 typedef struct fifo {
@@ -59,18 +68,24 @@ struct nto_offload {
   nto_tensor *t;
   int n_t;
   const nto_plan *plans[2];
-  int mode; /* plan the window runs on */
-  nto_window win;
+  int mode; /* plan being replayed */
+  nto_schedule sched[2];
   nto_offload_opts opts;
 
   nto_swap *swap;
   nto_io_kind io_kind;
   char note[160];
-  nto_pool *pool;
-  nto_io_req *req; /* per tensor: at most one I/O in flight per tensor */
-  int64_t *offset; /* per tensor: swap file offset, -1 if none */
+  char *region; /* tensor buffers, at planned offsets */
+  size_t region_bytes;
+  int *owner;             /* per region page: tensor holding it, or -1 */
+  size_t in_use, peak;    /* bytes of claimed pages */
+  nto_io_req *req;        /* per tensor: at most one I/O in flight per tensor */
+  int64_t *offset;        /* per tensor: swap file offset, -1 if none */
+  unsigned char *dirty;   /* per tensor: RAM newer than the swap file */
+  unsigned char *zero;    /* per tensor: content is zeros, nothing on disk */
+  unsigned char *writing; /* per tensor: a write is in flight */
+  unsigned char *loading; /* per tensor: a LOAD/ALLOC is queued */
   uint64_t swap_bytes;
-  nto_act *acts; /* scratch: n_t entries */
 
   unsigned char *step_state; /* per step of the current plan */
   int *step_writes;          /* per step: its writes not yet complete */
@@ -92,7 +107,6 @@ struct nto_offload {
 
   double stall_ms;
   uint64_t read_bytes, written_bytes;
-  nto_window_sim sim;
 };
 
 const char *nto_step_state_name(nto_step_state s) {
@@ -165,67 +179,105 @@ static int failure(nto_offload *o, nto_err *err) {
   return o->ferr.code ? o->ferr.code : NTO_EIO;
 }
 
-/* Release tensor t's buffer and give it state st. Lock held. */
-static void release(nto_offload *o, int t, nto_residency st) {
-  nto_pool_put(o->pool, o->t[t].data, o->t[t].bytes);
-  o->t[t].data = NULL;
-  o->t[t].state = st;
+/* ---- the region (lock held) ---- */
+
+static size_t first_page(const nto_offload *o, const void *buf) {
+  return (size_t)((const char *)buf - o->region) / NTO_PAGE;
 }
 
-/* Carry out the window's decisions. step: the leaving step, or -1. */
-static void dispatch(nto_offload *o, const nto_act *a, int n, int step) {
-  int loads = 0, writes = 0, freed = 0;
+/* Are the pages of [off, off + bytes) free? */
+static int pages_free(const nto_offload *o, size_t off, size_t bytes) {
+  for (size_t p = off / NTO_PAGE, e = (off + bytes) / NTO_PAGE; p < e; p++)
+    if (o->owner[p] >= 0)
+      return 0;
+  return 1;
+}
+
+static void set_pages(nto_offload *o, size_t first, size_t bytes, int who) {
+  for (size_t p = first, e = first + bytes / NTO_PAGE; p < e; p++)
+    o->owner[p] = who;
+}
+
+/* Release tensor t's buffer and give it state st. */
+static void release(nto_offload *o, int t, nto_residency st) {
+  set_pages(o, first_page(o, o->t[t].data), o->t[t].bytes, -1);
+  o->in_use -= o->t[t].bytes;
+  o->t[t].data = NULL;
+  o->t[t].state = st;
+  pthread_cond_broadcast(&o->cv_mem);
+}
+
+/* Queue the begin actions a[0..n) (bringing a step in). */
+static void queue_loads(nto_offload *o, const nto_sched_act *a, int n) {
+  for (int i = 0; i < n; i++) {
+    int t = a[i].t;
+    /* not resident, or its buffer is still being written out */
+    assert(!o->t[t].data || o->writing[t]);
+    assert(a[i].kind == NTO_ACT_ALLOC || o->offset[t] >= 0 || o->zero[t]);
+    o->loading[t] = 1;
+    o->t[t].data = (float *)(o->region + a[i].offset);
+    o->t[t].state = NTO_RES_NONE; /* not ready */
+    fifo_push(&o->load_q, (job){t, a[i].kind, 0, -1, a[i].offset});
+    o->loads_inflight++;
+  }
+  if (n)
+    pthread_cond_signal(&o->cv_load);
+}
+
+/* Write t (dirty) and release or keep its buffer afterwards. */
+static void queue_write(nto_offload *o, int t, int keep, int step) {
+  assert(o->offset[t] >= 0); /* the schedule gave it a slot */
+  o->writing[t] = 1;
+  o->dirty[t] = 0;
+  size_t off = (size_t)((char *)o->t[t].data - o->region);
+  fifo_push(&o->write_q, (job){t, NTO_ACT_WRITE, keep, step, off});
+  o->writes_inflight++;
+  if (step >= 0)
+    o->step_writes[step]++;
+  pthread_cond_signal(&o->cv_off);
+}
+
+/* Evict t: write it if it holds content the swap file lacks, else
+ * release it at once (keep: the schedule keeps the buffer). */
+static void evict(nto_offload *o, int t, int keep, int step) {
+  int persistent = o->plans[o->mode]->persistent[t];
+  if (o->dirty[t] && (persistent || o->offset[t] >= 0))
+    queue_write(o, t, keep, step);
+  else if (!keep)
+    release(o, t, persistent && !o->zero[t] ? NTO_RES_SWAPPED : NTO_RES_NONE);
+}
+
+/* Carry out the end actions a[0..n) of step `step`. */
+static void apply_end(nto_offload *o, const nto_sched_act *a, int n, int step) {
   for (int i = 0; i < n; i++) {
     int t = a[i].t;
     switch (a[i].kind) {
-    case NTO_ACT_LOAD:
-    case NTO_ACT_ALLOC:
-      assert(a[i].kind == NTO_ACT_ALLOC || o->offset[t] >= 0);
-      fifo_push(&o->load_q, (job){t, (int)a[i].kind, a[i].zero, -1, NULL});
-      o->loads_inflight++;
-      loads++;
-      break;
     case NTO_ACT_WRITE:
-      assert(o->offset[t] >= 0); /* the simulation gave it a slot */
-      fifo_push(&o->write_q, (job){t, NTO_ACT_WRITE, 0, step, o->t[t].data});
-      o->writes_inflight++;
-      if (step >= 0)
-        o->step_writes[step]++;
-      writes++;
+      evict(o, t, a[i].keep, step);
       break;
-    case NTO_ACT_DROP:
-      release(o, t, NTO_RES_SWAPPED);
-      freed++;
+    case NTO_ACT_DROP: /* the model's copy is current: so is ours */
+      assert(!o->dirty[t]);
+      evict(o, t, 0, step);
       break;
-    case NTO_ACT_FREE:
-      release(o, t, NTO_RES_NONE);
-      freed++;
-      break;
-    case NTO_ACT_RECLAIM:
+    case NTO_ACT_FREE: /* dead (transient) or still all zeros */
+      o->dirty[t] &= o->plans[o->mode]->persistent[t];
+      evict(o, t, 0, step);
       break;
     }
   }
-  if (freed)
-    pthread_cond_broadcast(&o->cv_mem);
-  if (loads)
-    pthread_cond_signal(&o->cv_load);
-  if (writes)
-    pthread_cond_signal(&o->cv_off);
 }
 
 /* ---- I/O threads ---- */
 
-/* A LOAD/ALLOC finished (res 0 or -errno) with buffer buf. */
-static void complete_load(nto_offload *o, const job *j, void *buf, int res) {
+/* A LOAD/ALLOC of j->t finished (res 0 or -errno). */
+static void complete_load(nto_offload *o, const job *j, int res) {
   pthread_mutex_lock(&o->mu);
+  o->loading[j->t] = 0;
   if (res < 0) {
     record_error(o, j->t, "read", res);
-    nto_pool_put(o->pool, buf, o->t[j->t].bytes);
   } else {
-    o->t[j->t].data = buf;
     o->t[j->t].state = NTO_RES_RESIDENT;
-    nto_window_loaded(&o->win, j->t, (nto_act_kind)j->kind);
-    if (j->kind == NTO_ACT_LOAD)
+    if (j->kind == NTO_ACT_LOAD && !o->zero[j->t])
       o->read_bytes += o->t[j->t].bytes;
   }
   o->loads_inflight--;
@@ -237,12 +289,20 @@ static void complete_load(nto_offload *o, const job *j, void *buf, int res) {
 static void complete_write(nto_offload *o, const job *j, int res) {
   pthread_mutex_lock(&o->mu);
   int t = j->t;
+  o->writing[t] = 0;
   if (res < 0) {
     record_error(o, t, "write", res);
   } else {
     o->written_bytes += o->t[t].bytes;
-    if (!nto_window_written(&o->win, t))
-      release(o, t, NTO_RES_SWAPPED);
+    o->zero[t] = 0;
+    if (!j->keep) { /* a load may already wait for it with a new buffer */
+      set_pages(o, j->off / NTO_PAGE, o->t[t].bytes, -1);
+      o->in_use -= o->t[t].bytes;
+      if (!o->loading[t]) {
+        o->t[t].data = NULL;
+        o->t[t].state = NTO_RES_SWAPPED;
+      }
+    }
   }
   if (j->step >= 0 && --o->step_writes[j->step] == 0 &&
       o->step_state[j->step] == NTO_STEP_WAIT_FOR_OFF)
@@ -253,35 +313,43 @@ static void complete_write(nto_offload *o, const job *j, int res) {
   pthread_mutex_unlock(&o->mu);
 }
 
-/* Onloader: before allocating `bytes`, wait while that would exceed the
- * bound and writes in flight will release memory. Offloading never waits
- * for this; the executor only if its own step's reads are held back. */
-static void wait_for_memory(nto_offload *o, size_t bytes) {
+/* Onloader: wait until job j's pages are free and the tensor's previous
+ * write is done, then claim the pages. Returns 0, or -1 after a failure
+ * elsewhere. Decides what fills the buffer: *how = 0 nothing (a transient
+ * about to be written), 1 zeros, 2 a read. */
+static int claim(nto_offload *o, const job *j, int *how) {
+  int t = j->t;
+  size_t bytes = o->t[t].bytes;
   pthread_mutex_lock(&o->mu);
-  while (!o->failed && o->writes_inflight > 0 &&
-         nto_pool_in_use(o->pool) + bytes > o->bound)
+  while (!o->failed && (o->writing[t] || !pages_free(o, j->off, bytes)))
     pthread_cond_wait(&o->cv_mem, &o->mu);
-  if (nto_pool_in_use(o->pool) + bytes > o->bound)
-    o->over_bound++;
+  int rc = o->failed ? -1 : 0;
+  if (rc == 0) {
+    set_pages(o, j->off / NTO_PAGE, bytes, t);
+    o->in_use += bytes;
+    if (o->in_use > o->peak)
+      o->peak = o->in_use;
+    *how = o->zero[t] ? 1 : j->kind == NTO_ACT_LOAD ? 2 : 0;
+  }
   pthread_mutex_unlock(&o->mu);
+  return rc;
 }
 
 /* Start job j on queue io: returns 1 if a request was submitted, 0 if the
- * job completed at once (ALLOC, or no buffer). */
+ * job completed at once. */
 static int start_job(nto_offload *o, nto_io *io, job *j) {
   size_t bytes = o->t[j->t].bytes;
-  void *buf = j->buf;
+  void *buf = o->region + j->off;
   if (j->kind != NTO_ACT_WRITE) {
-    wait_for_memory(o, bytes);
-    buf = nto_pool_get(o->pool, bytes);
-    if (!buf) {
-      complete_load(o, j, NULL, -ENOMEM);
+    int how = 0;
+    if (claim(o, j, &how) != 0) {
+      complete_load(o, j, -ECANCELED);
       return 0;
     }
-    if (j->kind == NTO_ACT_ALLOC) {
-      if (j->zero)
+    if (how < 2) {
+      if (how == 1)
         memset(buf, 0, bytes);
-      complete_load(o, j, buf, 0);
+      complete_load(o, j, 0);
       return 0;
     }
   }
@@ -301,7 +369,7 @@ static void finish(nto_offload *o, int writer, job *j, nto_io_req *r) {
   if (writer)
     complete_write(o, j, r ? r->result : -EIO);
   else
-    complete_load(o, j, r ? r->buf : NULL, r ? r->result : -EIO);
+    complete_load(o, j, r ? r->result : -EIO);
 }
 
 typedef struct thread_arg {
@@ -375,19 +443,14 @@ static void *io_main(void *arg) {
 
 static int n_steps(const nto_offload *o) { return o->plans[o->mode]->n_steps; }
 
-/* Step s enters the window. Lock held. */
-static void enter_step(nto_offload *o, int s) {
-  int n = nto_window_enter(&o->win, s, o->acts);
-  set_state(o, s, NTO_STEP_WAIT_FOR_EXEC);
-  dispatch(o, o->acts, n, s);
-}
-
-/* Are all tensors of step s resident? Lock held. */
+/* Are all tensors of step s resident and not being written? */
 static int step_ready(const nto_offload *o, int s) {
   const nto_plan *p = o->plans[o->mode];
-  for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++)
-    if (o->win.state[p->step_t[k]] != NTO_WS_RESIDENT)
+  for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
+    int t = p->step_t[k];
+    if (o->t[t].state != NTO_RES_RESIDENT || o->writing[t])
       return 0;
+  }
   return 1;
 }
 
@@ -401,10 +464,8 @@ static void wait_idle(nto_offload *o, const int *inflight) {
 static void drain_locked(nto_offload *o) {
   if (!o->primed)
     return;
-  /* writes first too: a reclaimed tensor becomes resident only when its
-   * write completes */
   wait_idle(o, &o->loads_inflight);
-  wait_idle(o, &o->writes_inflight);
+  wait_idle(o, &o->writes_inflight); /* kept buffers become writable */
   int S = n_steps(o);
   for (long g = o->executed; g < o->entered; g++) {
     int s = (int)(g % S);
@@ -413,50 +474,58 @@ static void drain_locked(nto_offload *o) {
     if (o->step_state[s] == NTO_STEP_READY_FOR_EXEC)
       set_state(o, s, NTO_STEP_WAIT_FOR_OFF);
   }
-  if (!o->failed)
-    dispatch(o, o->acts, nto_window_drain(&o->win, o->acts), -1);
+  for (int t = 0; t < o->n_t && !o->failed; t++)
+    if (o->t[t].data)
+      evict(o, t, 0, -1);
   wait_idle(o, &o->writes_inflight);
   for (int s = 0; s < S; s++) {
     o->step_writes[s] = 0;
     if (o->step_state[s] == NTO_STEP_WAIT_FOR_OFF)
       set_state(o, s, NTO_STEP_SWAPPED);
   }
-  if (o->failed) /* content is lost anyway: release every buffer */
+  if (o->failed) { /* content is lost anyway: forget every buffer */
     for (int t = 0; t < o->n_t; t++)
-      if (o->t[t].data && o->win.state[t] != NTO_WS_WRITING &&
-          o->win.state[t] != NTO_WS_LOADING)
-        release(o, t, NTO_RES_NONE);
+      if (o->t[t].data && !o->writing[t]) {
+        o->t[t].data = NULL;
+        o->t[t].state = NTO_RES_NONE;
+      }
+    for (size_t p = 0; p < o->region_bytes / NTO_PAGE; p++)
+      o->owner[p] = -1;
+    o->in_use = 0;
+  }
   o->primed = 0;
   o->entered = o->executed = 0;
 }
 
-/* Put the window on plan `mode` (drained). Lock held. */
-static int switch_mode(nto_offload *o, int mode, nto_err *err) {
-  nto_window w;
-  int rc = nto_window_init(&w, o->plans[mode], o->opts.window, o->win.state,
-                           o->win.zero, err);
-  if (rc != 0)
-    return rc;
-  nto_window_free(&o->win);
-  o->win = w;
-  o->mode = mode;
-  return 0;
+/* Step g (counted from the priming) enters: its state, and the begin
+ * actions that bring it in (the priming brings steps 0..N-1). */
+static void enter(nto_offload *o) {
+  const nto_schedule *sc = &o->sched[o->mode];
+  int S = n_steps(o), s = (int)(o->entered % S);
+  set_state(o, s, NTO_STEP_WAIT_FOR_EXEC);
+  if (o->entered < sc->window) {
+    if (o->entered == 0)
+      queue_loads(o, sc->prime, sc->n_prime);
+  } else {
+    int b = (int)((o->entered - sc->window) % S); /* its lookahead step */
+    queue_loads(o, &sc->begin[sc->begin_first[b]],
+                sc->begin_first[b + 1] - sc->begin_first[b]);
+  }
+  o->entered++;
 }
 
 int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
-  int rc = 0;
   pthread_mutex_lock(&o->mu);
   if (!o->failed && mode != o->mode) {
     drain_locked(o);
-    if (!o->failed)
-      rc = switch_mode(o, mode, err);
+    o->mode = mode;
   }
-  if (rc == 0 && !o->failed) {
+  if (!o->failed) {
     o->primed = 1;
     int S = n_steps(o);
     assert(o->executed % S == s);
-    while (o->entered <= o->executed + o->win.n)
-      enter_step(o, (int)(o->entered++ % S));
+    while (o->entered <= o->executed + o->sched[o->mode].window)
+      enter(o);
     if (!step_ready(o, s) && !o->failed) {
       double t0 = now_ms();
       while (!o->failed && !step_ready(o, s))
@@ -466,8 +535,7 @@ int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
     if (!o->failed)
       set_state(o, s, NTO_STEP_READY_FOR_EXEC);
   }
-  if (o->failed)
-    rc = failure(o, err);
+  int rc = o->failed ? failure(o, err) : 0;
   pthread_mutex_unlock(&o->mu);
   return rc;
 }
@@ -478,9 +546,16 @@ int nto_offload_end(nto_offload *o, int s, nto_err *err) {
   if (o->failed) {
     rc = failure(o, err);
   } else {
-    int n = nto_window_leave(&o->win, s, o->acts);
+    const nto_plan *p = o->plans[o->mode];
+    for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++)
+      if (p->step_mode[k] & NTO_USE_WRITE) {
+        o->dirty[p->step_t[k]] = 1;
+        o->zero[p->step_t[k]] = 0;
+      }
+    const nto_schedule *sc = &o->sched[o->mode];
     set_state(o, s, NTO_STEP_WAIT_FOR_OFF);
-    dispatch(o, o->acts, n, s);
+    apply_end(o, &sc->end[sc->end_first[s]],
+              sc->end_first[s + 1] - sc->end_first[s], s);
     if (o->step_writes[s] == 0)
       set_state(o, s, NTO_STEP_SWAPPED);
     o->executed++;
@@ -517,7 +592,8 @@ static int transfer_all(int fd, int writing, void *buf, size_t len,
   return 0;
 }
 
-/* Synchronous store (writing) or fetch of persistent tensor t. */
+/* Synchronous store (writing) or fetch of persistent tensor t, through
+ * the start of the (drained, so empty) region as bounce buffer. */
 static int sync_io(nto_offload *o, int t, int writing, float *data,
                    nto_err *err) {
   int rc = nto_offload_drain(o, err);
@@ -527,16 +603,11 @@ static int sync_io(nto_offload *o, int t, int writing, float *data,
   if (o->offset[t] < 0)
     return nto_err_set(err, NTO_EINVAL, "tensor %s has no swap space",
                        o->t[t].name);
-  pthread_mutex_lock(&o->mu);
-  int zero = o->win.state[t] == NTO_WS_NONE && o->win.zero[t];
-  pthread_mutex_unlock(&o->mu);
-  if (!writing && zero) {
+  if (!writing && o->zero[t]) {
     memset(data, 0, n * sizeof(float));
     return 0;
   }
-  float *buf = nto_pool_get(o->pool, bytes);
-  if (!buf)
-    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  float *buf = (float *)o->region; /* >= every tensor, unused when drained */
   if (writing) {
     memset(buf, 0, bytes);
     memcpy(buf, data, n * sizeof(float));
@@ -545,16 +616,14 @@ static int sync_io(nto_offload *o, int t, int writing, float *data,
       transfer_all(nto_swap_fd(o->swap), writing, buf, bytes, o->offset[t]);
   if (res == 0 && !writing)
     memcpy(data, buf, n * sizeof(float));
-  nto_pool_put(o->pool, buf, bytes);
   if (res < 0)
     return nto_err_set(err, NTO_EIO, "swap %s of tensor %s failed: %s",
                        writing ? "write" : "read", o->t[t].name,
                        strerror(-res));
   if (writing) {
     pthread_mutex_lock(&o->mu);
-    o->win.state[t] = NTO_WS_SWAPPED;
-    o->win.zero[t] = 0;
-    o->win.dirty[t] = 0;
+    o->zero[t] = 0;
+    o->dirty[t] = 0;
     o->t[t].state = NTO_RES_SWAPPED;
     pthread_mutex_unlock(&o->mu);
   }
@@ -574,9 +643,8 @@ int nto_offload_zero(nto_offload *o, int t, nto_err *err) {
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&o->mu);
-  o->win.state[t] = NTO_WS_NONE;
-  o->win.zero[t] = 1;
-  o->win.dirty[t] = 0;
+  o->zero[t] = 1;
+  o->dirty[t] = 0;
   o->t[t].state = NTO_RES_NONE;
   pthread_mutex_unlock(&o->mu);
   return 0;
@@ -584,31 +652,43 @@ int nto_offload_zero(nto_offload *o, int t, nto_err *err) {
 
 /* ---- setup ---- */
 
-/* Swap offsets: every persistent tensor and every transient tensor the
- * window of either plan may write gets its own page-aligned slot. */
-static int place_swap(nto_offload *o, const unsigned char *initial,
-                      const unsigned char *zero, nto_err *err) {
-  nto_window_sim ev;
-  int rc = nto_window_simulate(o->plans[0], o->opts.window, initial, zero, 3, 1,
-                               &o->sim, err);
-  if (rc == 0)
-    rc = nto_window_simulate(o->plans[1], o->opts.window, initial, zero, 3, 1,
-                             &ev, err);
-  if (rc != 0)
-    return rc;
+/* The schedules of both plans; swap slots for every persistent tensor and
+ * every transient one a schedule writes; the tensor region. */
+static int plan_engine(nto_offload *o, nto_err *err) {
+  for (int k = 0; k < 2; k++) {
+    int rc = nto_schedule_build(&o->sched[k], o->plans[k], o->opts.window, err);
+    if (rc != 0)
+      return rc;
+  }
   uint64_t off = 0;
   for (int t = 0; t < o->n_t; t++) {
     o->offset[t] = -1;
-    if (o->plans[0]->persistent[t] || o->sim.written[t] || ev.written[t]) {
+    o->zero[t] = o->plans[0]->persistent[t]; /* zeros until stored */
+    if (o->plans[0]->persistent[t] || o->sched[0].written[t] ||
+        o->sched[1].written[t]) {
       o->offset[t] = (int64_t)off;
       o->t[t].swap_offset = (int64_t)off;
       off += o->t[t].bytes;
     }
   }
-  free(ev.written);
   o->swap_bytes = off;
-  o->bound =
-      o->sim.peak_bytes > ev.peak_bytes ? o->sim.peak_bytes : ev.peak_bytes;
+  o->region_bytes = o->sched[0].region > o->sched[1].region
+                        ? o->sched[0].region
+                        : o->sched[1].region;
+  void *r = mmap(NULL, o->region_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  o->owner = malloc((o->region_bytes / NTO_PAGE + 1) * sizeof *o->owner);
+  if (r == MAP_FAILED || !o->owner) {
+    if (r != MAP_FAILED)
+      munmap(r, o->region_bytes);
+    return nto_err_set(err, NTO_ENOMEM,
+                       "cannot reserve %zu bytes for "
+                       "resident tensors",
+                       o->region_bytes);
+  }
+  o->region = r;
+  for (size_t p = 0; p < o->region_bytes / NTO_PAGE; p++)
+    o->owner[p] = -1;
   return 0;
 }
 
@@ -637,15 +717,17 @@ static int alloc_tables(nto_offload *o) {
                                                       : o->plans[1]->n_steps;
   o->req = calloc(nt, sizeof *o->req);
   o->offset = calloc(nt, sizeof *o->offset);
-  o->acts = calloc(nt, sizeof *o->acts);
+  o->dirty = calloc(nt, 1);
+  o->zero = calloc(nt, 1);
+  o->writing = calloc(nt, 1);
+  o->loading = calloc(nt, 1);
   o->step_state = calloc((size_t)S + 1, 1);
   o->step_writes = calloc((size_t)S + 1, sizeof *o->step_writes);
   o->jobs[0] = calloc(nt, sizeof(job));
   o->jobs[1] = calloc(nt, sizeof(job));
-  o->pool = nto_pool_create();
-  if (!o->req || !o->offset || !o->acts || !o->step_state || !o->step_writes ||
-      !o->jobs[0] || !o->jobs[1] || !o->pool ||
-      fifo_init(&o->load_q, (int)nt) != 0 ||
+  if (!o->req || !o->offset || !o->dirty || !o->zero || !o->writing ||
+      !o->loading || !o->step_state || !o->step_writes || !o->jobs[0] ||
+      !o->jobs[1] || fifo_init(&o->load_q, (int)nt) != 0 ||
       fifo_init(&o->write_q, (int)nt) != 0)
     return NTO_ENOMEM;
   return 0;
@@ -700,16 +782,10 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
   pthread_cond_init(&o->cv_load, NULL);
   pthread_cond_init(&o->cv_off, NULL);
   pthread_cond_init(&o->cv_mem, NULL);
-  unsigned char *initial = calloc((size_t)n_tensors + 1, 1);
-  int rc = initial && alloc_tables(o) == 0
-               ? 0
-               : nto_err_set(err, NTO_ENOMEM, "out of memory");
-  const unsigned char *zero = plans[0]->persistent; /* zeros until stored */
+  int rc =
+      alloc_tables(o) == 0 ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0)
-    rc = place_swap(o, initial, zero, err);
-  if (rc == 0)
-    rc = nto_window_init(&o->win, plans[0], o->opts.window, initial, zero, err);
-  free(initial);
+    rc = plan_engine(o, err);
   if (rc == 0) {
     nto_swap_opts so = {opts->swap_dir, o->swap_bytes, !opts->no_direct};
     rc = nto_swap_open(&o->swap, &so, err);
@@ -740,19 +816,23 @@ void nto_offload_free(nto_offload *o) {
     pthread_join(o->th_load, NULL);
   if (o->n_threads > 1)
     pthread_join(o->th_off, NULL);
-  for (int t = 0; t < o->n_t && o->pool; t++)
+  for (int t = 0; t < o->n_t; t++)
     if (o->t[t].data) {
-      nto_pool_put(o->pool, o->t[t].data, o->t[t].bytes);
       o->t[t].data = NULL;
       o->t[t].state = NTO_RES_NONE;
     }
   nto_swap_close(o->swap);
-  nto_pool_destroy(o->pool);
-  nto_window_free(&o->win);
-  free(o->sim.written);
+  if (o->region)
+    munmap(o->region, o->region_bytes);
+  free(o->owner);
+  nto_schedule_free(&o->sched[0]);
+  nto_schedule_free(&o->sched[1]);
   free(o->req);
   free(o->offset);
-  free(o->acts);
+  free(o->dirty);
+  free(o->zero);
+  free(o->writing);
+  free(o->loading);
   free(o->step_state);
   free(o->step_writes);
   free(o->jobs[0]);
@@ -772,7 +852,7 @@ void nto_offload_free(nto_offload *o) {
 void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   memset(st, 0, sizeof *st);
   pthread_mutex_lock(&o->mu);
-  st->window = o->win.n;
+  st->window = o->sched[0].window;
   st->io = nto_io_kind_name(o->io_kind);
   st->direct = nto_swap_is_direct(o->swap);
   st->swap_dir = nto_swap_dir(o->swap);
@@ -780,20 +860,20 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   st->stall_ms = o->stall_ms;
   st->read_bytes = o->read_bytes;
   st->written_bytes = o->written_bytes;
-  st->planned_peak = o->bound;
-  st->over_bound = o->over_bound;
-  st->planned_read = o->sim.read_bytes;
-  st->planned_written = o->sim.written_bytes;
+  st->planned_peak =
+      o->sched[0].peak > o->sched[1].peak ? o->sched[0].peak : o->sched[1].peak;
+  st->region = o->region_bytes;
+  st->planned_read = o->sched[0].read_bytes;
+  st->planned_written = o->sched[0].written_bytes;
+  st->peak_resident = o->peak;
   snprintf(st->note, sizeof st->note, "%s", o->note);
   pthread_mutex_unlock(&o->mu);
-  st->peak_resident = nto_pool_peak(o->pool);
 }
 
 void nto_offload_reset_stats(nto_offload *o) {
   pthread_mutex_lock(&o->mu);
   o->stall_ms = 0;
   o->read_bytes = o->written_bytes = 0;
-  o->over_bound = 0;
+  o->peak = o->in_use;
   pthread_mutex_unlock(&o->mu);
-  nto_pool_reset_peak(o->pool);
 }

@@ -77,12 +77,10 @@ typedef struct nto_offload_stats {
   double stall_ms;          /* executor waiting for reads */
   uint64_t read_bytes;      /* read from the swap file */
   uint64_t written_bytes;   /* written to the swap file */
-  size_t peak_resident;     /* peak tensor buffer bytes in RAM */
-  size_t planned_peak;      /* the bound: the window's simulated peak
-                               (window.h); the onloader waits for writes
-                               rather than exceed it */
-  long over_bound;          /* allocations that exceeded the bound because
-                               no write was left to wait for (0 expected) */
+  size_t peak_resident;     /* peak bytes of tensor buffers in use */
+  size_t planned_peak;      /* the schedule's peak (schedule.h) */
+  size_t region;            /* bytes of the tensor region: every buffer
+                               lives here, so this bounds tensor RAM */
   uint64_t planned_read;    /* predicted bytes read per training pass */
   uint64_t planned_written; /* predicted bytes written per training pass */
   char note[160];           /* e.g. why io_uring was not used; "" if none */

@@ -18,9 +18,7 @@ int nto_window_init(nto_window *w, const nto_plan *p, int n,
   w->dirty = calloc(nt, 1);
   w->zero = calloc(nt, 1);
   w->reclaim = calloc(nt, 1);
-  w->ever_written = calloc(nt, 1);
-  if (!w->refcnt || !w->state || !w->dirty || !w->zero || !w->reclaim ||
-      !w->ever_written) {
+  if (!w->refcnt || !w->state || !w->dirty || !w->zero || !w->reclaim) {
     nto_window_free(w);
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   }
@@ -36,7 +34,6 @@ void nto_window_free(nto_window *w) {
   free(w->dirty);
   free(w->zero);
   free(w->reclaim);
-  free(w->ever_written);
   memset(w, 0, sizeof *w);
 }
 
@@ -96,7 +93,6 @@ static nto_act evict(nto_window *w, int t, int s) {
   }
   if (w->dirty[t]) {
     w->state[t] = NTO_WS_WRITING;
-    w->ever_written[t] = 1;
     return (nto_act){NTO_ACT_WRITE, t, 0};
   }
   sub_resident(w, t);
@@ -156,94 +152,4 @@ int nto_window_drain(nto_window *w, nto_act *acts) {
     acts[n++] = evict(w, t, p->n_steps - 1);
   }
   return n;
-}
-
-/* Simulated I/O: loads complete at once, writes one step later (they
- * overlap the next step), so the peak counts both the lookahead and the
- * previous step's writes in flight. Writes are queued in *pend. */
-static void sim_apply(nto_window *w, const nto_act *a, int n, uint64_t *rd,
-                      uint64_t *wr, int *pend, int *n_pend) {
-  for (int i = 0; i < n; i++) {
-    int t = a[i].t;
-    switch (a[i].kind) {
-    case NTO_ACT_LOAD:
-      *rd += w->plan->bytes[t];
-      /* fall through */
-    case NTO_ACT_ALLOC:
-      nto_window_loaded(w, t, a[i].kind);
-      break;
-    case NTO_ACT_WRITE:
-      *wr += w->plan->bytes[t];
-      pend[(*n_pend)++] = t;
-      break;
-    case NTO_ACT_RECLAIM:
-    case NTO_ACT_DROP:
-    case NTO_ACT_FREE:
-      break;
-    }
-  }
-}
-
-static void sim_complete_writes(nto_window *w, int *pend, int *n_pend) {
-  for (int i = 0; i < *n_pend; i++)
-    nto_window_written(w, pend[i]);
-  *n_pend = 0;
-}
-
-int nto_window_simulate(const nto_plan *p, int n, const unsigned char *initial,
-                        const unsigned char *zero, int passes, int want_written,
-                        nto_window_sim *sim, nto_err *err) {
-  memset(sim, 0, sizeof *sim);
-  nto_window w;
-  int rc = nto_window_init(&w, p, n, initial, zero, err);
-  if (rc != 0)
-    return rc;
-  int S = p->n_steps, max_acts = 0;
-  for (int s = 0; s < S; s++)
-    if (nto_plan_step_count(p, s) > max_acts)
-      max_acts = nto_plan_step_count(p, s);
-  nto_act *acts = malloc((size_t)(max_acts + p->n_tensors + 1) * sizeof *acts);
-  int *pend = malloc((size_t)(p->n_tensors + 1) * sizeof *pend);
-  if (!acts || !pend) {
-    free(acts);
-    free(pend);
-    nto_window_free(&w);
-    return nto_err_set(err, NTO_ENOMEM, "out of memory");
-  }
-  uint64_t rd = 0, wr = 0;
-  int np = 0;
-  if (passes < 3)
-    passes = 3; /* pass 1 (counted) then sees both of its neighbours */
-  for (int s = 0; s < w.n; s++)
-    sim_apply(&w, acts, nto_window_enter(&w, s, acts), &rd, &wr, pend, &np);
-  for (int pass = 0; pass < passes; pass++) {
-    if (pass == 1)
-      rd = wr = 0;
-    for (int s = 0; s < S; s++) {
-      if (s + w.n < S || pass + 1 < passes)
-        sim_apply(&w, acts, nto_window_enter(&w, (s + w.n) % S, acts), &rd, &wr,
-                  pend, &np);
-      sim_complete_writes(&w, pend, &np);
-      sim_apply(&w, acts, nto_window_leave(&w, s, acts), &rd, &wr, pend, &np);
-    }
-    if (pass == 1) {
-      sim->read_bytes = rd;
-      sim->written_bytes = wr;
-    }
-  }
-  sim_complete_writes(&w, pend, &np);
-  free(pend);
-  sim->peak_bytes = w.peak_bytes;
-  if (want_written) {
-    sim->written =
-        calloc((size_t)(p->n_tensors ? p->n_tensors : 1), sizeof(int));
-    if (!sim->written)
-      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-    else
-      for (int t = 0; t < p->n_tensors; t++)
-        sim->written[t] = w.ever_written[t];
-  }
-  free(acts);
-  nto_window_free(&w);
-  return rc;
 }

@@ -25,8 +25,8 @@
  *
  * Loads and writes complete later (nto_window_loaded / nto_window_written),
  * possibly on other threads: callers serialize all calls on one window
- * with their own lock. nto_window_simulate runs the same logic with
- * simulated I/O to predict bytes moved and the resident peak.
+ * with their own lock. schedule.h runs this logic ahead of time with
+ * modelled I/O and records its decisions.
  */
 #ifndef NTO_WINDOW_H
 #define NTO_WINDOW_H
@@ -68,9 +68,8 @@ typedef struct nto_window {
   unsigned char *dirty;   /* per tensor: RAM copy newer than the swap copy */
   unsigned char *zero;    /* per tensor: content is all zeros, no swap copy */
   unsigned char *reclaim; /* per tensor: keep after the write */
-  unsigned char *ever_written; /* per tensor: a WRITE was decided once */
-  size_t resident_bytes;       /* RESIDENT + LOADING + WRITING bytes */
-  size_t peak_bytes;           /* max of resident_bytes */
+  size_t resident_bytes;  /* RESIDENT + LOADING + WRITING bytes */
+  size_t peak_bytes;      /* max of resident_bytes */
 } nto_window;
 
 /*
@@ -113,26 +112,5 @@ int nto_window_written(nto_window *w, int t);
  * acts must hold n_tensors entries; returns the number of actions.
  */
 int nto_window_drain(nto_window *w, nto_act *acts);
-
-/* Predicted traffic and memory of the window, from nto_window_simulate. */
-typedef struct nto_window_sim {
-  uint64_t read_bytes;    /* per pass, steady state (second pass) */
-  uint64_t written_bytes; /* per pass, steady state */
-  size_t peak_bytes;      /* max resident+loading+writing tensor bytes
-                             over all passes, reads assumed instant and
-                             writes completing during the next step */
-  int *written;           /* per tensor: ever written (malloc'd, caller
-                             frees); NULL if not requested */
-} nto_window_sim;
-
-/*
- * Run `passes` (at least 3 are run) passes of plan p with window n from
- * the given initial states, reads completing at once and each step's
- * writes during the next step. want_written: also fill sim->written. Returns
- * 0 or NTO_ENOMEM.
- */
-int nto_window_simulate(const nto_plan *p, int n, const unsigned char *initial,
-                        const unsigned char *zero, int passes, int want_written,
-                        nto_window_sim *sim, nto_err *err);
 
 #endif /* NTO_WINDOW_H */

@@ -1,0 +1,411 @@
+/* schedule.c - the static schedule of the offload engine. See schedule.h.
+ *
+ * The window is run over a priming and four passes (0..3). Pass 1 is the
+ * steady state that is recorded (pass 2 must repeat it exactly); passes 2
+ * and 3 close the intervals that pass 1 opens across the wrap.
+ */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PASSES 4
+
+/* One decision of the modelled run. */
+typedef struct rec {
+  int pass, step, phase; /* phase 0: start of step, 2: end of step */
+  nto_act a;
+  unsigned char keep; /* WRITE: reclaimed before completing */
+  int iv;             /* LOAD/ALLOC: interval index, -1 if not pass 1 */
+} rec;
+
+/* A residency interval in the cyclic time of one pass [0, 3S). */
+typedef struct interval {
+  int t;
+  long seg[2][2]; /* up to two [first, last] segments */
+  int n_seg;
+  long start, end; /* modelled time, end -1 while open */
+  size_t offset;
+} interval;
+
+typedef struct model {
+  const nto_plan *p;
+  nto_window w;
+  int S;
+  rec *r;
+  int n_r, cap_r;
+  interval *iv;
+  int n_iv, cap_iv;
+  int *open_iv;               /* per tensor: pass-1 interval open, or -1 */
+  unsigned char *open_before; /* per tensor: opened before pass 1, open */
+  int *pend;                  /* writes completing at the next step */
+  int n_pend;
+  int *pend_rec; /* per tensor: its pending WRITE record, or -1 */
+  nto_act *acts;
+  int oom;
+} model;
+
+static int push_rec(model *m, rec r) {
+  if (m->n_r == m->cap_r) {
+    int cap = m->cap_r ? 2 * m->cap_r : 1024;
+    rec *n = realloc(m->r, (size_t)cap * sizeof *n);
+    if (!n) {
+      m->oom = 1;
+      return -1;
+    }
+    m->r = n;
+    m->cap_r = cap;
+  }
+  m->r[m->n_r] = r;
+  return m->n_r++;
+}
+
+/* Tensor t gets a buffer at time g. */
+static int open_interval(model *m, int t, long g) {
+  if (g < 3L * m->S) {
+    m->open_before[t] = 1;
+    return -1;
+  }
+  if (m->n_iv == m->cap_iv) {
+    int cap = m->cap_iv ? 2 * m->cap_iv : 256;
+    interval *n = realloc(m->iv, (size_t)cap * sizeof *n);
+    if (!n) {
+      m->oom = 1;
+      return -1;
+    }
+    m->iv = n;
+    m->cap_iv = cap;
+  }
+  m->iv[m->n_iv] = (interval){.t = t, .start = g, .end = -1};
+  m->open_iv[t] = m->n_iv;
+  return m->n_iv++;
+}
+
+/* Tensor t's buffer is released at time g. */
+static void close_interval(model *m, int t, long g) {
+  if (m->open_iv[t] >= 0)
+    m->iv[m->open_iv[t]].end = g;
+  else
+    m->open_before[t] = 0;
+  m->open_iv[t] = -1;
+}
+
+/* Apply and record the actions of one instant. */
+static void record(model *m, int pass, int step, int phase, int n) {
+  long g = (long)(pass * m->S + step) * 3 + phase;
+  for (int i = 0; i < n; i++) {
+    nto_act a = m->acts[i];
+    rec r = {pass, step, phase, a, 0, -1};
+    switch (a.kind) {
+    case NTO_ACT_LOAD:
+    case NTO_ACT_ALLOC:
+      nto_window_loaded(&m->w, a.t, a.kind);
+      r.iv = open_interval(m, a.t, g); /* the priming has g < 0 */
+      break;
+    case NTO_ACT_RECLAIM:
+      if (m->pend_rec[a.t] >= 0)
+        m->r[m->pend_rec[a.t]].keep = 1;
+      break;
+    case NTO_ACT_WRITE:
+      m->pend[m->n_pend++] = a.t;
+      break;
+    case NTO_ACT_DROP:
+    case NTO_ACT_FREE:
+      close_interval(m, a.t, g);
+      break;
+    }
+    int k = pass >= 0 ? push_rec(m, r) : -1;
+    if (a.kind == NTO_ACT_WRITE)
+      m->pend_rec[a.t] = k;
+  }
+}
+
+/* The previous step's writes complete at time 3s+1. */
+static void complete_writes(model *m, int pass, int step) {
+  long g = (long)(pass * m->S + step) * 3 + 1;
+  for (int i = 0; i < m->n_pend; i++) {
+    int t = m->pend[i];
+    if (!nto_window_written(&m->w, t))
+      close_interval(m, t, g);
+    m->pend_rec[t] = -1;
+  }
+  m->n_pend = 0;
+}
+
+static void run_model(model *m) {
+  int S = m->S, N = m->w.n;
+  for (int s = 0; s < N; s++)
+    record(m, -1, s, 0, nto_window_enter(&m->w, s, m->acts));
+  for (int pass = 0; pass < PASSES && !m->oom; pass++) {
+    for (int s = 0; s < S; s++) {
+      record(m, pass, s, 0, nto_window_enter(&m->w, (s + N) % S, m->acts));
+      complete_writes(m, pass, s);
+      record(m, pass, s, 2, nto_window_leave(&m->w, s, m->acts));
+    }
+  }
+}
+
+/* Pass 2 must repeat pass 1 action for action. */
+static int periodic(const model *m) {
+  int i = 0, j = 0;
+  while (i < m->n_r && m->r[i].pass < 1)
+    i++;
+  while (j < m->n_r && m->r[j].pass < 2)
+    j++;
+  for (; i < m->n_r && m->r[i].pass == 1; i++, j++) {
+    const rec *a = &m->r[i], *b = &m->r[j];
+    if (j >= m->n_r || b->pass != 2 || a->step != b->step ||
+        a->phase != b->phase || a->a.kind != b->a.kind || a->a.t != b->a.t)
+      return 0;
+  }
+  return j >= m->n_r || m->r[j].pass != 2;
+}
+
+/* Segments of every pass-1 interval in cyclic time, plus one full-cycle
+ * interval per tensor that is never released. Returns 0 or -1. */
+static int to_cycle(model *m) {
+  long T = 3L * m->S;
+  for (int k = 0; k < m->n_iv; k++) {
+    interval *v = &m->iv[k];
+    if (v->start >= 2 * T)
+      continue; /* a later copy */
+    long a = v->start - T, e = v->end - T;
+    if (v->end < 0 || e - a >= T)
+      return -1;
+    if (e < T) {
+      v->seg[0][0] = a, v->seg[0][1] = e, v->n_seg = 1;
+    } else {
+      v->seg[0][0] = a, v->seg[0][1] = T - 1;
+      v->seg[1][0] = 0, v->seg[1][1] = e - T, v->n_seg = 2;
+    }
+  }
+  for (int t = 0; t < m->p->n_tensors; t++) {
+    if (!m->open_before[t])
+      continue;
+    if (open_interval(m, t, 3L * m->S) < 0)
+      return -1;
+    interval *v = &m->iv[m->n_iv - 1];
+    v->start = -1; /* permanent */
+    v->end = T;
+    v->seg[0][0] = 0, v->seg[0][1] = T - 1, v->n_seg = 1;
+  }
+  return 0;
+}
+
+static int used(const interval *v) { return v->n_seg > 0; }
+
+static int time_overlap(const interval *a, const interval *b) {
+  for (int i = 0; i < a->n_seg; i++)
+    for (int j = 0; j < b->n_seg; j++)
+      if (a->seg[i][0] <= b->seg[j][1] && b->seg[j][0] <= a->seg[i][1])
+        return 1;
+  return 0;
+}
+
+static int by_size(const void *x, const void *y, void *ctx) {
+  const model *m = ctx;
+  const interval *a = &m->iv[*(const int *)x], *b = &m->iv[*(const int *)y];
+  size_t sa = m->p->bytes[a->t], sb = m->p->bytes[b->t];
+  if (sa != sb)
+    return sa < sb ? 1 : -1;
+  return a->seg[0][0] < b->seg[0][0] ? -1 : a->seg[0][0] > b->seg[0][0];
+}
+
+/* Greedy best fit of the intervals in one region; returns its size, or
+ * (size_t)-1 when out of memory. */
+static size_t place(model *m) {
+  int *idx = malloc((size_t)(m->n_iv + 1) * sizeof *idx);
+  int *placed = malloc((size_t)(m->n_iv + 1) * sizeof *placed);
+  if (!idx || !placed) {
+    free(idx);
+    free(placed);
+    return (size_t)-1;
+  }
+  int n = 0, np = 0;
+  for (int k = 0; k < m->n_iv; k++)
+    if (used(&m->iv[k]))
+      idx[n++] = k;
+  qsort_r(idx, (size_t)n, sizeof *idx, by_size, m);
+  size_t region = 0;
+  for (int i = 0; i < n; i++) {
+    interval *v = &m->iv[idx[i]];
+    size_t len = m->p->bytes[v->t], off = 0;
+    for (int moved = 1; moved;) {
+      moved = 0;
+      for (int j = 0; j < np; j++) {
+        const interval *u = &m->iv[placed[j]];
+        size_t ul = m->p->bytes[u->t];
+        if (off < u->offset + ul && u->offset < off + len &&
+            time_overlap(v, u)) {
+          off = u->offset + ul;
+          moved = 1;
+        }
+      }
+    }
+    v->offset = off;
+    placed[np++] = idx[i];
+    if (off + len > region)
+      region = off + len;
+  }
+  free(idx);
+  free(placed);
+  return region;
+}
+
+/* The interval holding tensor t when a pass starts. */
+static const interval *at_wrap(const model *m, int t) {
+  long T = 3L * m->S;
+  for (int k = 0; k < m->n_iv; k++) {
+    const interval *v = &m->iv[k];
+    if (v->t == t && used(v) && (v->start < 0 || v->end - T >= T))
+      return v;
+  }
+  return NULL;
+}
+
+/* Copy pass 1's actions into the per-step lists, and the priming. */
+static int fill(nto_schedule *sc, model *m) {
+  int S = m->S, nb = 0, ne = 0;
+  for (int i = 0; i < m->n_r; i++)
+    if (m->r[i].pass == 1 && m->r[i].a.kind != NTO_ACT_RECLAIM)
+      m->r[i].phase == 0 ? nb++ : ne++;
+  sc->begin_first = calloc((size_t)S + 1, sizeof(int));
+  sc->end_first = calloc((size_t)S + 1, sizeof(int));
+  sc->begin = calloc((size_t)nb + 1, sizeof *sc->begin);
+  sc->end = calloc((size_t)ne + 1, sizeof *sc->end);
+  sc->prime = calloc((size_t)m->p->n_tensors + 1, sizeof *sc->prime);
+  sc->written = calloc((size_t)m->p->n_tensors + 1, 1);
+  if (!sc->begin_first || !sc->end_first || !sc->begin || !sc->end ||
+      !sc->prime || !sc->written)
+    return NTO_ENOMEM;
+  nb = ne = 0;
+  for (int i = 0; i < m->n_r; i++) {
+    const rec *r = &m->r[i];
+    if (r->a.kind == NTO_ACT_WRITE)
+      sc->written[r->a.t] = 1;
+    if (r->pass != 1 || r->a.kind == NTO_ACT_RECLAIM)
+      continue;
+    nto_sched_act a = {r->a.t, (unsigned char)r->a.kind, r->keep, 0};
+    size_t bytes = m->p->bytes[a.t];
+    if (r->phase == 0) {
+      a.offset = m->iv[r->iv].offset;
+      sc->begin[nb++] = a;
+      sc->begin_first[r->step + 1] = nb;
+      sc->read_bytes += a.kind == NTO_ACT_LOAD ? bytes : 0;
+    } else {
+      sc->end[ne++] = a;
+      sc->end_first[r->step + 1] = ne;
+      sc->written_bytes += a.kind == NTO_ACT_WRITE ? bytes : 0;
+    }
+  }
+  for (int s = 0; s < S; s++) { /* steps without actions */
+    if (sc->begin_first[s + 1] < sc->begin_first[s])
+      sc->begin_first[s + 1] = sc->begin_first[s];
+    if (sc->end_first[s + 1] < sc->end_first[s])
+      sc->end_first[s + 1] = sc->end_first[s];
+  }
+  return 0;
+}
+
+/* The buffers of steps 0 .. N-1 at their steady-state offsets. */
+static int fill_prime(nto_schedule *sc, model *m) {
+  unsigned char *seen = calloc((size_t)m->p->n_tensors + 1, 1);
+  if (!seen)
+    return NTO_ENOMEM;
+  const nto_plan *p = m->p;
+  for (int s = 0; s < sc->window; s++) {
+    for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
+      int t = p->step_t[k];
+      if (seen[t])
+        continue;
+      seen[t] = 1;
+      const interval *v = at_wrap(m, t);
+      if (!v) {
+        free(seen);
+        return NTO_EINVAL;
+      }
+      /* a pass starts with no transient content */
+      int kind = p->persistent[t] ? NTO_ACT_LOAD : NTO_ACT_ALLOC;
+      sc->prime[sc->n_prime++] =
+          (nto_sched_act){t, (unsigned char)kind, 0, v->offset};
+    }
+  }
+  free(seen);
+  return 0;
+}
+
+static void model_free(model *m) {
+  nto_window_free(&m->w);
+  free(m->r);
+  free(m->iv);
+  free(m->open_iv);
+  free(m->open_before);
+  free(m->pend);
+  free(m->pend_rec);
+  free(m->acts);
+}
+
+int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
+                       nto_err *err) {
+  memset(sc, 0, sizeof *sc);
+  model m = {.p = p, .S = p->n_steps};
+  size_t nt = (size_t)p->n_tensors + 1;
+  unsigned char *init = malloc(nt);
+  m.open_iv = malloc(nt * sizeof(int));
+  m.pend_rec = malloc(nt * sizeof(int));
+  m.open_before = calloc(nt, 1);
+  m.pend = malloc(nt * sizeof(int));
+  m.acts = malloc(nt * sizeof(nto_act));
+  int rc = init && m.open_iv && m.pend_rec && m.open_before && m.pend && m.acts
+               ? 0
+               : NTO_ENOMEM;
+  if (rc == 0) {
+    for (int t = 0; t < p->n_tensors; t++) {
+      init[t] = p->persistent[t] ? NTO_WS_SWAPPED : NTO_WS_NONE;
+      m.open_iv[t] = m.pend_rec[t] = -1;
+    }
+    rc = nto_window_init(&m.w, p, n, init, NULL, err);
+  }
+  free(init);
+  if (rc == 0) {
+    sc->n_steps = m.S;
+    sc->window = m.w.n;
+    run_model(&m);
+    rc = m.oom ? NTO_ENOMEM : 0;
+  }
+  if (rc == 0 && (!periodic(&m) || to_cycle(&m) != 0))
+    rc = nto_err_set(err, NTO_EINVAL,
+                     "schedule: the modelled passes are "
+                     "not periodic (window %d)",
+                     m.w.n);
+  if (rc == 0) {
+    sc->peak = m.w.peak_bytes;
+    sc->region = place(&m);
+    if (sc->region == (size_t)-1)
+      rc = NTO_ENOMEM;
+  }
+  if (rc == 0)
+    rc = fill(sc, &m);
+  if (rc == 0)
+    rc = fill_prime(sc, &m);
+  if (rc == NTO_ENOMEM)
+    nto_err_set(err, rc, "out of memory");
+  else if (rc == NTO_EINVAL && err && !err->code)
+    nto_err_set(err, rc,
+                "schedule: a tensor of the first steps has no "
+                "buffer when a pass starts");
+  model_free(&m);
+  if (rc != 0)
+    nto_schedule_free(sc);
+  return rc;
+}
+
+void nto_schedule_free(nto_schedule *sc) {
+  free(sc->begin_first);
+  free(sc->end_first);
+  free(sc->begin);
+  free(sc->end);
+  free(sc->prime);
+  free(sc->written);
+  memset(sc, 0, sizeof *sc);
+}

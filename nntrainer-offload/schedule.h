@@ -1,0 +1,71 @@
+/*
+ * schedule.h - the offload engine's static schedule: every residency
+ * decision and every buffer address, computed once per plan and window.
+ *
+ * The window's decisions (window.h) depend only on the plan and N, so they
+ * are made once, ahead of time, by running the window over a few passes
+ * with modelled I/O (reads complete at once, a step's writes during the
+ * next step). The steady-state pass is periodic: its actions are recorded
+ * per step, and every residency interval (from the action that brings a
+ * tensor in to the one that releases its buffer, across the wrap into the
+ * next pass) gets a fixed byte offset in one tensor region, placed by
+ * greedy best fit like an arena (largest first, lowest offset free of
+ * every interval that overlaps in time). The engine then only replays the
+ * lists: addresses never collide in the model, pages are touched once and
+ * reused every iteration, and the region is the resident peak plus the
+ * placement's fragmentation, known before training starts.
+ *
+ * Time within a pass: step s has three instants, 3s (its start: the
+ * lookahead's loads), 3s+1 (the previous step's writes complete) and 3s+2
+ * (its end: evictions). A buffer released at time r can be reused by an
+ * allocation at time a > r.
+ */
+#ifndef NTO_SCHEDULE_H
+#define NTO_SCHEDULE_H
+
+#include "plan.h"
+#include "window.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct nto_sched_act {
+  int t;              /* tensor */
+  unsigned char kind; /* begin lists: NTO_ACT_LOAD (content from the swap
+                         file) or NTO_ACT_ALLOC (no content yet); end lists:
+                         NTO_ACT_WRITE, NTO_ACT_DROP or NTO_ACT_FREE */
+  unsigned char keep; /* WRITE: keep the buffer (the tensor re-enters the
+                         window before the write completes) */
+  size_t offset;      /* LOAD/ALLOC: the buffer's offset in the region */
+} nto_sched_act;
+
+typedef struct nto_schedule {
+  int n_steps; /* S of the plan */
+  int window;  /* N, clamped to [1, S-1] */
+  /* Actions at the start of step s (bringing in step s+N, wrapping into
+   * the next pass): begin[begin_first[s] .. begin_first[s+1]); at its
+   * end: end[end_first[s] .. end_first[s+1]). */
+  int *begin_first, *end_first;
+  nto_sched_act *begin, *end;
+  /* Before the first step after a drain: the buffers the steady state
+   * holds when a pass starts (the tensors of steps 0 .. N-1). */
+  nto_sched_act *prime;
+  int n_prime;
+  size_t region;          /* bytes of the tensor region */
+  size_t peak;            /* resident bytes at the busiest instant */
+  uint64_t read_bytes;    /* per steady-state pass */
+  uint64_t written_bytes; /* per steady-state pass */
+  unsigned char *written; /* per tensor: some pass writes it (swap slot) */
+} nto_schedule;
+
+/*
+ * Build the schedule of plan p (borrowed during the call) with window n.
+ * Returns 0, NTO_ENOMEM, or NTO_EINVAL if the modelled passes are not
+ * periodic (a programming error). sc is zeroed first; free with
+ * nto_schedule_free. Any single thread.
+ */
+int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
+                       nto_err *err);
+void nto_schedule_free(nto_schedule *sc);
+
+#endif /* NTO_SCHEDULE_H */
