@@ -329,11 +329,11 @@ static void print_plan(run *r) {
            cli_bytes(p.total, a, sizeof a));
     return;
   }
-  printf("offload: window %d steps, %s, swap file %s in %s%s; planned peak "
-         "of resident tensors %s + workspace %s\n",
+  printf("offload: window %d steps, %s, swap file %s in %s%s; resident "
+         "tensors in a region of %s + workspace %s\n",
          st.window, st.io, cli_bytes(st.swap_bytes, a, sizeof a), st.swap_dir,
          st.direct ? " (O_DIRECT)" : " (page cache)",
-         cli_bytes(st.planned_peak, b, sizeof b),
+         cli_bytes(st.region, b, sizeof b),
          cli_bytes(p.workspace, c, sizeof c));
   if (st.note[0])
     printf("offload: %s\n", st.note);

@@ -29,14 +29,27 @@ struct nto_model {
   int n_t, cap_t;
   nto_plan plan[2]; /* NTO_PASS_TRAIN, NTO_PASS_EVAL */
   int plan_oom;
-  nto_offload *off; /* NULL: all resident (arena) */
-  float *output;    /* copy of the last layer's output (N x K) */
+  nto_plan *rec_train; /* where training uses are recorded (build_plans) */
+  nto_offload *off;    /* NULL: all resident (arena) */
+  float *output;       /* copy of the last layer's output (N x K) */
 
   int *out_t;      /* per layer: output tensor */
   int **edge_t;    /* per layer, per input edge: gradient tensor or -1 */
   int loss_grad_t; /* dL/d(out of last layer), -1 when fused */
-  int (*pgrad_t)[NTO_MAX_WEIGHTS];    /* per layer, per weight: param grad */
-  int (*state_t)[NTO_MAX_WEIGHTS][2]; /* optimizer state per weight */
+  int (*pgrad_t)[NTO_MAX_WEIGHTS]; /* per layer, per weight: param grad */
+  /* Optimizer state per layer and weight, in update chunks: n_chunk[i][j]
+   * chunks of at most chunk_elems elements; state_t[i][j][2k+q] is state q
+   * of chunk k (-1: none). One chunk: updated inside B_i; more: each chunk
+   * in a step of its own (U) after B_i, so that the update of a large
+   * weight never needs all of its optimizer state in RAM at once. */
+  int (*n_chunk)[NTO_MAX_WEIGHTS];
+  int *(*state_t)[NTO_MAX_WEIGHTS];
+  size_t chunk_elems;
+  /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
+   * its B_i followed by its U steps. */
+  struct step_desc *steps;
+  int n_steps;
+  int *b_step; /* per layer: index of B_i */
 
   nto_loss_form form;
   int fused;
@@ -55,7 +68,26 @@ struct nto_model {
   void *hook_user;
 };
 
-static int step_b(const nto_model *m, int i) { return 2 * m->L - 1 - i; }
+/* One step of the training pass. */
+typedef struct step_desc {
+  char kind; /* 'F', 'B' or 'U' */
+  int layer;
+  int w, chunk; /* U: weight index and chunk */
+} step_desc;
+
+static int step_b(const nto_model *m, int i) { return m->b_step[i]; }
+
+/* Elements [*off, *off + *len) of chunk k of weight j of layer i. */
+static void chunk_range(const nto_model *m, int i, int j, int k, size_t *off,
+                        size_t *len) {
+  size_t n = nto_shape_numel(m->g.layers[i].w[j].shape);
+  *off = (size_t)k * m->chunk_elems;
+  *len = m->n_chunk[i][j] == 1       ? n
+         : n - *off < m->chunk_elems ? n - *off
+                                     : m->chunk_elems;
+  if (m->n_chunk[i][j] == 1)
+    *off = 0;
+}
 
 /* Append a tensor descriptor; returns its index or -1. */
 static int add_tensor(nto_model *m, const char *layer, const char *what,
@@ -84,12 +116,41 @@ static int add_tensor(nto_model *m, const char *layer, const char *what,
   return m->n_t++;
 }
 
-/* Optimizer state tensor k of weight j of layer i; its index or -1. */
-static int add_state_tensor(nto_model *m, int i, int j, int k) {
+/* Optimizer state q of chunk k of weight j of layer i (the weight's shape
+ * for a single chunk, else a vector); its index or -1. */
+static int add_state_tensor(nto_model *m, int i, int j, int k, int q) {
   const nto_layer *l = &m->g.layers[i];
   char what[48];
-  snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, k);
-  return add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_OPT_STATE, i);
+  nto_shape shape = l->w[j].shape;
+  if (m->n_chunk[i][j] > 1) {
+    size_t off, len;
+    chunk_range(m, i, j, k, &off, &len);
+    shape = (nto_shape){1, 1, 1, (int)len};
+    snprintf(what, sizeof what, "%.30s:opt%d.%d", l->w[j].name, q, k);
+  } else {
+    snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, q);
+  }
+  return add_tensor(m, l->name, what, shape, NTO_ROLE_OPT_STATE, i);
+}
+
+/* Chunks of weight j of layer i and their state tensors (n_state of 2 per
+ * chunk). Returns 0 or -1 when out of memory. */
+static int add_weight_state(nto_model *m, int i, int j, int n_state) {
+  size_t n = nto_shape_numel(m->g.layers[i].w[j].shape);
+  int nc =
+      n > m->chunk_elems ? (int)((n + m->chunk_elems - 1) / m->chunk_elems) : 1;
+  m->n_chunk[i][j] = nc;
+  m->state_t[i][j] = malloc(2 * (size_t)nc * sizeof(int));
+  if (!m->state_t[i][j])
+    return -1;
+  for (int k = 0; k < nc; k++)
+    for (int q = 0; q < 2; q++) {
+      int t = q < n_state ? add_state_tensor(m, i, j, k, q) : -1;
+      if (q < n_state && t < 0)
+        return -1;
+      m->state_t[i][j][2 * k + q] = t;
+    }
+  return 0;
 }
 
 static int is_input(const nto_layer *l) { return l->ops == &nto_input_layer; }
@@ -107,7 +168,8 @@ static int build_tensors(nto_model *m) {
   m->edge_t = calloc((size_t)L, sizeof *m->edge_t);
   m->pgrad_t = calloc((size_t)L, sizeof *m->pgrad_t);
   m->state_t = calloc((size_t)L, sizeof *m->state_t);
-  if (!m->out_t || !m->edge_t || !m->pgrad_t || !m->state_t)
+  m->n_chunk = calloc((size_t)L, sizeof *m->n_chunk);
+  if (!m->out_t || !m->edge_t || !m->pgrad_t || !m->state_t || !m->n_chunk)
     return -1;
   int n_state = nto_opt_state_count(&m->opt);
   for (int i = 0; i < L; i++) {
@@ -122,7 +184,6 @@ static int build_tensors(nto_model *m) {
       l->w[j].tensor = add_tensor(m, l->name, l->w[j].name, l->w[j].shape,
                                   NTO_ROLE_WEIGHT, i);
       m->pgrad_t[i][j] = -1;
-      m->state_t[i][j][0] = m->state_t[i][j][1] = -1;
       if (l->w[j].tensor < 0)
         return -1;
       if (!l->w[j].trainable || !l->trainable)
@@ -130,8 +191,8 @@ static int build_tensors(nto_model *m) {
       snprintf(what, sizeof what, "d%.40s", l->w[j].name);
       m->pgrad_t[i][j] =
           add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_PARAM_GRAD, i);
-      for (int k = 0; k < n_state; k++)
-        m->state_t[i][j][k] = add_state_tensor(m, i, j, k);
+      if (m->pgrad_t[i][j] < 0 || add_weight_state(m, i, j, n_state) != 0)
+        return -1;
     }
     for (int k = 0; k < l->n_saved; k++) {
       l->saved[k].tensor =
@@ -154,7 +215,8 @@ static int build_tensors(nto_model *m) {
 
 /* Step s of pass `pass` accesses tensor t (t < 0: none) with mode. */
 static void use(nto_model *m, int pass, int s, int t, int mode) {
-  if (nto_plan_use(&m->plan[pass], s, t, mode) != 0)
+  nto_plan *p = pass == NTO_PASS_TRAIN ? m->rec_train : &m->plan[pass];
+  if (nto_plan_use(p, s, t, mode) != 0)
     m->plan_oom = 1;
 }
 
@@ -217,12 +279,63 @@ static void backward_uses(nto_model *m, int i) {
   for (int k = 0; k < l->n_saved; k++)
     use(m, P, s, l->saved[k].tensor, NTO_USE_READ);
   for (int j = 0; j < l->n_w; j++) {
-    int upd = m->pgrad_t[i][j] >= 0;
-    use(m, P, s, l->w[j].tensor, NTO_USE_READ | (upd ? NTO_USE_WRITE : 0));
-    use(m, P, s, m->pgrad_t[i][j], NTO_USE_RW);
-    use(m, P, s, m->state_t[i][j][0], NTO_USE_RW);
-    use(m, P, s, m->state_t[i][j][1], NTO_USE_RW);
+    int fused = m->pgrad_t[i][j] >= 0 && m->n_chunk[i][j] == 1;
+    use(m, P, s, l->w[j].tensor, NTO_USE_READ | (fused ? NTO_USE_WRITE : 0));
+    use(m, P, s, m->pgrad_t[i][j], fused ? NTO_USE_RW : NTO_USE_WRITE);
+    if (fused) {
+      use(m, P, s, m->state_t[i][j][0], NTO_USE_RW);
+      use(m, P, s, m->state_t[i][j][1], NTO_USE_RW);
+    }
   }
+}
+
+/* U step s: chunk k of weight j of layer i is updated. Tensors that B_i
+ * and the backward step after the U steps (fb: the plan of B and F uses
+ * only) both use are held through it, so that the updates in between do
+ * not push them out of a small window. */
+static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
+                        int k) {
+  int P = NTO_PASS_TRAIN, b = step_b(m, i), next = b + 1;
+  use(m, P, s, m->g.layers[i].w[j].tensor, NTO_USE_RW);
+  use(m, P, s, m->pgrad_t[i][j], NTO_USE_READ);
+  use(m, P, s, m->state_t[i][j][2 * k], NTO_USE_RW);
+  use(m, P, s, m->state_t[i][j][2 * k + 1], NTO_USE_RW);
+  while (next < m->n_steps && m->steps[next].kind == 'U')
+    next++;
+  if (next == m->n_steps)
+    return;
+  for (int x = fb->step_first[b]; x < fb->step_first[b + 1]; x++)
+    for (int y = fb->step_first[next]; y < fb->step_first[next + 1]; y++)
+      if (fb->step_t[x] == fb->step_t[y])
+        use(m, P, s, fb->step_t[x], NTO_USE_HOLD);
+}
+
+/* The training pass's step table (see struct nto_model). Returns 0 or -1
+ * when out of memory. */
+static int build_steps(nto_model *m) {
+  int n = 2 * m->L;
+  for (int i = 0; i < m->L; i++)
+    for (int j = 0; j < m->g.layers[i].n_w; j++)
+      if (m->pgrad_t[i][j] >= 0 && m->n_chunk[i][j] > 1)
+        n += m->n_chunk[i][j];
+  m->steps = malloc((size_t)n * sizeof *m->steps);
+  m->b_step = malloc((size_t)m->L * sizeof *m->b_step);
+  if (!m->steps || !m->b_step)
+    return -1;
+  int s = 0;
+  for (int i = 0; i < m->L; i++)
+    m->steps[s++] = (step_desc){'F', i, -1, -1};
+  for (int i = m->L - 1; i >= 0; i--) {
+    m->b_step[i] = s;
+    m->steps[s++] = (step_desc){'B', i, -1, -1};
+    for (int j = 0; j < m->g.layers[i].n_w; j++)
+      for (int k = 0; m->pgrad_t[i][j] >= 0 && m->n_chunk[i][j] > 1 &&
+                      k < m->n_chunk[i][j];
+           k++)
+        m->steps[s++] = (step_desc){'U', i, j, k};
+  }
+  m->n_steps = s;
+  return 0;
 }
 
 /* The training and inference plans (plan.h), and the step interval of
@@ -240,22 +353,36 @@ static int build_plans(nto_model *m, nto_err *err) {
     pers[t] =
         m->t[t].role == NTO_ROLE_WEIGHT || m->t[t].role == NTO_ROLE_OPT_STATE;
   }
-  int rc = nto_plan_init(&m->plan[NTO_PASS_TRAIN], 2 * m->L, m->n_t, bytes,
-                         pers, err);
+  nto_plan fb; /* the F and B uses alone, to find what U steps hold */
+  int rc = nto_plan_init(&fb, m->n_steps, m->n_t, bytes, pers, err);
+  if (rc == 0)
+    rc = nto_plan_init(&m->plan[NTO_PASS_TRAIN], m->n_steps, m->n_t, bytes,
+                       pers, err);
   if (rc == 0)
     rc = nto_plan_init(&m->plan[NTO_PASS_EVAL], m->L, m->n_t, bytes, pers, err);
   free(bytes);
   free(pers);
-  if (rc != 0)
-    return rc;
-  for (int i = 0; i < m->L; i++) {
-    forward_uses(m, NTO_PASS_TRAIN, i);
-    forward_uses(m, NTO_PASS_EVAL, i);
-    backward_uses(m, i);
+  for (int pass = 0; rc == 0 && pass < 2; pass++) {
+    m->rec_train = pass == 0 ? &fb : &m->plan[NTO_PASS_TRAIN];
+    for (int i = 0; i < m->L; i++) {
+      forward_uses(m, NTO_PASS_TRAIN, i);
+      backward_uses(m, i);
+      if (pass == 1)
+        forward_uses(m, NTO_PASS_EVAL, i);
+    }
+    if (pass == 0)
+      rc = m->plan_oom ? nto_err_set(err, NTO_ENOMEM, "out of memory")
+                       : nto_plan_finish(&fb, err);
   }
-  if (m->plan_oom)
-    return nto_err_set(err, NTO_ENOMEM, "out of memory");
-  rc = nto_plan_finish(&m->plan[NTO_PASS_TRAIN], err);
+  for (int s = 0; rc == 0 && s < m->n_steps; s++)
+    if (m->steps[s].kind == 'U')
+      update_uses(m, &fb, s, m->steps[s].layer, m->steps[s].w,
+                  m->steps[s].chunk);
+  nto_plan_free(&fb);
+  if (rc == 0 && m->plan_oom)
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0)
+    rc = nto_plan_finish(&m->plan[NTO_PASS_TRAIN], err);
   if (rc == 0)
     rc = nto_plan_finish(&m->plan[NTO_PASS_EVAL], err);
   for (int t = 0; rc == 0 && t < m->n_t; t++) {
@@ -491,7 +618,12 @@ int nto_model_create(nto_model **out, const nto_config *c,
     m->L = m->g.n_layers;
     rc = setup_loss(m, err);
   }
-  if (rc == 0 && build_tensors(m) != 0)
+  m->chunk_elems =
+      (opts->update_chunk ? opts->update_chunk : NTO_UPDATE_CHUNK) /
+      sizeof(float);
+  if (m->chunk_elems == 0)
+    m->chunk_elems = 1;
+  if (rc == 0 && (build_tensors(m) != 0 || build_steps(m) != 0))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {
     m->loss_grad_t = -1;
@@ -534,7 +666,14 @@ void nto_model_free(nto_model *m) {
   free(m->edge_t);
   free(m->out_t);
   free(m->pgrad_t);
+  if (m->state_t)
+    for (int i = 0; i < m->L; i++)
+      for (int j = 0; j < NTO_MAX_WEIGHTS; j++)
+        free(m->state_t[i][j]);
   free(m->state_t);
+  free(m->n_chunk);
+  free(m->steps);
+  free(m->b_step);
   free(m->t);
   free(m->life);
   nto_free_aligned(m->arena);
@@ -586,7 +725,19 @@ static const float *gather_dout(nto_model *m, int i) {
   return d;
 }
 
-/* B_i: backward of layer i and the fused optimizer update of its weights. */
+/* Optimizer update of chunk k of weight j of layer i (elementwise, so a
+ * chunked update equals the whole one bit for bit). */
+static void update_chunk(nto_model *m, int i, int j, int k, double lr) {
+  size_t off, len;
+  chunk_range(m, i, j, k, &off, &len);
+  float *st[2] = {T(m, m->state_t[i][j][2 * k]),
+                  T(m, m->state_t[i][j][2 * k + 1])};
+  nto_opt_update(&m->opt, T(m, m->g.layers[i].w[j].tensor) + off,
+                 T(m, m->pgrad_t[i][j]) + off, st, len, lr, m->iteration + 1);
+}
+
+/* B_i: backward of layer i and the optimizer update of its weights that
+ * have a single update chunk (the others get U steps). */
 static void backward_step(nto_model *m, int i, double lr) {
   nto_layer *l = &m->g.layers[i];
   if (is_input(l) && !m->input_grad)
@@ -614,12 +765,10 @@ static void backward_step(nto_model *m, int i, double lr) {
   for (int j = 0; j < l->n_w; j++) {
     if (m->pgrad_t[i][j] < 0)
       continue;
-    size_t n = nto_shape_numel(l->w[j].shape);
     if (m->hook)
-      m->hook(m->hook_user, l, j, b.dw[j], n);
-    float *st[2] = {T(m, m->state_t[i][j][0]), T(m, m->state_t[i][j][1])};
-    nto_opt_update(&m->opt, T(m, l->w[j].tensor), b.dw[j], st, n, lr,
-                   m->iteration + 1);
+      m->hook(m->hook_user, l, j, b.dw[j], nto_shape_numel(l->w[j].shape));
+    if (m->n_chunk[i][j] == 1)
+      update_chunk(m, i, j, 0, lr);
   }
 }
 
@@ -658,7 +807,12 @@ static int run_step(nto_model *m, int pass, int s, const float *x,
       return loss_step(m, y, valid, 0, st, err);
     return 0;
   }
-  int i = step_b(m, s); /* B_i = 2L-1-i is its own inverse */
+  const step_desc *d = &m->steps[s];
+  int i = d->layer;
+  if (d->kind == 'U') {
+    update_chunk(m, i, d->w, d->chunk, lr);
+    return 0;
+  }
   if (i == L - 1) {
     int rc = loss_step(m, y, valid, 1, st, err);
     if (rc != 0 || m->fused)
@@ -762,35 +916,35 @@ static int zero_state(nto_model *m, int t, nto_err *err) {
   return 0;
 }
 
+/* Make state q of chunk k of weight j of layer i exist (arena mode) and
+ * zero it. */
+static int reset_state(nto_model *m, int i, int j, int k, int q, int n_state,
+                       nto_err *err) {
+  int *t = &m->state_t[i][j][2 * k + q];
+  if (*t < 0 && q < n_state) {
+    if (m->off)
+      return nto_err_set(err, NTO_EUNSUPPORTED,
+                         "the offload engine cannot "
+                         "add optimizer state after creation");
+    *t = add_state_tensor(m, i, j, k, q);
+    if (*t < 0 || !(m->t[*t].data = nto_alloc_aligned(m->t[*t].bytes)))
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+    m->t[*t].state = NTO_RES_RESIDENT;
+  }
+  return *t >= 0 ? zero_state(m, *t, err) : 0;
+}
+
 int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
                             const nto_lr_conf *lr, nto_err *err) {
   int n_state = nto_opt_state_count(o);
-  for (int i = 0; i < m->L; i++) {
-    nto_layer *l = &m->g.layers[i];
-    for (int j = 0; j < l->n_w; j++) {
-      for (int k = 0; k < 2; k++) {
-        int t = m->state_t[i][j][k];
-        if (m->pgrad_t[i][j] < 0 || t >= 0 || k >= n_state)
-          continue;
-        if (m->off)
-          return nto_err_set(err, NTO_EUNSUPPORTED,
-                             "the offload engine "
-                             "cannot add optimizer state after creation");
-        t = add_state_tensor(m, i, j, k);
-        if (t < 0 || !(m->t[t].data = nto_alloc_aligned(m->t[t].bytes)))
-          return nto_err_set(err, NTO_ENOMEM, "out of memory");
-        m->t[t].state = NTO_RES_RESIDENT;
-        m->state_t[i][j][k] = t;
-      }
-      for (int k = 0; k < 2; k++) {
-        int rc = m->state_t[i][j][k] >= 0
-                     ? zero_state(m, m->state_t[i][j][k], err)
-                     : 0;
-        if (rc != 0)
-          return rc;
-      }
-    }
-  }
+  for (int i = 0; i < m->L; i++)
+    for (int j = 0; j < m->g.layers[i].n_w; j++)
+      for (int k = 0; m->pgrad_t[i][j] >= 0 && k < m->n_chunk[i][j]; k++)
+        for (int q = 0; q < 2; q++) {
+          int rc = reset_state(m, i, j, k, q, n_state, err);
+          if (rc != 0)
+            return rc;
+        }
   m->opt = *o;
   m->lr = *lr;
   m->iteration = 0;
@@ -873,15 +1027,19 @@ void nto_model_reset_offload_stats(nto_model *m) {
 }
 
 int nto_model_pass_steps(const nto_model *m, int pass) {
-  return pass == NTO_PASS_TRAIN ? 2 * m->L : m->L;
+  return pass == NTO_PASS_TRAIN ? m->n_steps : m->L;
 }
 
 const char *nto_model_step_name(const nto_model *m, int pass, int s, char *buf,
                                 size_t len) {
-  int fwd = s < m->L;
-  int i = fwd ? s : step_b(m, s);
   (void)pass;
-  snprintf(buf, len, "%c%d %s", fwd ? 'F' : 'B', i, m->g.layers[i].name);
+  const step_desc *d = &m->steps[s];
+  const nto_layer *l = &m->g.layers[d->layer];
+  if (d->kind == 'U')
+    snprintf(buf, len, "U%d %s %s %d/%d", d->layer, l->name, l->w[d->w].name,
+             d->chunk + 1, m->n_chunk[d->layer][d->w]);
+  else
+    snprintf(buf, len, "%c%d %s", d->kind, d->layer, l->name);
   return buf;
 }
 

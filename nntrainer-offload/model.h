@@ -4,13 +4,16 @@
  * the residency policy, not this interface).
  *
  * Execution plan: one training iteration is the step sequence
- *   F_0 .. F_{L-1}, then B_{L-1} .. B_0   (step index s: F_i = i,
- *   B_i = 2L-1-i; the loss is computed at the start of B_{L-1}),
- * with the optimizer update of layer i fused into B_i, so parameter
- * gradients live only within B_i. For every tensor the plan records the
- * first and last step that use it. Weights and optimizer state persist;
- * activations, saved tensors, edge gradients and parameter gradients are
- * placed at planned offsets of one arena so that tensors whose step
+ *   F_0 .. F_{L-1}, then B_{L-1} (U ...) .. B_0 (U ...)
+ * (step index s: F_i = i; the loss is computed at the start of B_{L-1},
+ * step L), with the optimizer update of layer i fused into B_i; for a
+ * weight larger than the update chunk (NTO_UPDATE_CHUNK) the update runs
+ * instead in U steps right after B_i, one per chunk of its elements, so
+ * its optimizer state is never needed in RAM all at once. Parameter
+ * gradients live only from B_i to its last U step. For every tensor the plan
+ * records the first and last step that use it. Weights and optimizer state
+ * persist; activations, saved tensors, edge gradients and parameter gradients
+ * are placed at planned offsets of one arena so that tensors whose step
  * intervals overlap never share bytes (greedy best-fit, largest first, as in
  * TFLite's arena planner). Gradients of a layer with several consumers are
  * summed, in consumer order, at the start of its backward step.
@@ -32,6 +35,9 @@
 
 typedef struct nto_model nto_model;
 
+/* Default update chunk (bytes): see nto_model_opts.update_chunk. */
+#define NTO_UPDATE_CHUNK (1u << 20)
+
 /* Kinds of pass; also the plan index given to the offload engine. */
 enum { NTO_PASS_TRAIN = 0, NTO_PASS_EVAL = 1 };
 
@@ -41,6 +47,9 @@ typedef struct nto_model_opts {
   int compute_input_grad;   /* also compute dL/d(input batch) (tests) */
   int plan_only;            /* build graph and plan, allocate no tensor
                                (summary): only the query functions work */
+  size_t update_chunk;      /* bytes; optimizer state of larger weights is
+                               updated in chunks of this size, each in a step
+                               of its own; 0: NTO_UPDATE_CHUNK */
   nto_offload_opts offload; /* offload.window == 0: everything resident
                                (one arena); >= 1: the offload engine with
                                a window of that many steps */

@@ -101,7 +101,7 @@ static int build_lists(nto_plan *p, int n) {
 int nto_plan_finish(nto_plan *p, nto_err *err) {
   for (int i = 0; i < p->n_acc; i++)
     if (p->acc[i].step < 0 || p->acc[i].step >= p->n_steps ||
-        p->acc[i].t >= p->n_tensors || !(p->acc[i].mode & NTO_USE_RW))
+        p->acc[i].t >= p->n_tensors || !p->acc[i].mode)
       return nto_err_set(err, NTO_EINVAL,
                          "plan: bad access of tensor %d "
                          "at step %d",
@@ -115,6 +115,8 @@ int nto_plan_finish(nto_plan *p, nto_err *err) {
   p->n_acc = p->cap_acc = 0;
   for (int t = 0; t < p->n_tensors; t++) {
     int k = p->use_first[t];
+    while (k < p->use_first[t + 1] && !(p->use_mode[k] & NTO_USE_RW))
+      k++; /* holds */
     if (p->persistent[t] || k == p->use_first[t + 1])
       continue;
     if (!(p->use_mode[k] & NTO_USE_WRITE))
@@ -166,5 +168,7 @@ int nto_plan_needed_after(const nto_plan *p, int t, int s) {
   if (p->persistent[t])
     return 1;
   int k = next_index(p, t, s);
-  return k >= 0 && (p->use_mode[k] & NTO_USE_READ);
+  while (k >= 0 && k < p->use_first[t + 1] && !(p->use_mode[k] & NTO_USE_RW))
+    k++; /* holds */
+  return k >= 0 && k < p->use_first[t + 1] && (p->use_mode[k] & NTO_USE_READ);
 }

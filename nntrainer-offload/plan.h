@@ -27,8 +27,10 @@
 
 #include <stddef.h>
 
-/* How a step accesses a tensor (bit set). */
-enum { NTO_USE_READ = 1, NTO_USE_WRITE = 2, NTO_USE_RW = 3 };
+/* How a step accesses a tensor (bit set). HOLD: the step does not touch
+ * the tensor but keeps it resident through itself (a short step between
+ * two that use it), and is transparent to content (needed_after). */
+enum { NTO_USE_READ = 1, NTO_USE_WRITE = 2, NTO_USE_RW = 3, NTO_USE_HOLD = 4 };
 
 typedef struct nto_plan {
   int n_steps;   /* S */
@@ -87,8 +89,9 @@ int nto_plan_last_use(const nto_plan *p, int t);
 
 /*
  * Is t's content needed after step s? Persistent tensors: always. Transient
- * tensors: when the next use after s in the same pass reads t (a next use
- * that only writes overwrites it whole).
+ * tensors: when the next use after s in the same pass that reads or writes
+ * t (holds are skipped) reads it (a next use that only writes overwrites
+ * it whole).
  */
 int nto_plan_needed_after(const nto_plan *p, int t, int s);
 

@@ -90,15 +90,23 @@ static void close_interval(model *m, int t, long g) {
   m->open_iv[t] = -1;
 }
 
-/* Apply and record the actions of one instant. */
-static void record(model *m, int pass, int step, int phase, int n) {
+/* Apply and record the actions of one instant: phase 0 (start of step
+ * `step`, bringing in step `target` of pass `tpass`) or 2 (its end). An
+ * ALLOC has no content to read ahead: it is deferred to the start of the
+ * step that needs it, so its buffer is not held during the lookahead. */
+static void record(model *m, int pass, int step, int phase, int n, int tpass,
+                   int target) {
   long g = (long)(pass * m->S + step) * 3 + phase;
   for (int i = 0; i < n; i++) {
     nto_act a = m->acts[i];
     rec r = {pass, step, phase, a, 0, -1};
     switch (a.kind) {
-    case NTO_ACT_LOAD:
     case NTO_ACT_ALLOC:
+      r.pass = tpass, r.step = target;
+      nto_window_loaded(&m->w, a.t, a.kind);
+      r.iv = open_interval(m, a.t, (long)(tpass * m->S + target) * 3);
+      break;
+    case NTO_ACT_LOAD:
       nto_window_loaded(&m->w, a.t, a.kind);
       r.iv = open_interval(m, a.t, g); /* the priming has g < 0 */
       break;
@@ -114,7 +122,7 @@ static void record(model *m, int pass, int step, int phase, int n) {
       close_interval(m, a.t, g);
       break;
     }
-    int k = pass >= 0 ? push_rec(m, r) : -1;
+    int k = r.pass >= 0 ? push_rec(m, r) : -1;
     if (a.kind == NTO_ACT_WRITE)
       m->pend_rec[a.t] = k;
   }
@@ -135,12 +143,13 @@ static void complete_writes(model *m, int pass, int step) {
 static void run_model(model *m) {
   int S = m->S, N = m->w.n;
   for (int s = 0; s < N; s++)
-    record(m, -1, s, 0, nto_window_enter(&m->w, s, m->acts));
+    record(m, -1, s, 0, nto_window_enter(&m->w, s, m->acts), 0, s);
   for (int pass = 0; pass < PASSES && !m->oom; pass++) {
     for (int s = 0; s < S; s++) {
-      record(m, pass, s, 0, nto_window_enter(&m->w, (s + N) % S, m->acts));
+      int x = (s + N) % S, tpass = pass + (s + N >= S);
+      record(m, pass, s, 0, nto_window_enter(&m->w, x, m->acts), tpass, x);
       complete_writes(m, pass, s);
-      record(m, pass, s, 2, nto_window_leave(&m->w, s, m->acts));
+      record(m, pass, s, 2, nto_window_leave(&m->w, s, m->acts), pass, s);
     }
   }
 }
@@ -263,48 +272,71 @@ static const interval *at_wrap(const model *m, int t) {
   return NULL;
 }
 
-/* Copy pass 1's actions into the per-step lists, and the priming. */
+/* Copy pass 1's actions into the per-step lists (bucketed by step: the
+ * deferred ALLOCs were recorded early), count the traffic. */
 static int fill(nto_schedule *sc, model *m) {
-  int S = m->S, nb = 0, ne = 0;
-  for (int i = 0; i < m->n_r; i++)
-    if (m->r[i].pass == 1 && m->r[i].a.kind != NTO_ACT_RECLAIM)
-      m->r[i].phase == 0 ? nb++ : ne++;
+  int S = m->S, n_t = m->p->n_tensors;
   sc->begin_first = calloc((size_t)S + 1, sizeof(int));
   sc->end_first = calloc((size_t)S + 1, sizeof(int));
-  sc->begin = calloc((size_t)nb + 1, sizeof *sc->begin);
-  sc->end = calloc((size_t)ne + 1, sizeof *sc->end);
-  sc->prime = calloc((size_t)m->p->n_tensors + 1, sizeof *sc->prime);
-  sc->written = calloc((size_t)m->p->n_tensors + 1, 1);
-  if (!sc->begin_first || !sc->end_first || !sc->begin || !sc->end ||
-      !sc->prime || !sc->written)
+  sc->prime = calloc((size_t)n_t + 1, sizeof *sc->prime);
+  sc->written = calloc((size_t)n_t + 1, 1);
+  if (!sc->begin_first || !sc->end_first || !sc->prime || !sc->written)
     return NTO_ENOMEM;
-  nb = ne = 0;
   for (int i = 0; i < m->n_r; i++) {
     const rec *r = &m->r[i];
     if (r->a.kind == NTO_ACT_WRITE)
       sc->written[r->a.t] = 1;
+    if (r->pass == 1 && r->a.kind != NTO_ACT_RECLAIM)
+      (r->phase == 0 ? sc->begin_first : sc->end_first)[r->step + 1]++;
+  }
+  for (int s = 0; s < S; s++) {
+    sc->begin_first[s + 1] += sc->begin_first[s];
+    sc->end_first[s + 1] += sc->end_first[s];
+  }
+  sc->begin = calloc((size_t)sc->begin_first[S] + 1, sizeof *sc->begin);
+  sc->end = calloc((size_t)sc->end_first[S] + 1, sizeof *sc->end);
+  int *nb = calloc((size_t)S + 1, sizeof(int));
+  int *ne = calloc((size_t)S + 1, sizeof(int));
+  if (!sc->begin || !sc->end || !nb || !ne) {
+    free(nb);
+    free(ne);
+    return NTO_ENOMEM;
+  }
+  for (int i = 0; i < m->n_r; i++) {
+    const rec *r = &m->r[i];
     if (r->pass != 1 || r->a.kind == NTO_ACT_RECLAIM)
       continue;
     nto_sched_act a = {r->a.t, (unsigned char)r->a.kind, r->keep, 0};
     size_t bytes = m->p->bytes[a.t];
     if (r->phase == 0) {
       a.offset = m->iv[r->iv].offset;
-      sc->begin[nb++] = a;
-      sc->begin_first[r->step + 1] = nb;
+      sc->begin[sc->begin_first[r->step] + nb[r->step]++] = a;
       sc->read_bytes += a.kind == NTO_ACT_LOAD ? bytes : 0;
     } else {
-      sc->end[ne++] = a;
-      sc->end_first[r->step + 1] = ne;
+      sc->end[sc->end_first[r->step] + ne[r->step]++] = a;
       sc->written_bytes += a.kind == NTO_ACT_WRITE ? bytes : 0;
     }
   }
-  for (int s = 0; s < S; s++) { /* steps without actions */
-    if (sc->begin_first[s + 1] < sc->begin_first[s])
-      sc->begin_first[s + 1] = sc->begin_first[s];
-    if (sc->end_first[s + 1] < sc->end_first[s])
-      sc->end_first[s + 1] = sc->end_first[s];
-  }
+  free(nb);
+  free(ne);
   return 0;
+}
+
+/* Resident bytes at the busiest instant of the cycle. */
+static size_t busiest(const model *m) {
+  size_t best = 0;
+  for (long g = 0; g < 3L * m->S; g++) {
+    size_t sum = 0;
+    for (int k = 0; k < m->n_iv; k++) {
+      const interval *v = &m->iv[k];
+      for (int q = 0; q < v->n_seg; q++)
+        if (v->seg[q][0] <= g && g <= v->seg[q][1])
+          sum += m->p->bytes[v->t];
+    }
+    if (sum > best)
+      best = sum;
+  }
+  return best;
 }
 
 /* The buffers of steps 0 .. N-1 at their steady-state offsets. */
@@ -320,6 +352,8 @@ static int fill_prime(nto_schedule *sc, model *m) {
         continue;
       seen[t] = 1;
       const interval *v = at_wrap(m, t);
+      if (!v && !p->persistent[t])
+        continue; /* allocated at the start of its step (deferred) */
       if (!v) {
         free(seen);
         return NTO_EINVAL;
@@ -379,7 +413,7 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
                      "not periodic (window %d)",
                      m.w.n);
   if (rc == 0) {
-    sc->peak = m.w.peak_bytes;
+    sc->peak = busiest(&m);
     sc->region = place(&m);
     if (sc->region == (size_t)-1)
       rc = NTO_ENOMEM;

@@ -16,8 +16,9 @@
  * placement's fragmentation, known before training starts.
  *
  * Time within a pass: step s has three instants, 3s (its start: the
- * lookahead's loads), 3s+1 (the previous step's writes complete) and 3s+2
- * (its end: evictions). A buffer released at time r can be reused by an
+ * lookahead's reads, and the buffers of its own tensors that have no
+ * content yet), 3s+1 (the previous step's writes complete) and 3s+2 (its
+ * end: evictions). A buffer released at time r can be reused by an
  * allocation at time a > r.
  */
 #ifndef NTO_SCHEDULE_H
@@ -42,9 +43,10 @@ typedef struct nto_sched_act {
 typedef struct nto_schedule {
   int n_steps; /* S of the plan */
   int window;  /* N, clamped to [1, S-1] */
-  /* Actions at the start of step s (bringing in step s+N, wrapping into
-   * the next pass): begin[begin_first[s] .. begin_first[s+1]); at its
-   * end: end[end_first[s] .. end_first[s+1]). */
+  /* Actions at the start of step s (reading in step s+N, wrapping into
+   * the next pass, and allocating step s's tensors without content):
+   * begin[begin_first[s] .. begin_first[s+1]); at its end:
+   * end[end_first[s] .. end_first[s+1]). */
   int *begin_first, *end_first;
   nto_sched_act *begin, *end;
   /* Before the first step after a drain: the buffers the steady state

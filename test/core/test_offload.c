@@ -37,6 +37,7 @@ typedef struct net_case {
   const char *ini;
   int batch;
   int steps;
+  size_t chunk; /* update chunk bytes, 0: default */
 } net_case;
 
 /* Deterministic inputs in [0, 1) and one-hot targets for step `step`. */
@@ -84,7 +85,7 @@ static void run(const net_case *nc, int window, nto_io_kind io, const char *dir,
   nto_model *m = NULL;
   if (nto_config_load(&c, nc->ini, &err) != 0)
     fail_msg("%s", err.msg);
-  nto_model_opts o = {.batch = nc->batch, .seed = 7};
+  nto_model_opts o = {.batch = nc->batch, .seed = 7, .update_chunk = nc->chunk};
   o.offload.window = window;
   o.offload.io = io;
   o.offload.swap_dir = dir;
@@ -168,14 +169,37 @@ static void check_net(const net_case *nc) {
   tmpdir_remove(dir);
 }
 
+/* Optimizer updates split into chunks of 1 KiB (U steps) give the same
+ * weights, bit for bit, as whole-weight updates, resident or offloaded. */
+static void test_chunked_update(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "chunks"), 0);
+  const char *nets[] = {"test/data/nets/lenet.ini",
+                        "test/data/nets/tiny_resnet.ini"};
+  for (int i = 0; i < 2; i++) {
+    net_case whole = {nets[i], 2, 3, 0}, chunked = {nets[i], 2, 3, 1024};
+    result ref = {0}, r = {0}, ro = {0};
+    run(&whole, 0, NTO_IO_AUTO, dir, &ref);
+    run(&chunked, 0, NTO_IO_AUTO, dir, &r);
+    check_equal(&whole, &ref, &r, 0, NTO_IO_AUTO);
+    run(&chunked, 1, NTO_IO_AUTO, dir, &ro);
+    check_equal(&whole, &ref, &ro, 1, NTO_IO_AUTO);
+    result_free(&ref);
+    result_free(&r);
+    result_free(&ro);
+  }
+  tmpdir_remove(dir);
+}
+
 static void test_small_nets(void **state) {
   (void)state;
   const net_case nets[] = {
-      {"test/data/nets/mlp.ini", 4, 3},
-      {"test/data/nets/lenet.ini", 3, 3},
-      {"test/data/nets/tiny_resnet.ini", 2, 3},
-      {"test/data/nets/mobile_block.ini", 2, 3},
-      {"test/data/nets/mse_net.ini", 3, 3},
+      {"test/data/nets/mlp.ini", 4, 3, 0},
+      {"test/data/nets/lenet.ini", 3, 3, 0},
+      {"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+      {"test/data/nets/mobile_block.ini", 2, 3, 0},
+      {"test/data/nets/mse_net.ini", 3, 3, 0},
   };
   for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
     check_net(&nets[i]);
@@ -267,7 +291,7 @@ static void test_resnet18(void **state) {
   (void)state;
   if (quick())
     skip();
-  const net_case nc = {"res/resnet18.ini", 2, 2};
+  const net_case nc = {"res/resnet18.ini", 2, 2, 0};
   check_net(&nc);
 }
 
@@ -275,13 +299,14 @@ static void test_mobilenetv2(void **state) {
   (void)state;
   if (quick())
     skip();
-  const net_case nc = {"res/mobilenetv2_32.ini", 2, 2};
+  const net_case nc = {"res/mobilenetv2_32.ini", 2, 2, 0};
   check_net(&nc);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
+      cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_state_machine),
       cmocka_unit_test(test_resnet18),
       cmocka_unit_test(test_mobilenetv2),
