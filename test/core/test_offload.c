@@ -14,6 +14,7 @@
 #include "tmpdir.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -281,6 +282,50 @@ static void test_state_machine(void **state) {
   tmpdir_remove(dir);
 }
 
+/* An injected I/O error (the k-th write, then the k-th read, fails with
+ * EIO) stops training at the next step boundary with NTO_EIO and a
+ * message naming the tensor; freeing the model afterwards does not hang
+ * and leaves no file behind. */
+static void test_io_error_surfaces(void **state) {
+  (void)state;
+  for (int op = 0; op < 2; op++) {
+    char dir[256];
+    assert_int_equal(tmpdir_make(dir, sizeof dir, "ioerr"), 0);
+    nto_config c;
+    nto_err err = {0};
+    nto_model *m = NULL;
+    assert_int_equal(
+        nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err), 0);
+    nto_model_opts o = {.batch = 2, .seed = 3};
+    o.offload = (nto_offload_opts){.window = 1, .swap_dir = dir};
+    if (nto_model_create(&m, &c, &o, &err) != 0)
+      fail_msg("%s", err.msg);
+    nto_io_fault f = {.op = op ? NTO_IO_READ : NTO_IO_WRITE,
+                      .fail_nth = 5,
+                      .errno_neg = -EIO};
+    nto_io_fault_set(&f);
+    int n = nto_model_batch(m), k = nto_model_output_size(m);
+    size_t nx = (size_t)n * nto_shape_sample(nto_model_input_shape(m));
+    float *x = malloc(nx * sizeof(float)), *y = malloc((size_t)n * k * 4);
+    nto_step_stats st;
+    int rc = 0;
+    for (int s = 0; s < 5 && rc == 0; s++) {
+      make_batch(x, nx, y, n, k, s);
+      rc = nto_model_train_step(m, x, y, &st, &err);
+    }
+    nto_io_fault_set(NULL);
+    assert_int_equal(rc, NTO_EIO);
+    if (!strstr(err.msg, op ? "swap read of tensor" : "swap write of tensor"))
+      fail_msg("unexpected message: %s", err.msg);
+    nto_model_free(m);
+    nto_config_free(&c);
+    free(x);
+    free(y);
+    assert_int_equal(dir_entries(dir), 0);
+    tmpdir_remove(dir);
+  }
+}
+
 /* NTO_TEST_QUICK=1 (the ThreadSanitizer run) keeps to the small nets. */
 static int quick(void) {
   const char *q = getenv("NTO_TEST_QUICK");
@@ -308,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_small_nets),
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_state_machine),
+      cmocka_unit_test(test_io_error_surfaces),
       cmocka_unit_test(test_resnet18),
       cmocka_unit_test(test_mobilenetv2),
   };
