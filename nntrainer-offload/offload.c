@@ -386,6 +386,17 @@ static void io_broken(nto_offload *o, const nto_err *e) {
   pthread_cond_broadcast(&o->cv_exec);
 }
 
+/* Send queued requests and complete those done (waiting for one if
+ * wait). Returns their number or a negative errno. */
+static int reap(nto_offload *o, nto_io *io, int writer, int wait) {
+  nto_io_req *done[BATCH];
+  nto_io_flush(io);
+  int nd = nto_io_reap(io, done, BATCH, wait);
+  for (int i = 0; i < nd; i++)
+    finish(o, writer, done[i]->user, done[i]);
+  return nd;
+}
+
 /* One I/O thread: pop jobs, submit, reap, complete; until stop. */
 static void *io_main(void *arg) {
   nto_offload *o = ((thread_arg *)arg)->o;
@@ -397,7 +408,6 @@ static void *io_main(void *arg) {
   nto_err e = {0};
   int rc =
       nto_io_create(&io, o->io_kind, nto_swap_fd(o->swap), o->opts.depth, &e);
-  nto_io_req *done[BATCH];
   int pending = 0;
   pthread_mutex_lock(&o->mu);
   if (rc != 0)
@@ -408,22 +418,24 @@ static void *io_main(void *arg) {
     if (q->n == 0 && pending == 0)
       break; /* stop requested and nothing left */
     job batch[BATCH];
-    int nb = fifo_pop(q, batch, BATCH);
+    int nb = fifo_pop(q, batch, BATCH), nd = 0;
     pthread_mutex_unlock(&o->mu);
-    for (int i = 0; i < nb; i++) {
+    for (int i = 0; i < nb && nd >= 0; i++) {
       job *j = &jobs[batch[i].t];
       *j = batch[i];
-      if (io)
-        pending += start_job(o, io, j);
-      else
+      if (!io) {
         finish(o, writer, j, NULL);
+        continue;
+      }
+      pending += start_job(o, io, j);
+      /* send it now and take what is done: the next job may wait for
+       * memory (claim), and this one may be the executor's */
+      nd = reap(o, io, writer, 0);
+      pending -= nd > 0 ? nd : 0;
     }
-    int nd = 0;
-    if (pending > 0) {
-      nto_io_flush(io);
-      nd = nto_io_reap(io, done, BATCH, nb == 0);
-      for (int i = 0; i < nd; i++)
-        finish(o, writer, done[i]->user, done[i]);
+    if (pending > 0 && nd >= 0) {
+      nd = reap(o, io, writer, nb == 0);
+      pending -= nd > 0 ? nd : 0;
     }
     pthread_mutex_lock(&o->mu);
     if (nd < 0) {
@@ -432,7 +444,6 @@ static void *io_main(void *arg) {
       io_broken(o, &e);
       break; /* requests in flight are abandoned with their buffers */
     }
-    pending -= nd;
   }
   pthread_mutex_unlock(&o->mu);
   nto_io_destroy(io);
