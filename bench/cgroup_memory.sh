@@ -49,13 +49,8 @@
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-cmdline="sh $0"
-for a in "$@"; do
-  case $a in
-    *[!A-Za-z0-9_./=,:+-]*|'') cmdline="$cmdline '$(printf '%s' "$a" | sed "s/'/'\\\\''/g")'" ;;
-    *) cmdline="$cmdline $a" ;;
-  esac
-done
+. "$root/bench/common.sh"
+quote_cmdline "$0" "$@"
 
 limit=64M
 model=res/resnet18.ini
@@ -95,15 +90,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-isnum() { case $1 in ''|*[!0-9]*) return 1 ;; *) [ "$1" -gt 0 ] ;; esac; }
 isnum "$iterations" || die "--iterations: expected a positive integer, got '$iterations'"
 isnum "$batch" || die "--batch: expected a positive integer, got '$batch'"
 [ "$window" = all ] || isnum "$window" || die "--window: expected N or 'all', got '$window'"
 num=${limit%[KkMmGg]}
 isnum "$num" || die "--limit: expected bytes or a number with K, M or G, got '$limit'"
-[ -f "$model" ] || { [ -f "$root/$model" ] && model=$root/$model; } \
-  || die "no model file '$model'"
-[ -x "$bin" ] || die "no trainer binary '$bin' (build it: ninja -C build)"
+check_model_and_bin
 [ -d "$swapdir" ] || die "no swap directory '$swapdir'"
 
 skip() {

@@ -37,13 +37,8 @@
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-cmdline="sh $0"
-for a in "$@"; do
-  case $a in
-    *[!A-Za-z0-9_./=,:+-]*|'') cmdline="$cmdline '$(printf '%s' "$a" | sed "s/'/'\\\\''/g")'" ;;
-    *) cmdline="$cmdline $a" ;;
-  esac
-done
+. "$root/bench/common.sh"
+quote_cmdline "$0" "$@"
 
 model=res/resnet18.ini
 batches=10,32
@@ -84,12 +79,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-isnum() { case $1 in ''|*[!0-9]*) return 1 ;; *) [ "$1" -gt 0 ] ;; esac; }
 isnum "$iterations" || die "--iterations: expected a positive integer, got '$iterations'"
 isnum "$repeats" || die "--repeats: expected a positive integer, got '$repeats'"
-[ -f "$model" ] || { [ -f "$root/$model" ] && model=$root/$model; } \
-  || die "no model file '$model'"
-[ -x "$bin" ] || die "no trainer binary '$bin' (build it: ninja -C build)"
+check_model_and_bin
 [ -d "$swapdir" ] || die "no swap directory '$swapdir'"
 
 batches=$(printf '%s' "$batches" | tr ',' ' ')

@@ -207,20 +207,38 @@ static void release(nto_offload *o, int t, nto_residency st) {
   pthread_cond_broadcast(&o->cv_mem);
 }
 
-/* Queue the begin actions a[0..n) (bringing a step in). */
+/* Claim [off, off + bytes) for tensor t. Lock held. */
+static void claim_pages(nto_offload *o, int t, size_t off) {
+  set_pages(o, off / NTO_PAGE, o->t[t].bytes, t);
+  o->in_use += o->t[t].bytes;
+  if (o->in_use > o->peak)
+    o->peak = o->in_use;
+}
+
+/* Queue the begin actions a[0..n) (bringing a step in). A buffer without
+ * content whose pages are already free is claimed here at once: no
+ * round trip through the onloader. */
 static void queue_loads(nto_offload *o, const nto_sched_act *a, int n) {
+  int queued = 0;
   for (int i = 0; i < n; i++) {
     int t = a[i].t;
     /* not resident, or its buffer is still being written out */
     assert(!o->t[t].data || o->writing[t]);
     assert(a[i].kind == NTO_ACT_ALLOC || o->offset[t] >= 0 || o->zero[t]);
-    o->loading[t] = 1;
     o->t[t].data = (float *)(o->region + a[i].offset);
+    if (a[i].kind == NTO_ACT_ALLOC && !o->zero[t] && !o->writing[t] &&
+        pages_free(o, a[i].offset, o->t[t].bytes)) {
+      claim_pages(o, t, a[i].offset);
+      o->t[t].state = NTO_RES_RESIDENT;
+      continue;
+    }
+    o->loading[t] = 1;
     o->t[t].state = NTO_RES_NONE; /* not ready */
     fifo_push(&o->load_q, (job){t, a[i].kind, 0, -1, a[i].offset});
     o->loads_inflight++;
+    queued++;
   }
-  if (n)
+  if (queued)
     pthread_cond_signal(&o->cv_load);
 }
 
@@ -325,10 +343,7 @@ static int claim(nto_offload *o, const job *j, int *how) {
     pthread_cond_wait(&o->cv_mem, &o->mu);
   int rc = o->failed ? -1 : 0;
   if (rc == 0) {
-    set_pages(o, j->off / NTO_PAGE, bytes, t);
-    o->in_use += bytes;
-    if (o->in_use > o->peak)
-      o->peak = o->in_use;
+    claim_pages(o, t, j->off);
     *how = o->zero[t] ? 1 : j->kind == NTO_ACT_LOAD ? 2 : 0;
   }
   pthread_mutex_unlock(&o->mu);
