@@ -77,43 +77,68 @@ static void collect_weights(nto_model *m, result *r) {
   nto_model_weights_free(ts, n);
 }
 
+/* A model built from an INI file, with a batch buffer. */
+typedef struct session {
+  nto_config c;
+  nto_model *m;
+  float *x, *y; /* n x sample, n x k */
+  size_t nx;
+  int n, k;
+} session;
+
+static void session_open(session *ss, const char *ini,
+                         const nto_model_opts *o) {
+  nto_err err = {0};
+  memset(ss, 0, sizeof *ss);
+  if (nto_config_load(&ss->c, ini, &err) != 0)
+    fail_msg("%s", err.msg);
+  if (nto_model_create(&ss->m, &ss->c, o, &err) != 0)
+    fail_msg("%s (window %d): %s", ini, o->offload.window, err.msg);
+  ss->n = nto_model_batch(ss->m);
+  ss->k = nto_model_output_size(ss->m);
+  ss->nx = (size_t)ss->n * nto_shape_sample(nto_model_input_shape(ss->m));
+  ss->x = malloc(ss->nx * sizeof(float));
+  ss->y = malloc((size_t)ss->n * ss->k * sizeof(float));
+}
+
+/* One training step (eval: an inference pass) on the batch of `step`. */
+static int session_step(session *ss, int step, int eval, nto_step_stats *st,
+                        nto_err *err) {
+  make_batch(ss->x, ss->nx, ss->y, ss->n, ss->k, step);
+  return eval ? nto_model_eval_step(ss->m, ss->x, ss->y, ss->n, st, err)
+              : nto_model_train_step(ss->m, ss->x, ss->y, st, err);
+}
+
+static void session_close(session *ss) {
+  nto_model_free(ss->m);
+  nto_config_free(&ss->c);
+  free(ss->x);
+  free(ss->y);
+}
+
 /* Train c->steps steps and evaluate once with the given window (0: all
  * resident) and I/O backend; swap files go to dir. */
 static void run(const net_case *nc, int window, nto_io_kind io, const char *dir,
                 result *r) {
-  nto_config c;
+  session ss;
   nto_err err = {0};
-  nto_model *m = NULL;
-  if (nto_config_load(&c, nc->ini, &err) != 0)
-    fail_msg("%s", err.msg);
   nto_model_opts o = {.batch = nc->batch, .seed = 7, .update_chunk = nc->chunk};
   o.offload.window = window;
   o.offload.io = io;
   o.offload.swap_dir = dir;
-  if (nto_model_create(&m, &c, &o, &err) != 0)
-    fail_msg("%s (window %d): %s", nc->ini, window, err.msg);
-  int n = nto_model_batch(m), k = nto_model_output_size(m);
-  size_t nx = (size_t)n * nto_shape_sample(nto_model_input_shape(m));
-  float *x = malloc(nx * sizeof(float));
-  float *y = malloc((size_t)n * k * sizeof(float));
+  session_open(&ss, nc->ini, &o);
   nto_step_stats st;
-  for (int s = 0; s < nc->steps; s++) {
-    make_batch(x, nx, y, n, k, s);
-    if (nto_model_train_step(m, x, y, &st, &err) != 0)
+  for (int s = 0; s <= nc->steps; s++) {
+    int eval = s == nc->steps; /* then one inference pass */
+    if (session_step(&ss, eval ? 99 : s, eval, &st, &err) != 0)
       fail_msg("%s window %d step %d: %s", nc->ini, window, s, err.msg);
     r->loss[s] = st.loss;
   }
-  make_batch(x, nx, y, n, k, 99);
-  if (nto_model_eval_step(m, x, y, n, &st, &err) != 0)
-    fail_msg("%s window %d eval: %s", nc->ini, window, err.msg);
-  r->loss[nc->steps] = st.loss;
-  r->n_out = (size_t)n * k;
+  r->n_out = (size_t)ss.n * ss.k;
   r->out = malloc(r->n_out * sizeof(float));
-  memcpy(r->out, nto_model_output(m), r->n_out * sizeof(float));
-  collect_weights(m, r);
-  nto_model_free(m);
-  free(x);
-  free(y);
+  memcpy(r->out, nto_model_output(ss.m), r->n_out * sizeof(float));
+  collect_weights(ss.m, r);
+  session_close(&ss);
 }
 
 static void result_free(result *r) {
@@ -240,44 +265,31 @@ static void test_state_machine(void **state) {
   state_log log;
   memset(&log, 0, sizeof log);
   memset(log.last, 0xff, sizeof log.last);
-  nto_config c;
+  session ss;
   nto_err err = {0};
-  nto_model *m = NULL;
-  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
-                   0);
   nto_model_opts o = {.batch = 2, .seed = 3};
   o.offload = (nto_offload_opts){
       .window = 2, .swap_dir = dir, .log_state = on_state, .log_user = &log};
-  if (nto_model_create(&m, &c, &o, &err) != 0)
-    fail_msg("%s", err.msg);
-  int n = nto_model_batch(m), k = nto_model_output_size(m);
-  size_t nx = (size_t)n * nto_shape_sample(nto_model_input_shape(m));
-  float *x = malloc(nx * sizeof(float)), *y = malloc((size_t)n * k * 4);
+  session_open(&ss, "test/data/nets/tiny_resnet.ini", &o);
   nto_step_stats st;
-  for (int s = 0; s < 3; s++) {
-    make_batch(x, nx, y, n, k, s);
-    assert_int_equal(nto_model_train_step(m, x, y, &st, &err), 0);
-  }
-  assert_int_equal(nto_model_eval_step(m, x, y, n, &st, &err), 0);
+  for (int s = 0; s < 4; s++) /* 3 training steps, then an inference */
+    assert_int_equal(session_step(&ss, s, s == 3, &st, &err), 0);
   result r = {0};
-  collect_weights(m, &r); /* drains the window */
+  collect_weights(ss.m, &r); /* drains the window */
   nto_offload_stats os;
-  assert_int_equal(nto_model_offload_stats(m, &os), 0);
+  assert_int_equal(nto_model_offload_stats(ss.m, &os), 0);
   assert_int_equal(log.illegal, 0);
-  int S = nto_model_pass_steps(m, NTO_PASS_TRAIN);
+  int S = nto_model_pass_steps(ss.m, NTO_PASS_TRAIN);
   for (int s = 0; s < S; s++)
     assert_int_equal(log.last[NTO_PASS_TRAIN][s], NTO_STEP_SWAPPED);
-  for (int s = 0; s < nto_model_pass_steps(m, NTO_PASS_EVAL); s++)
+  for (int s = 0; s < nto_model_pass_steps(ss.m, NTO_PASS_EVAL); s++)
     assert_int_equal(log.last[NTO_PASS_EVAL][s], NTO_STEP_SWAPPED);
   assert_true(log.cycles >= 3 * S); /* every step ran 3 times */
   assert_true(os.read_bytes > 0 && os.written_bytes > 0);
   assert_true(os.peak_resident <= os.region);
   assert_true(os.planned_peak <= os.region);
   result_free(&r);
-  nto_model_free(m);
-  nto_config_free(&c);
-  free(x);
-  free(y);
+  session_close(&ss);
   assert_int_equal(dir_entries(dir), 0);
   tmpdir_remove(dir);
 }
@@ -291,36 +303,24 @@ static void test_io_error_surfaces(void **state) {
   for (int op = 0; op < 2; op++) {
     char dir[256];
     assert_int_equal(tmpdir_make(dir, sizeof dir, "ioerr"), 0);
-    nto_config c;
+    session ss;
     nto_err err = {0};
-    nto_model *m = NULL;
-    assert_int_equal(
-        nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err), 0);
     nto_model_opts o = {.batch = 2, .seed = 3};
     o.offload = (nto_offload_opts){.window = 1, .swap_dir = dir};
-    if (nto_model_create(&m, &c, &o, &err) != 0)
-      fail_msg("%s", err.msg);
+    session_open(&ss, "test/data/nets/tiny_resnet.ini", &o);
     nto_io_fault f = {.op = op ? NTO_IO_READ : NTO_IO_WRITE,
                       .fail_nth = 5,
                       .errno_neg = -EIO};
     nto_io_fault_set(&f);
-    int n = nto_model_batch(m), k = nto_model_output_size(m);
-    size_t nx = (size_t)n * nto_shape_sample(nto_model_input_shape(m));
-    float *x = malloc(nx * sizeof(float)), *y = malloc((size_t)n * k * 4);
     nto_step_stats st;
     int rc = 0;
-    for (int s = 0; s < 5 && rc == 0; s++) {
-      make_batch(x, nx, y, n, k, s);
-      rc = nto_model_train_step(m, x, y, &st, &err);
-    }
+    for (int s = 0; s < 5 && rc == 0; s++)
+      rc = session_step(&ss, s, 0, &st, &err);
     nto_io_fault_set(NULL);
     assert_int_equal(rc, NTO_EIO);
     if (!strstr(err.msg, op ? "swap read of tensor" : "swap write of tensor"))
       fail_msg("unexpected message: %s", err.msg);
-    nto_model_free(m);
-    nto_config_free(&c);
-    free(x);
-    free(y);
+    session_close(&ss);
     assert_int_equal(dir_entries(dir), 0);
     tmpdir_remove(dir);
   }
