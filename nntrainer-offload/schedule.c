@@ -154,20 +154,21 @@ static void run_model(model *m) {
   }
 }
 
-/* Pass 2 must repeat pass 1 action for action. */
+/* Pass 2 must repeat pass 1 action for action (each in record order;
+ * the deferred ALLOCs of a pass are recorded during the one before). */
 static int periodic(const model *m) {
-  int i = 0, j = 0;
-  while (i < m->n_r && m->r[i].pass < 1)
-    i++;
-  while (j < m->n_r && m->r[j].pass < 2)
-    j++;
-  for (; i < m->n_r && m->r[i].pass == 1; i++, j++) {
+  for (int i = 0, j = 0;; i++, j++) {
+    while (i < m->n_r && m->r[i].pass != 1)
+      i++;
+    while (j < m->n_r && m->r[j].pass != 2)
+      j++;
+    if (i == m->n_r || j == m->n_r)
+      return i == m->n_r && j == m->n_r;
     const rec *a = &m->r[i], *b = &m->r[j];
-    if (j >= m->n_r || b->pass != 2 || a->step != b->step ||
-        a->phase != b->phase || a->a.kind != b->a.kind || a->a.t != b->a.t)
+    if (a->step != b->step || a->phase != b->phase || a->a.kind != b->a.kind ||
+        a->a.t != b->a.t)
       return 0;
   }
-  return j >= m->n_r || m->r[j].pass != 2;
 }
 
 /* Segments of every pass-1 interval in cyclic time, plus one full-cycle
