@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "model.h"
+#include "schedule.h"
 #include "window.h"
 
 #include <setjmp.h>
@@ -247,6 +248,92 @@ static void test_window_resident_sets(void **state) {
   free(in_ram);
 }
 
+/* Claim [off, off + bytes) for t in the page map; fails if taken. */
+static void claim(int *owner, int t, size_t off, size_t bytes,
+                  const nto_model *m) {
+  for (size_t p = off / 4096; p < (off + bytes) / 4096; p++)
+    if (owner[p] >= 0)
+      fail_msg("%s placed over %s at page %zu", nto_model_tensor(m, t)->name,
+               nto_model_tensor(m, owner[p])->name, p);
+    else
+      owner[p] = t;
+}
+
+static void unclaim(int *owner, size_t off, size_t bytes) {
+  for (size_t p = off / 4096; p < (off + bytes) / 4096; p++)
+    owner[p] = -1;
+}
+
+/* Replay a schedule with its modelled timing (writes complete during the
+ * next step) for three passes: no buffer may ever be placed over one in
+ * use, and everything stays inside the region. */
+static void replay(const nto_model *m, const nto_plan *p,
+                   const nto_schedule *sc) {
+  size_t pages = sc->region / 4096 + 1;
+  int *owner = malloc(pages * sizeof *owner);
+  size_t *off = calloc((size_t)p->n_tensors, sizeof *off);
+  int *pend = malloc((size_t)p->n_tensors * sizeof *pend), np = 0;
+  for (size_t q = 0; q < pages; q++)
+    owner[q] = -1;
+  for (int i = 0; i < sc->n_prime; i++) {
+    const nto_sched_act *a = &sc->prime[i];
+    assert_true(a->offset + p->bytes[a->t] <= sc->region);
+    claim(owner, a->t, off[a->t] = a->offset, p->bytes[a->t], m);
+  }
+  for (int pass = 0; pass < 3; pass++) {
+    for (int s = 0; s < sc->n_steps; s++) {
+      for (int i = sc->begin_first[s]; i < sc->begin_first[s + 1]; i++) {
+        const nto_sched_act *a = &sc->begin[i];
+        assert_true(a->offset + p->bytes[a->t] <= sc->region);
+        claim(owner, a->t, off[a->t] = a->offset, p->bytes[a->t], m);
+      }
+      for (int i = 0; i < np; i++) /* last step's writes complete */
+        unclaim(owner, off[pend[i]], p->bytes[pend[i]]);
+      np = 0;
+      for (int i = sc->end_first[s]; i < sc->end_first[s + 1]; i++) {
+        const nto_sched_act *a = &sc->end[i];
+        if (a->kind == NTO_ACT_WRITE && !a->keep)
+          pend[np++] = a->t;
+        else if (a->kind != NTO_ACT_WRITE)
+          unclaim(owner, off[a->t], p->bytes[a->t]);
+      }
+    }
+  }
+  free(owner);
+  free(off);
+  free(pend);
+}
+
+/* The schedule's placement holds on real networks for several windows,
+ * and the region is the busiest instant's bytes at window 1. */
+static void test_schedule_placement(void **state) {
+  (void)state;
+  const char *nets[] = {"test/data/nets/plan_net.ini",
+                        "test/data/nets/tiny_resnet.ini", "res/resnet18.ini"};
+  for (int i = 0; i < 3; i++) {
+    nto_config c;
+    nto_model *m = NULL;
+    nto_err err = {0};
+    nto_model_opts o = {.batch = 2, .plan_only = 1};
+    assert_int_equal(nto_config_load(&c, nets[i], &err), 0);
+    assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+    for (int pass = 0; pass < 2; pass++) {
+      const nto_plan *p = nto_model_plan(m, pass);
+      const int windows[] = {1, 2, 3, 7, 1000};
+      for (int w = 0; w < 5; w++) {
+        nto_schedule sc;
+        if (nto_schedule_build(&sc, p, windows[w], &err) != 0)
+          fail_msg("%s window %d: %s", nets[i], windows[w], err.msg);
+        assert_true(sc.peak <= sc.region);
+        replay(m, p, &sc);
+        nto_schedule_free(&sc);
+      }
+    }
+    nto_model_free(m);
+    nto_config_free(&c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training_uses),
@@ -254,6 +341,7 @@ int main(void) {
       cmocka_unit_test(test_dead_points),
       cmocka_unit_test(test_running_stats_dirty_in_forward),
       cmocka_unit_test(test_window_resident_sets),
+      cmocka_unit_test(test_schedule_placement),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
