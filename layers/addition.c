@@ -24,16 +24,6 @@ static int add_plan(nto_layer *l, nto_err *err) {
   return 0;
 }
 
-/* No keys. */
-static int add_set_prop(nto_layer *l, const char *key, const char *value,
-                        nto_err *err) {
-  (void)l;
-  (void)key;
-  (void)value;
-  (void)err;
-  return NTO_ENOKEY;
-}
-
 /* in[0..k), out: (n) each; out = sum of the inputs in order. */
 static void add_kernel(float *out, const float *const *in, int k, size_t n) {
   for (size_t j = 0; j < n; j++) {
@@ -63,7 +53,7 @@ const nto_layer_ops nto_addition_layer = {
     .min_inputs = 1,
     .max_inputs = NTO_MAX_INPUTS,
     .defaults = NULL,
-    .set_prop = add_set_prop,
+    .set_prop = nto_layer_no_keys,
     .plan = add_plan,
     .forward = add_forward,
     .backward = add_backward,

@@ -108,12 +108,8 @@ static int bn_set_prop(nto_layer *l, const char *key, const char *value,
  * vectors. Returns 0 or NTO_ESHAPE. */
 static int bn_plan(nto_layer *l, nto_err *err) {
   bn_priv *p = l->priv;
-  l->n_w = 0;
-  l->n_saved = 0;
-  l->ws_bytes = 0;
+  nto_layer_plan_reset(l);
   l->bwd_needs_input = 1;
-  l->bwd_needs_output = 0;
-  l->out_kind = NTO_OUT_PLAIN;
   if (l->n_in != 1)
     return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
   nto_shape in = l->in_shape[0];

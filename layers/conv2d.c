@@ -189,12 +189,8 @@ static void same_padding(int in, int k, int s, int d, int *lead, int *trail) {
  */
 static int conv_plan(nto_layer *l, nto_err *err) {
   conv_priv *p = l->priv;
-  l->n_w = 0;
-  l->n_saved = 0;
-  l->ws_bytes = 0;
+  nto_layer_plan_reset(l);
   l->bwd_needs_input = 1;
-  l->bwd_needs_output = 0;
-  l->out_kind = NTO_OUT_PLAIN;
   if (p->filters == 0)
     return nto_err_set(err, NTO_ECONFIG, "key 'filters' is required");
   if (p->kh == 0)

@@ -6,40 +6,16 @@
 #include "layer.h"
 #include "registry.h"
 
-#include <string.h>
-
-/* No keys. */
-static int flatten_set_prop(nto_layer *l, const char *key, const char *value,
-                            nto_err *err) {
-  (void)l;
-  (void)key;
-  (void)value;
-  (void)err;
-  return NTO_ENOKEY;
-}
-
 /* out_shape = (N, 1, 1, C*H*W). Returns 0, or NTO_ESHAPE if C*H*W does
  * not fit an int. */
 static int flatten_plan(nto_layer *l, nto_err *err) {
   nto_shape s = l->in_shape[0];
   size_t per = nto_shape_sample(s);
   if (per > 0x7fffffff)
-    return nto_err_set(err, NTO_ESHAPE, "flatten of %d:%d:%d is too large",
-                       s.c, s.h, s.w);
+    return nto_err_set(err, NTO_ESHAPE, "flatten of %d:%d:%d is too large", s.c,
+                       s.h, s.w);
   l->out_shape = (nto_shape){.n = s.n, .c = 1, .h = 1, .w = (int)per};
   return 0;
-}
-
-/* f->in[0]: (N, C, H, W) -> f->out: (N, 1, 1, C*H*W), same bytes. */
-static void flatten_forward(nto_layer *l, const nto_fwd *f) {
-  if (f->out != f->in[0])
-    memcpy(f->out, f->in[0], nto_shape_bytes(l->out_shape));
-}
-
-/* b->dout: (N, 1, 1, C*H*W) -> b->din[0]: (N, C, H, W), same bytes. */
-static void flatten_backward(nto_layer *l, const nto_bwd *b) {
-  if (b->din[0] != NULL && b->din[0] != b->dout)
-    memcpy(b->din[0], b->dout, nto_shape_bytes(l->out_shape));
 }
 
 const nto_layer_ops nto_flatten_layer = {
@@ -48,8 +24,8 @@ const nto_layer_ops nto_flatten_layer = {
     .min_inputs = 1,
     .max_inputs = 1,
     .defaults = NULL,
-    .set_prop = flatten_set_prop,
+    .set_prop = nto_layer_no_keys,
     .plan = flatten_plan,
-    .forward = flatten_forward,
-    .backward = flatten_backward,
+    .forward = nto_layer_copy_forward,
+    .backward = nto_layer_copy_backward,
 };

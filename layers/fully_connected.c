@@ -67,12 +67,8 @@ static int fc_set_prop(nto_layer *l, const char *key, const char *value,
  * NTO_ECONFIG ('unit' missing). */
 static int fc_plan(nto_layer *l, nto_err *err) {
   fc_priv *p = l->priv;
-  l->n_w = 0;
-  l->n_saved = 0;
-  l->ws_bytes = 0;
+  nto_layer_plan_reset(l);
   l->bwd_needs_input = 1;
-  l->bwd_needs_output = 0;
-  l->out_kind = NTO_OUT_PLAIN;
   if (p->unit == 0)
     return nto_err_set(err, NTO_ECONFIG, "key 'unit' is required");
   if (l->n_in != 1)

@@ -9,35 +9,11 @@
 #include "layer.h"
 #include "registry.h"
 
-#include <string.h>
-
-/* No keys. */
-static int multiout_set_prop(nto_layer *l, const char *key, const char *value,
-                             nto_err *err) {
-  (void)l;
-  (void)key;
-  (void)value;
-  (void)err;
-  return NTO_ENOKEY;
-}
-
 /* out_shape = in_shape[0]. Always 0. */
 static int multiout_plan(nto_layer *l, nto_err *err) {
   (void)err;
   l->out_shape = l->in_shape[0];
   return 0;
-}
-
-/* f->in[0], f->out: (N, C, H, W); out = in. */
-static void multiout_forward(nto_layer *l, const nto_fwd *f) {
-  if (f->out != f->in[0])
-    memcpy(f->out, f->in[0], nto_shape_bytes(l->out_shape));
-}
-
-/* b->dout, b->din[0]: (N, C, H, W); din = dout (NULL din: skipped). */
-static void multiout_backward(nto_layer *l, const nto_bwd *b) {
-  if (b->din[0] != NULL && b->din[0] != b->dout)
-    memcpy(b->din[0], b->dout, nto_shape_bytes(l->out_shape));
 }
 
 const nto_layer_ops nto_multiout_layer = {
@@ -46,8 +22,8 @@ const nto_layer_ops nto_multiout_layer = {
     .min_inputs = 1,
     .max_inputs = 1,
     .defaults = NULL,
-    .set_prop = multiout_set_prop,
+    .set_prop = nto_layer_no_keys,
     .plan = multiout_plan,
-    .forward = multiout_forward,
-    .backward = multiout_backward,
+    .forward = nto_layer_copy_forward,
+    .backward = nto_layer_copy_backward,
 };

@@ -5,8 +5,8 @@
 #include <string.h>
 
 int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
-                         int ndim, nto_init_kind init, int fan_in,
-                         int fan_out, int trainable) {
+                         int ndim, nto_init_kind init, int fan_in, int fan_out,
+                         int trainable) {
   if (l->n_w >= NTO_MAX_WEIGHTS)
     return NTO_EINVAL;
   nto_weight_req *w = &l->w[l->n_w];
@@ -31,4 +31,32 @@ int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape) {
   s->shape = shape;
   s->tensor = -1;
   return l->n_saved++;
+}
+
+int nto_layer_no_keys(nto_layer *l, const char *key, const char *value,
+                      nto_err *err) {
+  (void)l;
+  (void)key;
+  (void)value;
+  (void)err;
+  return NTO_ENOKEY;
+}
+
+void nto_layer_copy_forward(nto_layer *l, const nto_fwd *f) {
+  if (f->out != f->in[0])
+    memcpy(f->out, f->in[0], nto_shape_bytes(l->out_shape));
+}
+
+void nto_layer_copy_backward(nto_layer *l, const nto_bwd *b) {
+  if (b->din[0] != NULL && b->din[0] != b->dout)
+    memcpy(b->din[0], b->dout, nto_shape_bytes(l->out_shape));
+}
+
+void nto_layer_plan_reset(nto_layer *l) {
+  l->n_w = 0;
+  l->n_saved = 0;
+  l->ws_bytes = 0;
+  l->bwd_needs_input = 0;
+  l->bwd_needs_output = 0;
+  l->out_kind = NTO_OUT_PLAIN;
 }

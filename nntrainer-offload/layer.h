@@ -41,11 +41,11 @@ typedef struct nto_weight_req {
   nto_shape shape;    /* n = 1; e.g. conv: (filters, c/groups, kh, kw) */
   nto_init_kind init; /* initializer */
   int fan_in, fan_out;
-  int trainable;      /* 0 for running statistics: no gradient, no update */
-  int ndim;           /* rank when exported (safetensors): 1 = a vector of
-                         all elements, else the trailing ndim dims of shape;
-                         e.g. conv weight 4, bias 1, fc weight 2 */
-  int tensor;         /* index in the model's tensor table (set by model) */
+  int trainable; /* 0 for running statistics: no gradient, no update */
+  int ndim;      /* rank when exported (safetensors): 1 = a vector of
+                    all elements, else the trailing ndim dims of shape;
+                    e.g. conv weight 4, bias 1, fc weight 2 */
+  int tensor;    /* index in the model's tensor table (set by model) */
 } nto_weight_req;
 
 /* A tensor forward writes and backward reads (e.g. a dropout mask). */
@@ -117,9 +117,9 @@ struct nto_layer {
   const nto_layer_ops *ops;
   void *priv; /* ops->priv_size bytes, owned by the graph */
 
-  int batch;                        /* batch size N (set before plan) */
-  int n_in;                         /* number of input edges */
-  int in[NTO_MAX_INPUTS];           /* producer layer index per edge */
+  int batch;              /* batch size N (set before plan) */
+  int n_in;               /* number of input edges */
+  int in[NTO_MAX_INPUTS]; /* producer layer index per edge */
   nto_shape in_shape[NTO_MAX_INPUTS];
   nto_shape out_shape;
 
@@ -136,8 +136,8 @@ struct nto_layer {
 
 /*
  * Request a weight during plan. name is copied (<= 31 chars). ndim: export
- * rank (1: a vector; 2..4: the trailing dims of shape). fan_in and fan_out feed the
- * initializer formulas (props.h). Returns the weight's index j (used as
+ * rank (1: a vector; 2..4: the trailing dims of shape). fan_in and fan_out feed
+ * the initializer formulas (props.h). Returns the weight's index j (used as
  * f->w[j]) or NTO_EINVAL if NTO_MAX_WEIGHTS is reached.
  * Shapes by convention: conv2d weight (filters, c/groups, kh, kw) ndim 4,
  * bias (1, filters, 1, 1) ndim 1; batch-norm vectors (1, c, 1, 1) ndim 1;
@@ -145,11 +145,25 @@ struct nto_layer {
  * ndim 1.
  */
 int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
-                         int ndim, nto_init_kind init, int fan_in,
-                         int fan_out, int trainable);
+                         int ndim, nto_init_kind init, int fan_in, int fan_out,
+                         int trainable);
 
 /* Request a saved tensor during plan; returns its index k or NTO_EINVAL. */
 int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
+
+/* Start of a plan that may run again on the same layer: clears the
+ * weights, saved tensors, workspace, bwd_needs_* flags and out_kind. */
+void nto_layer_plan_reset(nto_layer *l);
+
+/* set_prop of a layer type without keys: always NTO_ENOKEY. */
+int nto_layer_no_keys(nto_layer *l, const char *key, const char *value,
+                      nto_err *err);
+
+/* Identity forward and backward of layers whose output has the bytes of
+ * their single input (flatten, multiout): out = in, din = dout (skipped
+ * when din is NULL or the same buffer). Sizes from l->out_shape. */
+void nto_layer_copy_forward(nto_layer *l, const nto_fwd *f);
+void nto_layer_copy_backward(nto_layer *l, const nto_bwd *b);
 
 /* Bytes of one float tensor of this shape (not rounded). */
 static inline size_t nto_shape_bytes(nto_shape s) {
