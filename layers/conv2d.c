@@ -162,13 +162,8 @@ static int conv_set_prop(nto_layer *l, const char *key, const char *value,
       p->groups = (int)x;
     return rc;
   }
-  if (strcmp(key, "weight_initializer") == 0)
-    return nto_parse_initializer(value, &p->winit, err);
-  if (strcmp(key, "bias_initializer") == 0)
-    return nto_parse_initializer(value, &p->binit, err);
-  if (strcmp(key, "disable_bias") == 0)
-    return nto_parse_bool(value, &p->disable_bias, err);
-  return NTO_ENOKEY;
+  return nto_parse_weight_bias_key(key, value, &p->winit, &p->binit,
+                                   &p->disable_bias, err);
 }
 
 /* TensorFlow's "same" padding along one axis of size in, kernel k,

@@ -54,13 +54,8 @@ static int fc_set_prop(nto_layer *l, const char *key, const char *value,
       p->unit = (int)x;
     return rc;
   }
-  if (strcmp(key, "weight_initializer") == 0)
-    return nto_parse_initializer(value, &p->winit, err);
-  if (strcmp(key, "bias_initializer") == 0)
-    return nto_parse_initializer(value, &p->binit, err);
-  if (strcmp(key, "disable_bias") == 0)
-    return nto_parse_bool(value, &p->disable_bias, err);
-  return NTO_ENOKEY;
+  return nto_parse_weight_bias_key(key, value, &p->winit, &p->binit,
+                                   &p->disable_bias, err);
 }
 
 /* out_shape = (N, 1, 1, unit); requests weight and bias. Returns 0 or

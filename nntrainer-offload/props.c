@@ -130,8 +130,7 @@ int nto_parse_enum(const char *v, const char *const *names, int *out,
       strncat(list, "|", sizeof list - strlen(list) - 1);
     strncat(list, names[i], sizeof list - strlen(list) - 1);
   }
-  return nto_err_set(err, NTO_ECONFIG, "expected one of %s, got '%s'", list,
-                     v);
+  return nto_err_set(err, NTO_ECONFIG, "expected one of %s, got '%s'", list, v);
 }
 
 int nto_parse_shape(const char *v, struct nto_shape *s, nto_err *err) {
@@ -163,9 +162,9 @@ int nto_parse_shape(const char *v, struct nto_shape *s, nto_err *err) {
 }
 
 static const char *const init_names[NTO_INIT_COUNT + 1] = {
-    "zeros",       "ones",          "xavier_uniform", "xavier_normal",
-    "he_uniform",  "he_normal",     "lecun_uniform",  "lecun_normal",
-    NULL};
+    "zeros",         "ones",         "xavier_uniform",
+    "xavier_normal", "he_uniform",   "he_normal",
+    "lecun_uniform", "lecun_normal", NULL};
 
 int nto_parse_initializer(const char *v, nto_init_kind *out, nto_err *err) {
   int k;
@@ -189,8 +188,8 @@ static void fill_normal(float *x, size_t n, double sd, nto_rng *rng) {
     x[i] = (float)(nto_rng_normal(rng) * sd);
 }
 
-void nto_init_fill(float *x, size_t n, nto_init_kind k, int fan_in,
-                   int fan_out, nto_rng *rng) {
+void nto_init_fill(float *x, size_t n, nto_init_kind k, int fan_in, int fan_out,
+                   nto_rng *rng) {
   double fi = fan_in > 0 ? fan_in : 1, fo = fan_out > 0 ? fan_out : 1;
   switch (k) {
   case NTO_INIT_ZEROS:
@@ -221,4 +220,16 @@ void nto_init_fill(float *x, size_t n, nto_init_kind k, int fan_in,
   default:
     break;
   }
+}
+
+int nto_parse_weight_bias_key(const char *key, const char *v,
+                              nto_init_kind *winit, nto_init_kind *binit,
+                              int *disable_bias, nto_err *err) {
+  if (strcmp(key, "weight_initializer") == 0)
+    return nto_parse_initializer(v, winit, err);
+  if (strcmp(key, "bias_initializer") == 0)
+    return nto_parse_initializer(v, binit, err);
+  if (strcmp(key, "disable_bias") == 0)
+    return nto_parse_bool(v, disable_bias, err);
+  return NTO_ENOKEY;
 }

@@ -62,6 +62,15 @@ int nto_parse_initializer(const char *v, nto_init_kind *out, nto_err *err);
 const char *nto_initializer_name(nto_init_kind k);
 
 /*
+ * The keys every layer with a weight and a bias shares: weight_initializer,
+ * bias_initializer, disable_bias. Returns 0 (stored), NTO_ENOKEY (another
+ * key) or NTO_ECONFIG (bad value, with a message).
+ */
+int nto_parse_weight_bias_key(const char *key, const char *v,
+                              nto_init_kind *winit, nto_init_kind *binit,
+                              int *disable_bias, nto_err *err);
+
+/*
  * Fill x[0..n) by initializer k with the given fans (fan_in, fan_out >= 1).
  * Formulas (Glorot & Bengio 2010; He et al. 2015; LeCun 1998), as in Keras:
  *   xavier_uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out))
@@ -72,7 +81,7 @@ const char *nto_initializer_name(nto_init_kind k);
  *   lecun_normal:   N(0, sqrt(1 / fan_in))
  * Deterministic for a given rng state.
  */
-void nto_init_fill(float *x, size_t n, nto_init_kind k, int fan_in,
-                   int fan_out, nto_rng *rng);
+void nto_init_fill(float *x, size_t n, nto_init_kind k, int fan_in, int fan_out,
+                   nto_rng *rng);
 
 #endif /* NTO_PROPS_H */
