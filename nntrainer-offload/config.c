@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define NAME_MAX_LEN 63 /* section names and keys: nto_kv.key, name[64] */
+#define NAME_MAX_LEN 63   /* section names and keys: nto_kv.key, name[64] */
 #define INI_LINE_MAX 1023 /* iniparser 4.1 ASCIILINESZ - 1 */
 
 /* ---------------------------------------------------------------------- */
@@ -36,7 +36,7 @@ static char ini_msg[1024]; /* first message iniparser reported */
 static int ini_nmsg;
 
 __attribute__((format(printf, 1, 2))) static int ini_capture(const char *fmt,
-                                                              ...) {
+                                                             ...) {
   if (ini_nmsg++ == 0) {
     va_list ap;
     va_start(ap, fmt);
@@ -157,7 +157,8 @@ static int parse_real(const char *v, double lo, int lo_open, double hi,
   if (isinf(hi))
     return nto_err_set(err, NTO_ECONFIG, "expected a number %s %s, got '%s'",
                        lo_open ? ">" : ">=", a, v);
-  return nto_err_set(err, NTO_ECONFIG, "expected a number in %c%s, %s%c, got '%s'",
+  return nto_err_set(err, NTO_ECONFIG,
+                     "expected a number in %c%s, %s%c, got '%s'",
                      lo_open ? '(' : '[', a, b, hi_open ? ')' : ']', v);
 }
 
@@ -170,8 +171,8 @@ static int parse_count(const char *v, long lo, long hi, long *out,
     return 0;
   }
   if (hi == LONG_MAX || hi == INT_MAX)
-    return nto_err_set(err, NTO_ECONFIG,
-                       "expected an integer >= %ld, got '%s'", lo, v);
+    return nto_err_set(err, NTO_ECONFIG, "expected an integer >= %ld, got '%s'",
+                       lo, v);
   return nto_err_set(err, NTO_ECONFIG,
                      "expected an integer in [%ld, %ld], got '%s'", lo, hi, v);
 }
@@ -279,8 +280,7 @@ int nto_parse_size(const char *v, size_t *out, nto_err *err) {
   *out = (size_t)bytes;
   return 0;
 bad:
-  return nto_err_set(err, NTO_ECONFIG,
-                     "expected a size like 64M, got '%s'", v);
+  return nto_err_set(err, NTO_ECONFIG, "expected a size like 64M, got '%s'", v);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -345,8 +345,8 @@ static int dup_line(const char *file, char *s, int line, name_list *secs,
       return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", file);
     if (first > 0)
       return nto_err_set(err, NTO_ECONFIG,
-                         "%s: [%s] section given twice (lines %d and %d)",
-                         file, name, first, line);
+                         "%s: [%s] section given twice (lines %d and %d)", file,
+                         name, first, line);
     snprintf(cur, NAME_MAX_LEN + 1, "%s", name);
     keys->n = 0;
     return 0;
@@ -425,7 +425,10 @@ typedef struct loader {
   int nkeys;
 } loader;
 
-/* Fill L->keys with the full "sec:key" names of section sec. */
+static int check_lengths(const loader *L, const char *sec, nto_err *err);
+
+/* Fill L->keys with the full "sec:key" names of section sec and check the
+ * lengths of every key and value. */
 static int load_keys(loader *L, const char *sec, nto_err *err) {
   free(L->keys);
   L->keys = NULL;
@@ -439,7 +442,7 @@ static int load_keys(loader *L, const char *sec, nto_err *err) {
     return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
   if (!iniparser_getseckeys(L->d, sec, L->keys))
     return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
-  return 0;
+  return check_lengths(L, sec, err);
 }
 
 /* Key i of the loaded section without its "sec:" prefix. */
@@ -514,12 +517,19 @@ static int set_str(const loader *L, const char *sec, const char *key,
 /* ---------------------------------------------------------------------- */
 /* [Model]                                                                 */
 
-static const char *const model_keys[] = {
-    "type",          "epochs",           "loss",
-    "batch_size",    "save_path",        "memory_swap",
-    "memory_swap_lookahead", "memory_swap_path", "fsu",
-    "fsu_lookahead", "fsu_path",         "memory_budget",
-    NULL};
+static const char *const model_keys[] = {"type",
+                                         "epochs",
+                                         "loss",
+                                         "batch_size",
+                                         "save_path",
+                                         "memory_swap",
+                                         "memory_swap_lookahead",
+                                         "memory_swap_path",
+                                         "fsu",
+                                         "fsu_lookahead",
+                                         "fsu_path",
+                                         "memory_budget",
+                                         NULL};
 enum {
   MK_TYPE,
   MK_EPOCHS,
@@ -542,8 +552,6 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
                        nto_err *err) {
   const char *alias_by[3] = {NULL, NULL, NULL}; /* swap, lookahead, path */
   int rc = load_keys(L, sec, err);
-  if (rc == 0)
-    rc = check_lengths(L, sec, err);
   for (int i = 0; rc == 0 && i < L->nkeys; i++) {
     const char *k = key_at(L, sec, i);
     const char *v = value_at(L, i);
@@ -586,9 +594,9 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
     case MK_FSU_LOOKAHEAD:
     case MK_SWAP_PATH:
     case MK_FSU_PATH: {
-      int slot = (idx == MK_SWAP || idx == MK_FSU)             ? 0
+      int slot = (idx == MK_SWAP || idx == MK_FSU)                  ? 0
                  : (idx == MK_LOOKAHEAD || idx == MK_FSU_LOOKAHEAD) ? 1
-                                                                     : 2;
+                                                                    : 2;
       if (alias_by[slot]) {
         rc = nto_err_set(err, NTO_ECONFIG,
                          "%s: [%s] key '%s': same setting as '%s', given "
@@ -661,18 +669,23 @@ typedef struct legacy_decay {
   long steps;
 } legacy_decay;
 
-static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
-                           legacy_decay *ld, nto_err *err) {
+/* The required `type` of section sec, one of types, into *kind; then its
+ * keys (load_keys). Returns 0 or NTO_ECONFIG/NTO_ENOMEM with a message. */
+static int typed_section(loader *L, const char *sec, const char *const *types,
+                         int *kind, nto_err *err) {
   const char *t = get(L, sec, "type");
-  int kind;
   if (!t)
     return missing_key(L, sec, "type", err);
-  if (nto_parse_enum(t, opt_types, &kind, err) != 0)
+  if (nto_parse_enum(t, types, kind, err) != 0)
     return key_err(L, sec, "type", err);
+  return load_keys(L, sec, err);
+}
+
+static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
+                           legacy_decay *ld, nto_err *err) {
+  int kind = 0;
+  int rc = typed_section(L, sec, opt_types, &kind, err);
   o->kind = (nto_opt_kind)kind;
-  int rc = load_keys(L, sec, err);
-  if (rc == 0)
-    rc = check_lengths(L, sec, err);
   for (int i = 0; rc == 0 && i < L->nkeys; i++) {
     const char *k = key_at(L, sec, i);
     const char *v = value_at(L, i);
@@ -739,8 +752,8 @@ static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
 static const char *const lr_types[] = {"constant", "exponential", "step",
                                        "cosine", NULL};
 static const char *const lr_keys[] = {
-    "type",        "learning_rate",     "decay_rate",        "decay_steps",
-    "iteration",   "max_learning_rate", "min_learning_rate", NULL};
+    "type",      "learning_rate",     "decay_rate",        "decay_steps",
+    "iteration", "max_learning_rate", "min_learning_rate", NULL};
 enum {
   LK_TYPE,
   LK_LR,
@@ -753,8 +766,8 @@ enum {
 /* Keys valid per scheduler kind, bit i = lr_keys[i]. */
 static const unsigned lr_valid[] = {
     [NTO_LR_CONSTANT] = 1u << LK_TYPE | 1u << LK_LR,
-    [NTO_LR_EXPONENTIAL] =
-        1u << LK_TYPE | 1u << LK_LR | 1u << LK_DECAY_RATE | 1u << LK_DECAY_STEPS,
+    [NTO_LR_EXPONENTIAL] = 1u << LK_TYPE | 1u << LK_LR | 1u << LK_DECAY_RATE |
+                           1u << LK_DECAY_STEPS,
     [NTO_LR_STEP] = 1u << LK_TYPE | 1u << LK_LR | 1u << LK_ITERATION,
     [NTO_LR_COSINE] = 1u << LK_TYPE | 1u << LK_MAX_LR | 1u << LK_MIN_LR |
                       1u << LK_DECAY_STEPS,
@@ -762,17 +775,10 @@ static const unsigned lr_valid[] = {
 
 static int parse_scheduler(loader *L, const char *sec, nto_lr_conf *s,
                            nto_opt_conf *o, nto_err *err) {
-  const char *t = get(L, sec, "type");
-  int kind;
-  if (!t)
-    return missing_key(L, sec, "type", err);
-  if (nto_parse_enum(t, lr_types, &kind, err) != 0)
-    return key_err(L, sec, "type", err);
+  int kind = 0;
+  int rc = typed_section(L, sec, lr_types, &kind, err);
   s->kind = (nto_lr_kind)kind;
   s->given = 1;
-  int rc = load_keys(L, sec, err);
-  if (rc == 0)
-    rc = check_lengths(L, sec, err);
   int have_lr = 0, have_steps = 0, have_rate = 0, have_max = 0, n_rates = 0;
   const char *iter_v = NULL;
   for (int i = 0; rc == 0 && i < L->nkeys; i++) {
@@ -892,8 +898,6 @@ static int parse_dataset(loader *L, const char *sec, nto_data_conf *dc,
   if (!p)
     return missing_key(L, sec, "path", err);
   int rc = load_keys(L, sec, err);
-  if (rc == 0)
-    rc = check_lengths(L, sec, err);
   for (int i = 0; rc == 0 && i < L->nkeys; i++) {
     const char *k = key_at(L, sec, i);
     const char *v = value_at(L, i);
@@ -908,8 +912,8 @@ static int parse_dataset(loader *L, const char *sec, nto_data_conf *dc,
                            L->file, sec);
       if (v[0] == '/' || L->dir[0] == '\0')
         rc = set_str(L, sec, k, v, dc->path, sizeof dc->path, err);
-      else if ((size_t)snprintf(dc->path, sizeof dc->path, "%s%s", L->dir,
-                                v) >= sizeof dc->path)
+      else if ((size_t)snprintf(dc->path, sizeof dc->path, "%s%s", L->dir, v) >=
+               sizeof dc->path)
         rc = nto_err_set(err, NTO_ECONFIG,
                          "%s: [%s] key 'path': expected a path of at most %d "
                          "characters once joined to '%s', got '%s'",
@@ -936,8 +940,6 @@ static int parse_dataset(loader *L, const char *sec, nto_data_conf *dc,
 static int copy_layer(loader *L, const char *sec, nto_section *out,
                       nto_err *err) {
   int rc = load_keys(L, sec, err);
-  if (rc == 0)
-    rc = check_lengths(L, sec, err);
   if (rc != 0)
     return rc;
   snprintf(out->name, sizeof out->name, "%s", sec);
@@ -960,9 +962,9 @@ static int copy_layer(loader *L, const char *sec, nto_section *out,
 /* Entry points                                                            */
 
 enum { S_MODEL, S_OPT, S_LR, S_TRAIN, S_VALID, S_TEST, S_COUNT };
-static const char *const special[] = {"model",     "optimizer",
-                                      "learningratescheduler", "train_set",
-                                      "valid_set", "test_set",  NULL};
+static const char *const special[] = {
+    "model",    "optimizer", "learningratescheduler", "train_set", "valid_set",
+    "test_set", NULL};
 
 static int load_dict(loader *L, nto_config *c, nto_err *err) {
   int nsec = iniparser_getnsec(L->d);
