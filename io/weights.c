@@ -953,6 +953,17 @@ static int jp_uint_array(jp *p, int64_t *vals, int maxn, int *n) {
   }
 }
 
+/* An object member's key and the ':' after it; *key is malloc'd (NULL on
+ * error). Returns 0 or the parse error. */
+static int jp_member_key(jp *p, char **key) {
+  int rc = jp_string(p, key);
+  if (rc == 0 && (rc = jp_expect(p, ':'))) {
+    free(*key);
+    *key = NULL;
+  }
+  return rc;
+}
+
 /* A tensor entry {"dtype":..., "shape":[...], "data_offsets":[b, e]}. */
 static int jp_tensor(jp *p, st_entry *e) {
   int rc = jp_expect(p, '{');
@@ -962,12 +973,8 @@ static int jp_tensor(jp *p, st_entry *e) {
     return jp_fail(p, "empty tensor entry");
   while (1) {
     char *key = NULL;
-    if ((rc = jp_string(p, &key)))
+    if ((rc = jp_member_key(p, &key)))
       return rc;
-    if ((rc = jp_expect(p, ':'))) {
-      free(key);
-      return rc;
-    }
     if (strcmp(key, "dtype") == 0) {
       char *dt = NULL;
       if (e->have_dtype)
@@ -1031,12 +1038,8 @@ static int jp_header(jp *p) {
   } else {
     while (1) {
       char *key = NULL;
-      if ((rc = jp_string(p, &key)))
+      if ((rc = jp_member_key(p, &key)))
         return rc;
-      if ((rc = jp_expect(p, ':'))) {
-        free(key);
-        return rc;
-      }
       if (strcmp(key, "__metadata__") == 0) {
         free(key);
         if (have_meta)
