@@ -86,14 +86,24 @@ typedef struct session {
   int n, k;
 } session;
 
+/* Where the temporary directory's filesystem refuses O_DIRECT (tmpfs on
+ * older kernels), the tests swap through the page cache instead: they
+ * check results, not page-cache behaviour. */
 static void session_open(session *ss, const char *ini,
-                         const nto_model_opts *o) {
+                         const nto_model_opts *opts) {
   nto_err err = {0};
+  nto_model_opts o = *opts;
   memset(ss, 0, sizeof *ss);
   if (nto_config_load(&ss->c, ini, &err) != 0)
     fail_msg("%s", err.msg);
-  if (nto_model_create(&ss->m, &ss->c, o, &err) != 0)
-    fail_msg("%s (window %d): %s", ini, o->offload.window, err.msg);
+  int rc = nto_model_create(&ss->m, &ss->c, &o, &err);
+  if (rc == NTO_EUNSUPPORTED && strstr(err.msg, "O_DIRECT")) {
+    fprintf(stderr, "note: %s; testing with buffered I/O\n", err.msg);
+    o.offload.no_direct = 1;
+    rc = nto_model_create(&ss->m, &ss->c, &o, &err);
+  }
+  if (rc != 0)
+    fail_msg("%s (window %d): %s", ini, o.offload.window, err.msg);
   ss->n = nto_model_batch(ss->m);
   ss->k = nto_model_output_size(ss->m);
   ss->nx = (size_t)ss->n * nto_shape_sample(nto_model_input_shape(ss->m));
