@@ -500,9 +500,12 @@ static void drain_locked(nto_offload *o) {
     if (o->step_state[s] == NTO_STEP_READY_FOR_EXEC)
       set_state(o, s, NTO_STEP_WAIT_FOR_OFF);
   }
-  for (int t = 0; t < o->n_t && !o->failed; t++)
-    if (o->t[t].data)
-      evict(o, t, 0, -1);
+  for (int t = 0; t < o->n_t && !o->failed; t++) {
+    if (!o->t[t].data)
+      continue;
+    o->dirty[t] &= o->plans[o->mode]->persistent[t]; /* transients: dead */
+    evict(o, t, 0, -1);
+  }
   wait_idle(o, &o->writes_inflight);
   for (int s = 0; s < S; s++) {
     o->step_writes[s] = 0;
