@@ -386,7 +386,7 @@ static void report(run *r, double total_s) {
          p90, med > 0 ? 1e3 / med : 0);
   printf("peak RSS          %s (kernel VmHWM)\n",
          cli_bytes(nto_peak_rss_bytes(), a, sizeof a));
-  printf("planned tensors   %s = weights %s + optimizer %s + "
+  printf("planned tensors   %s all resident = weights %s + optimizer %s + "
          "activations/gradients %s + workspace %s\n",
          cli_bytes(p.total, b, sizeof b), cli_bytes(p.weights, c, sizeof c),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),

@@ -593,8 +593,10 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc != 0)
     return rc;
-  if (opts->offload.window > 0)
-    return start_offload(m, &opts->offload, err);
+  if (opts->offload.window > 0) { /* mem_plan still reports the arena */
+    rc = plan_arena(m, err);
+    return rc == 0 ? start_offload(m, &opts->offload, err) : rc;
+  }
   rc = allocate(m, err);
   if (rc == 0)
     init_weights(m);

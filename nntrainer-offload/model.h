@@ -62,7 +62,9 @@ typedef struct nto_step_stats {
   int samples; /* valid samples */
 } nto_step_stats;
 
-/* Planned memory (bytes, page-rounded tensors). */
+/* Planned memory of training with everything resident (bytes,
+ * page-rounded tensors); also when the model offloads (its own figures
+ * are in nto_offload_stats). */
 typedef struct nto_mem_plan {
   size_t weights;   /* weights incl. running statistics */
   size_t opt_state; /* optimizer state */
