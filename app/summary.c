@@ -1,6 +1,7 @@
 /* summary.c - `nntrainer-offload summary`: per-layer table and totals. */
 #include "cli.h"
 #include "memstat.h"
+#include "schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@ static const char usage[] =
     "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
     "and the bytes it keeps from forward to backward (its saved tensors,\n"
     "plus its inputs or output when its backward reads them), then totals\n"
-    "and the planned memory of training with everything resident.\n"
+    "and the planned memory of training with everything resident, and,\n"
+    "for offloading with windows 1, 2, 4 and 8, the planned memory of\n"
+    "resident tensors and the swap traffic per iteration.\n"
     "\n"
     "  --batch-size B   batch size (default: the INI's batch_size)\n";
 
@@ -42,6 +45,39 @@ static void print_table(const nto_model *m) {
     printf("%-36.36s %-20s %-14s %12zu %12s\n", l->name, l->ops->type,
            nto_shape_str(l->out_shape, 0, shape, sizeof shape), params,
            cli_bytes(saved_bytes(g, l), bytes, sizeof bytes));
+  }
+}
+
+/* What offloading with windows 1, 2, 4 and 8 plans: the tensor region
+ * (the larger of the training and inference schedules), and the swap
+ * traffic of a training iteration (schedule.h). */
+static void print_windows(const nto_model *m) {
+  const int windows[] = {1, 2, 4, 8};
+  size_t ws = nto_model_mem_plan(m).workspace;
+  char a[32], b[32];
+  printf("\noffloading (train --window N): resident tensors + workspace %s, "
+         "swap traffic per iteration\n",
+         cli_bytes(ws, b, sizeof b));
+  for (int i = 0; i < 4; i++) {
+    nto_schedule sc[2];
+    nto_err err = {0};
+    if (nto_schedule_build(&sc[0], nto_model_plan(m, NTO_PASS_TRAIN),
+                           windows[i], &err) != 0) {
+      printf("  window %d: %s\n", windows[i], err.msg);
+      continue;
+    }
+    if (nto_schedule_build(&sc[1], nto_model_plan(m, NTO_PASS_EVAL), windows[i],
+                           &err) != 0) {
+      printf("  window %d: %s\n", windows[i], err.msg);
+      nto_schedule_free(&sc[0]);
+      continue;
+    }
+    size_t region = sc[0].region > sc[1].region ? sc[0].region : sc[1].region;
+    printf("  window %d: %s of tensors; %.1f MiB read, %.1f MiB written\n",
+           windows[i], cli_bytes(region, a, sizeof a),
+           sc[0].read_bytes / 1048576.0, sc[0].written_bytes / 1048576.0);
+    nto_schedule_free(&sc[0]);
+    nto_schedule_free(&sc[1]);
   }
 }
 
@@ -96,6 +132,7 @@ int cmd_summary(int argc, char **argv) {
          cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
          cli_bytes(p.workspace, f, sizeof f));
+  print_windows(m);
   nto_model_free(m);
   nto_config_free(&c);
   return CLI_OK;

@@ -36,6 +36,7 @@ expect bad_number 2 "option --iterations" -- "$exe" train res/resnet18.ini --ite
 expect missing_file 2 "cannot open" -- "$exe" summary "$tmp/none.ini"
 expect bad_config 2 "bad.ini: \[c\] key 'filters'" -- "$exe" train "$tmp/bad.ini"
 expect summary 0 "12557322 trainable parameters" -- "$exe" summary res/resnet18.ini
+expect summary_windows 0 "window 1: .* of tensors; .* MiB read" -- "$exe" summary res/resnet18.ini
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
   --data synthetic --iterations 3 --eval-samples 8 --save "$tmp/w.bin"
 [ -s "$tmp/w.bin" ] && [ -s "$tmp/w.safetensors" ] && passes=$((passes + 1)) ||
