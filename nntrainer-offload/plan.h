@@ -2,11 +2,12 @@
  * plan.h - the static execution plan: which tensors every step uses.
  *
  * One pass over the model (a training iteration, or an inference pass) is a
- * fixed sequence of S steps; for training S = 2L:
- *   F_0 .. F_{L-1}, then B_{L-1} .. B_0   (step F_i = i, B_i = 2L-1-i),
- * with the optimizer update of layer i fused into B_i. For every step the
- * plan lists the tensors it touches and how (read, write, or both), and for
- * every tensor the ordered steps that use it. From these lists the
+ * fixed sequence of S steps; for training
+ *   F_0 .. F_{L-1}, then B_{L-1} (U ...) .. B_0 (U ...)   (step F_i = i),
+ * with the optimizer update of layer i fused into B_i, or split into U
+ * steps after B_i for large weights (model.h). For every step the
+ * plan lists the tensors it touches and how (read, write, both, or a hold), and
+ * for every tensor the ordered steps that use it. From these lists the
  * residency window (window.h) answers every scheduling question: what to
  * prefetch next, whether a tensor's content is still needed (its next use
  * reads it, or it persists across passes), and whether it is dirty.
