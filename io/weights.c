@@ -901,6 +901,18 @@ static int jp_value(jp *p) {
   return 0;
 }
 
+/* After a member or element: a ',' means another follows (*more = 1),
+ * else the closing bracket `close` must come (*more = 0). Returns 0 or the
+ * parse error. */
+static int jp_more(jp *p, int close, int *more) {
+  *more = jp_peek(p) == ',';
+  if (*more) {
+    p->pos++;
+    return 0;
+  }
+  return jp_expect(p, close);
+}
+
 /* "__metadata__": an object of string values. */
 static int jp_metadata(jp *p) {
   int rc = jp_expect(p, '{');
@@ -915,14 +927,9 @@ static int jp_metadata(jp *p) {
       return rc;
     if (jp_peek(p) != '"')
       return jp_fail(p, "metadata values must be strings");
-    if ((rc = jp_string(p, NULL)))
+    int more;
+    if ((rc = jp_string(p, NULL)) || (rc = jp_more(p, '}', &more)) || !more)
       return rc;
-    int d = jp_peek(p);
-    if (d == ',') {
-      p->pos++;
-      continue;
-    }
-    return jp_expect(p, '}');
   }
 }
 
@@ -944,12 +951,9 @@ static int jp_uint_array(jp *p, int64_t *vals, int maxn, int *n) {
       vals[*n] = (int64_t)v;
     if (*n <= maxn)
       (*n)++;
-    int d = jp_peek(p);
-    if (d == ',') {
-      p->pos++;
-      continue;
-    }
-    return jp_expect(p, ']');
+    int more;
+    if ((rc = jp_more(p, ']', &more)) || !more)
+      return rc;
   }
 }
 
@@ -1005,16 +1009,11 @@ static int jp_tensor(jp *p, st_entry *e) {
       rc = jp_value(p); /* unknown key: tolerated, like the reference */
     }
     free(key);
-    if (rc)
+    int more;
+    if (rc || (rc = jp_more(p, '}', &more)))
       return rc;
-    int d = jp_peek(p);
-    if (d == ',') {
-      p->pos++;
-      continue;
-    }
-    if ((rc = jp_expect(p, '}')))
-      return rc;
-    break;
+    if (!more)
+      break;
   }
   if (!e->have_dtype || !e->have_shape || !e->have_offsets)
     return jp_fail(p, "tensor entry lacks dtype, shape or data_offsets");
@@ -1070,14 +1069,11 @@ static int jp_header(jp *p) {
         if ((rc = jp_tensor(p, e)))
           return rc;
       }
-      int d = jp_peek(p);
-      if (d == ',') {
-        p->pos++;
-        continue;
-      }
-      if ((rc = jp_expect(p, '}')))
+      int more;
+      if ((rc = jp_more(p, '}', &more)))
         return rc;
-      break;
+      if (!more)
+        break;
     }
   }
   if (jp_peek(p) != -1)
