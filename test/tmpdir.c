@@ -24,3 +24,20 @@ static int remove_entry(const char *p, const struct stat *st, int flag,
 int tmpdir_remove(const char *dir) {
   return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+int tmpdir_fixture_setup(void **state, const char *tag) {
+  tmpdir_fixture *fx = calloc(1, sizeof *fx);
+  if (!fx || tmpdir_make(fx->dir, sizeof fx->dir, tag) != 0) {
+    free(fx);
+    return -1;
+  }
+  *state = fx;
+  return 0;
+}
+
+int tmpdir_fixture_teardown(void **state) {
+  tmpdir_fixture *fx = *state;
+  tmpdir_remove(fx->dir);
+  free(fx);
+  return 0;
+}

@@ -16,4 +16,16 @@ int tmpdir_make(char *dir, size_t len, const char *tag);
 /* Remove dir and everything below it. Returns 0 or -1. */
 int tmpdir_remove(const char *dir);
 
+/* A CMocka fixture holding one temporary directory. */
+typedef struct tmpdir_fixture {
+  char dir[256];
+} tmpdir_fixture;
+
+/* *state = a new tmpdir_fixture whose dir is made for tag. Returns 0, or
+ * -1 (nothing allocated). */
+int tmpdir_fixture_setup(void **state, const char *tag);
+
+/* Remove the fixture's directory and free it; a CMocka teardown. */
+int tmpdir_fixture_teardown(void **state);
+
 #endif

@@ -39,26 +39,13 @@ static unsigned char pixel(int k, int r, int c) {
 
 /* ------------------------------------------------------------- fixtures */
 
-typedef struct {
-  char dir[256];
-} fixture;
+typedef tmpdir_fixture fixture;
 
 static int setup(void **state) {
-  fixture *fx = calloc(1, sizeof *fx);
-  if (tmpdir_make(fx->dir, sizeof fx->dir, "dataset") != 0) {
-    free(fx);
-    return -1;
-  }
-  *state = fx;
-  return 0;
+  return tmpdir_fixture_setup(state, "dataset");
 }
 
-static int teardown(void **state) {
-  fixture *fx = *state;
-  tmpdir_remove(fx->dir);
-  free(fx);
-  return 0;
-}
+static int teardown(void **state) { return tmpdir_fixture_teardown(state); }
 
 static void put_be32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24);

@@ -24,26 +24,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct {
-  char dir[256];
-} fixture;
+typedef tmpdir_fixture fixture;
 
 static int setup(void **state) {
-  fixture *fx = calloc(1, sizeof *fx);
-  if (tmpdir_make(fx->dir, sizeof fx->dir, "weights") != 0) {
-    free(fx);
-    return -1;
-  }
-  *state = fx;
-  return 0;
+  return tmpdir_fixture_setup(state, "weights");
 }
 
-static int teardown(void **state) {
-  fixture *fx = *state;
-  tmpdir_remove(fx->dir);
-  free(fx);
-  return 0;
-}
+static int teardown(void **state) { return tmpdir_fixture_teardown(state); }
 
 static void path_in(const fixture *fx, char *buf, size_t len,
                     const char *name) {
