@@ -70,20 +70,22 @@ static int check_tensor(gc_ctx *g, const char *what, float *x, size_t n,
   size_t stride = 1;
   if (c->max_checks > 0 && n > (size_t)c->max_checks)
     stride = (n + c->max_checks - 1) / c->max_checks;
+  double h = c->h > 0 ? c->h : GC_DEFAULT_H;
+  double tol = c->tol > 0 ? c->tol : GC_DEFAULT_TOL;
   int bad = 0;
   for (size_t i = 0; i < n; i += stride) {
     float keep = x[i];
-    x[i] = (float)(keep + c->h);
+    x[i] = (float)(keep + h);
     double hp = (double)x[i] - keep;
     double lp = loss_at(g);
-    x[i] = (float)(keep - c->h);
+    x[i] = (float)(keep - h);
     double hm = keep - (double)x[i];
     double lm = loss_at(g);
     x[i] = keep;
     double num = (lp - lm) / (hp + hm);
     double a = analytic[i];
     double scale = fmax(1.0, fmax(fabs(a), fabs(num)));
-    if (fabs(a - num) > c->tol * scale || !isfinite(a)) {
+    if (fabs(a - num) > tol * scale || !isfinite(a)) {
       if (bad < 5)
         fprintf(stderr, "gradcheck %s %s[%zu]: analytic %.6g numeric %.6g\n",
                 c->ops->type, what, i, a, num);

@@ -16,14 +16,19 @@
 
 #include "layer.h"
 
+/* Perturbation and tolerance of a case that gives none (float32 forward,
+ * double loss). */
+#define GC_DEFAULT_H 1e-2
+#define GC_DEFAULT_TOL 1e-2
+
 typedef struct gc_case {
   const nto_layer_ops *ops;
   const char *const *props; /* NULL-terminated key, value pairs */
   int n_in;
   nto_shape in_shape[NTO_MAX_INPUTS]; /* n = batch */
   int training;                       /* forward mode */
-  double h;                           /* perturbation, e.g. 1e-2 */
-  double tol;                         /* |a-n| <= tol * max(1, |a|, |n|) */
+  double h;                           /* perturbation; 0: GC_DEFAULT_H */
+  double tol; /* |a-n| <= tol * max(1, |a|, |n|); 0: GC_DEFAULT_TOL */
   int max_checks;                     /* per tensor, 0 = all */
   unsigned seed;
   int positive_inputs; /* inputs in [0.5, 1.5] instead of [-1, 1] */

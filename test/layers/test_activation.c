@@ -93,8 +93,6 @@ static void test_gradcheck_smooth(void **state) {
                  .n_in = 1,
                  .in_shape = {{2, 3, 2, 2}},
                  .training = 1,
-                 .h = 1e-2,
-                 .tol = 1e-2,
                  .seed = 7 + (unsigned)k};
     assert_int_equal(gc_run(&c), 0);
   }
@@ -112,8 +110,6 @@ static void test_gradcheck_piecewise_positive(void **state) {
                  .n_in = 1,
                  .in_shape = {{2, 2, 3, 3}},
                  .training = 1,
-                 .h = 1e-2,
-                 .tol = 1e-2,
                  .seed = 11,
                  .positive_inputs = 1};
     assert_int_equal(gc_run(&c), 0);

@@ -27,8 +27,6 @@ static void test_gradcheck_three_inputs(void **state) {
                .n_in = 3,
                .in_shape = {{2, 3, 4, 5}, {2, 3, 4, 5}, {2, 3, 4, 5}},
                .training = 1,
-               .h = 1e-2,
-               .tol = 1e-2,
                .seed = 21};
   assert_int_equal(gc_run(&c), 0);
 }

@@ -30,8 +30,6 @@ static void test_gradcheck_each_axis(void **state) {
                  .props = props,
                  .n_in = 3,
                  .training = 1,
-                 .h = 1e-2,
-                 .tol = 1e-2,
                  .seed = 31 + (unsigned)a};
     for (int i = 0; i < 3; i++) {
       nto_shape s = {2, 2, 3, 4};

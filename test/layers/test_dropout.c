@@ -32,8 +32,6 @@ static void test_gradcheck_training(void **state) {
                  .n_in = 1,
                  .in_shape = {{2, 3, 4, 4}},
                  .training = 1,
-                 .h = 1e-2,
-                 .tol = 1e-2,
                  .seed = 61};
     assert_int_equal(gc_run(&c), 0);
   }

@@ -26,8 +26,6 @@ static void test_gradcheck(void **state) {
                .n_in = 1,
                .in_shape = {{2, 3, 4, 5}},
                .training = 1,
-               .h = 1e-2,
-               .tol = 1e-2,
                .seed = 41};
   assert_int_equal(gc_run(&c), 0);
 }

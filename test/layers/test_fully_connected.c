@@ -174,8 +174,6 @@ static void test_gradcheck(void **state) {
                  .n_in = 1,
                  .in_shape = {cases[ci].in},
                  .training = 1,
-                 .h = 1e-2,
-                 .tol = 1e-2,
                  .seed = 3 + ci};
     if (gc_run(&c) != 0) {
       fprintf(stderr, "gradcheck failed: %s\n", cases[ci].name);

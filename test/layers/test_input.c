@@ -48,8 +48,6 @@ static void test_gradcheck_smoke(void **state) {
   gc_case c = {.ops = &nto_input_layer,
                .props = props,
                .n_in = 0,
-               .h = 1e-2,
-               .tol = 1e-2,
                .seed = 1};
   assert_int_equal(gc_run(&c), 0);
 }

@@ -26,8 +26,6 @@ static void test_gradcheck(void **state) {
                .n_in = 1,
                .in_shape = {{3, 2, 3, 3}},
                .training = 1,
-               .h = 1e-2,
-               .tol = 1e-2,
                .seed = 51};
   assert_int_equal(gc_run(&c), 0);
 }
