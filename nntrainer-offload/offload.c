@@ -601,24 +601,24 @@ int nto_offload_drain(nto_offload *o, nto_err *err) {
   return rc;
 }
 
-/* pread/pwrite all len bytes at off, over EINTR and short transfers.
- * Returns 0 or -errno (-EIO for an early end of file). */
-static int transfer_all(int fd, int writing, void *buf, size_t len,
+/* One synchronous transfer of len bytes at off through a psync queue of
+ * the I/O backend (its EINTR, short-transfer and fault handling). Returns
+ * 0 or -errno. */
+static int transfer_all(nto_offload *o, int writing, void *buf, size_t len,
                         int64_t off) {
-  char *p = buf;
-  while (len > 0) {
-    ssize_t k = writing ? pwrite(fd, p, len, off) : pread(fd, p, len, off);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0)
-      return -errno;
-    if (k == 0)
-      return -EIO;
-    p += k;
-    off += k;
-    len -= (size_t)k;
-  }
-  return 0;
+  nto_io *io = NULL;
+  nto_err e = {0};
+  if (nto_io_create(&io, NTO_IO_PSYNC, nto_swap_fd(o->swap), 1, &e) != 0)
+    return -ENOMEM;
+  nto_io_req r = {.op = writing ? NTO_IO_WRITE : NTO_IO_READ,
+                  .buf = buf,
+                  .len = len,
+                  .offset = off};
+  nto_io_req *done = NULL;
+  nto_io_submit(io, &r);
+  int n = nto_io_reap(io, &done, 1, 1);
+  nto_io_destroy(io);
+  return n < 0 ? n : n == 1 ? r.result : -EIO;
 }
 
 /* Synchronous store (writing) or fetch of persistent tensor t, through
@@ -641,8 +641,7 @@ static int sync_io(nto_offload *o, int t, int writing, float *data,
     memset(buf, 0, bytes);
     memcpy(buf, data, n * sizeof(float));
   }
-  int res =
-      transfer_all(nto_swap_fd(o->swap), writing, buf, bytes, o->offset[t]);
+  int res = transfer_all(o, writing, buf, bytes, o->offset[t]);
   if (res == 0 && !writing)
     memcpy(data, buf, n * sizeof(float));
   if (res < 0)
