@@ -47,7 +47,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #define BATCH 64 /* jobs popped / completions reaped per round */
 
