@@ -37,17 +37,6 @@ void nto_window_free(nto_window *w) {
   memset(w, 0, sizeof *w);
 }
 
-static void add_resident(nto_window *w, int t) {
-  w->resident_bytes += w->plan->bytes[t];
-  if (w->resident_bytes > w->peak_bytes)
-    w->peak_bytes = w->resident_bytes;
-}
-
-static void sub_resident(nto_window *w, int t) {
-  assert(w->resident_bytes >= w->plan->bytes[t]);
-  w->resident_bytes -= w->plan->bytes[t];
-}
-
 /* Tensor t is needed by the window and was not: how it gets there. */
 static int bring_in(nto_window *w, int t, nto_act *a) {
   switch ((nto_wstate)w->state[t]) {
@@ -66,7 +55,6 @@ static int bring_in(nto_window *w, int t, nto_act *a) {
     return 0;
   }
   w->state[t] = NTO_WS_LOADING;
-  add_resident(w, t);
   return 1;
 }
 
@@ -88,14 +76,12 @@ static nto_act evict(nto_window *w, int t, int s) {
     w->state[t] = NTO_WS_NONE;
     w->dirty[t] = 0;
     w->zero[t] = 0;
-    sub_resident(w, t);
     return (nto_act){NTO_ACT_FREE, t, 0};
   }
   if (w->dirty[t]) {
     w->state[t] = NTO_WS_WRITING;
     return (nto_act){NTO_ACT_WRITE, t, 0};
   }
-  sub_resident(w, t);
   if (w->zero[t]) { /* still all zeros: re-created on the next ALLOC */
     w->state[t] = NTO_WS_NONE;
     return (nto_act){NTO_ACT_FREE, t, 0};
@@ -137,7 +123,6 @@ int nto_window_written(nto_window *w, int t) {
     return 1;
   }
   w->state[t] = NTO_WS_SWAPPED;
-  sub_resident(w, t);
   return 0;
 }
 

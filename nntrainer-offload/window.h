@@ -68,8 +68,6 @@ typedef struct nto_window {
   unsigned char *dirty;   /* per tensor: RAM copy newer than the swap copy */
   unsigned char *zero;    /* per tensor: content is all zeros, no swap copy */
   unsigned char *reclaim; /* per tensor: keep after the write */
-  size_t resident_bytes;  /* RESIDENT + LOADING + WRITING bytes */
-  size_t peak_bytes;      /* max of resident_bytes */
 } nto_window;
 
 /*
