@@ -555,8 +555,11 @@ int cmd_train(int argc, char **argv) {
     rc = train_loop(&r, &err);
   }
   if (rc == 0) {
-    report(&r, now_s() - t0);
+    /* Save before the report so that its peak RSS covers saving too. */
+    double total_s = now_s() - t0;
     rc = save(&r, &err);
+    if (rc == 0)
+      report(&r, total_s);
   }
   if (rc != 0)
     cli_error("%s", err.msg);

@@ -620,6 +620,17 @@ static int transfer_all(nto_offload *o, int writing, void *buf, size_t len,
   return n < 0 ? n : n == 1 ? r.result : -EIO;
 }
 
+/* Give the pages of the drained region past its first keep bytes back to
+ * the kernel, so that a synchronous fetch or store (saving, loading,
+ * initialising the weights) adds only its bounce buffer to the process's
+ * memory instead of keeping the whole region's pages. Training faults
+ * them in again on its first pass. */
+static void release_region(nto_offload *o, size_t keep) {
+  size_t from = (keep + NTO_PAGE - 1) / NTO_PAGE * NTO_PAGE;
+  if (from < o->region_bytes)
+    madvise(o->region + from, o->region_bytes - from, MADV_DONTNEED);
+}
+
 /* Synchronous store (writing) or fetch of persistent tensor t, through
  * the start of the (drained, so empty) region as bounce buffer. */
 static int sync_io(nto_offload *o, int t, int writing, float *data,
@@ -636,6 +647,7 @@ static int sync_io(nto_offload *o, int t, int writing, float *data,
     return 0;
   }
   float *buf = (float *)o->region; /* >= every tensor, unused when drained */
+  release_region(o, bytes);
   if (writing) {
     memset(buf, 0, bytes);
     memcpy(buf, data, n * sizeof(float));
