@@ -38,6 +38,9 @@ static const char usage[] =
     "  --threads T           BLAS threads (default: online CPUs)\n"
     "  --log-every K         in non-terminal output, a line every K\n"
     "                        iterations (default: about 20 per epoch)\n"
+    "  --warmup K            leave the first K iterations out of the\n"
+    "                        report's times and traffic (default 0)\n"
+    "  --report-json FILE    also write the report as JSON to FILE\n"
     "\n"
     "Offloading (default: the INI's memory_swap* / fsu* keys, else all\n"
     "resident):\n"
@@ -59,6 +62,8 @@ typedef struct opts {
   const char *swap_dir;   /* NULL: the INI's, else the default */
   const char *io;         /* NULL: auto */
   const char *log_states; /* NULL: off */
+  const char *report_json; /* NULL: off */
+  long warmup;             /* iterations left out of the report */
   int no_direct;
 } opts;
 
@@ -85,13 +90,15 @@ static int parse_opts(int argc, char **argv, opts *o) {
       continue;
     } else if (!strcmp(a, "--data") || !strcmp(a, "--save") ||
                !strcmp(a, "--window") || !strcmp(a, "--swap-dir") ||
-               !strcmp(a, "--io") || !strcmp(a, "--log-states")) {
-      const char **dst = !strcmp(a, "--data")       ? &o->data
-                         : !strcmp(a, "--save")     ? &o->save
-                         : !strcmp(a, "--window")   ? &o->window
-                         : !strcmp(a, "--swap-dir") ? &o->swap_dir
-                         : !strcmp(a, "--io")       ? &o->io
-                                                    : &o->log_states;
+               !strcmp(a, "--io") || !strcmp(a, "--log-states") ||
+               !strcmp(a, "--report-json")) {
+      const char **dst = !strcmp(a, "--data")         ? &o->data
+                         : !strcmp(a, "--save")       ? &o->save
+                         : !strcmp(a, "--window")     ? &o->window
+                         : !strcmp(a, "--swap-dir")   ? &o->swap_dir
+                         : !strcmp(a, "--io")         ? &o->io
+                         : !strcmp(a, "--log-states") ? &o->log_states
+                                                      : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
         return -1;
@@ -115,6 +122,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
       target = &o->threads, max = 256;
     } else if (!strcmp(a, "--log-every")) {
       target = &o->log_every;
+    } else if (!strcmp(a, "--warmup")) {
+      target = &o->warmup, min = 0;
     } else if (a[0] == '-') {
       cli_error("train: unknown option '%s' (try train --help)", a);
       return -1;
@@ -296,9 +305,11 @@ static int train_loop(run *r, nto_err *err) {
       rc = nto_model_train_step(r->m, r->x, r->y, &st, err);
       r->step_s[it] = now_s() - s0;
       nto_model_offload_stats(r->m, &after);
-      r->io_read += after.read_bytes - before.read_bytes;
-      r->io_written += after.written_bytes - before.written_bytes;
-      r->stall_ms += after.stall_ms - before.stall_ms;
+      if (it >= r->o.warmup) {
+        r->io_read += after.read_bytes - before.read_bytes;
+        r->io_written += after.written_bytes - before.written_bytes;
+        r->stall_ms += after.stall_ms - before.stall_ms;
+      }
       if (rc != 0)
         break;
       it++, ie++;
@@ -339,59 +350,156 @@ static void print_plan(run *r) {
     printf("offload: %s\n", st.note);
 }
 
-/* Offload lines of the end-of-run report. */
-static void report_offload(run *r) {
-  char a[32], b[32], c[32];
+/* The report's figures, over the iterations after the warm-up. */
+typedef struct metrics {
+  long from, n;            /* measured iterations [from, from + n) */
+  double median_ms, p90_ms;
+  double stall_ms, read_mib, written_mib; /* per measured iteration */
+  int offload;             /* 0: all resident, st unset */
   nto_offload_stats st;
-  if (nto_model_offload_stats(r->m, &st) != 0) {
+  nto_mem_plan plan;
+  size_t peak_rss;
+} metrics;
+
+static void measure(run *r, metrics *mx) {
+  memset(mx, 0, sizeof *mx);
+  /* Too few iterations for the warm-up: measure them all (and say so). */
+  mx->from = r->o.warmup < r->n_steps ? r->o.warmup : 0;
+  mx->n = r->n_steps - mx->from;
+  double n = mx->n > 0 ? (double)mx->n : 1;
+  mx->median_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.5) * 1e3;
+  mx->p90_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.9) * 1e3;
+  mx->stall_ms = r->stall_ms / n;
+  mx->read_mib = r->io_read / n / 1048576.0;
+  mx->written_mib = r->io_written / n / 1048576.0;
+  mx->offload = nto_model_offload_stats(r->m, &mx->st) == 0;
+  mx->plan = nto_model_mem_plan(r->m);
+  mx->peak_rss = nto_peak_rss_bytes();
+}
+
+/* Offload lines of the end-of-run report. */
+static void report_offload(const metrics *mx) {
+  char a[32], b[32], c[32], d[32];
+  const nto_offload_stats *st = &mx->st;
+  if (!mx->offload) {
     printf("window            all (every tensor resident)\n");
     return;
   }
-  double n = r->n_steps > 0 ? (double)r->n_steps : 1;
-  printf("window            %d steps (%s, swap %s%s)\n", st.window, st.io,
-         st.swap_dir, st.direct ? ", O_DIRECT" : ", page cache");
-  char d[32];
+  printf("window            %d steps (%s, swap %s%s)\n", st->window, st->io,
+         st->swap_dir, st->direct ? ", O_DIRECT" : ", page cache");
   printf("resident tensors  peak %s in a region of %s (planned peak %s) + "
          "workspace %s\n",
-         cli_bytes(st.peak_resident, a, sizeof a),
-         cli_bytes(st.region, d, sizeof d),
-         cli_bytes(st.planned_peak, b, sizeof b),
-         cli_bytes(nto_model_mem_plan(r->m).workspace, c, sizeof c));
+         cli_bytes(st->peak_resident, a, sizeof a),
+         cli_bytes(st->region, d, sizeof d),
+         cli_bytes(st->planned_peak, b, sizeof b),
+         cli_bytes(mx->plan.workspace, c, sizeof c));
   printf("stall             %.1f ms per iteration (%.1f%% of the median "
          "iteration), executor waiting for reads\n",
-         r->stall_ms / n,
-         100.0 * (r->stall_ms / n) /
-             (percentile(r->step_s, (size_t)r->n_steps, 0.5) * 1e3 + 1e-9));
+         mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
   printf("swap traffic      %.1f MiB read, %.1f MiB written per iteration "
          "(planned %.1f / %.1f)\n",
-         r->io_read / n / 1048576.0, r->io_written / n / 1048576.0,
-         st.planned_read / 1048576.0, st.planned_written / 1048576.0);
+         mx->read_mib, mx->written_mib, st->planned_read / 1048576.0,
+         st->planned_written / 1048576.0);
 }
 
-static void report(run *r, double total_s) {
-  nto_mem_plan p = nto_model_mem_plan(r->m);
+static void report(run *r, const metrics *mx, double total_s) {
+  const nto_mem_plan *p = &mx->plan;
   char a[32], b[32], c[32], d[32], e[32], f[32];
-  double med = percentile(r->step_s, (size_t)r->n_steps, 0.5) * 1e3;
-  double p90 = percentile(r->step_s, (size_t)r->n_steps, 0.9) * 1e3;
   printf("\n== report: %s ==\n", r->o.model);
   printf("iterations        %ld (batch %d, %ld samples) in %.1f s\n",
          r->n_steps, r->batch, r->n_steps * r->batch, total_s);
+  if (mx->from > 0)
+    printf("measured          iterations %ld-%ld (after a warm-up of %ld)\n",
+           mx->from + 1, r->n_steps, mx->from);
+  else if (r->o.warmup > 0)
+    printf("measured          all %ld iterations (too few for a warm-up of "
+           "%ld)\n",
+           r->n_steps, r->o.warmup);
   printf("train             loss %.4f accuracy %.1f%% (last progress "
          "window)\n",
          r->last_loss, r->last_acc);
   if (r->test_n)
     printf("test              loss %.4f accuracy %.2f%% (%ld samples)\n",
            r->test_loss, r->test_acc, r->test_n);
-  printf("iteration time    median %.1f ms, p90 %.1f ms (%.2f it/s)\n", med,
-         p90, med > 0 ? 1e3 / med : 0);
+  printf("iteration time    median %.1f ms, p90 %.1f ms (%.2f it/s)\n",
+         mx->median_ms, mx->p90_ms,
+         mx->median_ms > 0 ? 1e3 / mx->median_ms : 0);
   printf("peak RSS          %s (kernel VmHWM)\n",
-         cli_bytes(nto_peak_rss_bytes(), a, sizeof a));
+         cli_bytes(mx->peak_rss, a, sizeof a));
   printf("planned tensors   %s all resident = weights %s + optimizer %s + "
          "activations/gradients %s + workspace %s\n",
-         cli_bytes(p.total, b, sizeof b), cli_bytes(p.weights, c, sizeof c),
-         cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
-         cli_bytes(p.workspace, f, sizeof f));
-  report_offload(r);
+         cli_bytes(p->total, b, sizeof b), cli_bytes(p->weights, c, sizeof c),
+         cli_bytes(p->opt_state, d, sizeof d),
+         cli_bytes(p->arena, e, sizeof e),
+         cli_bytes(p->workspace, f, sizeof f));
+  report_offload(mx);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+/* --report-json: the report's figures, bytes and ms, for `bench` and
+ * scripts (schema in docs/cli.md). Returns 0, or NTO_EIO naming the file. */
+static int report_json(run *r, const metrics *mx, double total_s,
+                       nto_err *err) {
+  FILE *f = fopen(r->o.report_json, "w");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "--report-json: cannot open %s: %s",
+                       r->o.report_json, strerror(errno));
+  const nto_offload_stats *st = &mx->st;
+  size_t resident = mx->offload ? st->peak_resident
+                                : mx->plan.total - mx->plan.workspace;
+  fprintf(f, "{\n  \"model\": ");
+  json_string(f, r->o.model);
+  fprintf(f, ",\n  \"batch\": %d,\n  \"iterations\": %ld,\n", r->batch,
+          r->n_steps);
+  fprintf(f, "  \"warmup\": %ld,\n  \"measured_iterations\": %ld,\n",
+          mx->from, mx->n);
+  fprintf(f, "  \"total_s\": %.3f,\n", total_s);
+  if (mx->offload)
+    fprintf(f, "  \"window\": %d,\n", st->window);
+  else
+    fprintf(f, "  \"window\": \"all\",\n");
+  fprintf(f, "  \"io\": ");
+  json_string(f, mx->offload ? st->io : "none");
+  fprintf(f, ",\n  \"direct\": %s,\n",
+          mx->offload && st->direct ? "true" : "false");
+  fprintf(f, "  \"peak_rss_bytes\": %zu,\n", mx->peak_rss);
+  fprintf(f, "  \"resident_peak_bytes\": %zu,\n", resident);
+  fprintf(f, "  \"region_bytes\": %zu,\n",
+          mx->offload ? st->region : resident);
+  fprintf(f, "  \"workspace_bytes\": %zu,\n", mx->plan.workspace);
+  fprintf(f, "  \"all_resident_bytes\": %zu,\n", mx->plan.total);
+  fprintf(f, "  \"iteration_ms_median\": %.3f,\n", mx->median_ms);
+  fprintf(f, "  \"iteration_ms_p90\": %.3f,\n", mx->p90_ms);
+  fprintf(f, "  \"stall_ms_per_iteration\": %.3f,\n", mx->stall_ms);
+  fprintf(f, "  \"read_mib_per_iteration\": %.3f,\n", mx->read_mib);
+  fprintf(f, "  \"written_mib_per_iteration\": %.3f,\n", mx->written_mib);
+  fprintf(f, "  \"planned_read_mib_per_iteration\": %.3f,\n",
+          mx->offload ? st->planned_read / 1048576.0 : 0.0);
+  fprintf(f, "  \"planned_written_mib_per_iteration\": %.3f,\n",
+          mx->offload ? st->planned_written / 1048576.0 : 0.0);
+  fprintf(f, "  \"iteration_ms\": [");
+  for (long i = 0; i < r->n_steps; i++)
+    fprintf(f, "%s%.3f", i ? ", " : "", r->step_s[i] * 1e3);
+  fprintf(f, "]\n}\n");
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad)
+    return nto_err_set(err, NTO_EIO, "--report-json: cannot write %s",
+                       r->o.report_json);
+  return 0;
 }
 
 static int save(run *r, nto_err *err) {
@@ -558,8 +666,13 @@ int cmd_train(int argc, char **argv) {
     /* Save before the report so that its peak RSS covers saving too. */
     double total_s = now_s() - t0;
     rc = save(&r, &err);
-    if (rc == 0)
-      report(&r, total_s);
+    metrics mx;
+    if (rc == 0) {
+      measure(&r, &mx);
+      report(&r, &mx, total_s);
+    }
+    if (rc == 0 && r.o.report_json)
+      rc = report_json(&r, &mx, total_s, &err);
   }
   if (rc != 0)
     cli_error("%s", err.msg);
