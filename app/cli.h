@@ -33,4 +33,11 @@ const char *cli_bytes(size_t bytes, char *buf, size_t len);
 int cmd_train(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 
+/* `bench MODEL.ini [options]`: runs `train` once per --windows
+ * configuration, each in a child process of this binary, and prints their
+ * iteration time, memory and swap traffic side by side (optionally CSV,
+ * JSON, SVG plot). argv[0] is "bench". Returns CLI_OK, CLI_RUNTIME (a
+ * configuration failed or the weights differ) or CLI_USAGE. */
+int cmd_bench(int argc, char **argv);
+
 #endif

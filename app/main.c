@@ -16,6 +16,8 @@ static const char usage[] =
     "  train MODEL.ini    train a model and report loss, accuracy, iteration\n"
     "                     time and peak memory\n"
     "  summary MODEL.ini  per-layer shapes, parameters and memory\n"
+    "  bench MODEL.ini    compare offload windows: iteration time, memory,\n"
+    "                     swap traffic, identical weights\n"
     "\n"
     "options:\n"
     "  --help, -h         this help (also: <command> --help)\n"
@@ -41,6 +43,8 @@ int main(int argc, char **argv) {
     return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "summary"))
     return cmd_summary(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench"))
+    return cmd_bench(argc - 1, argv + 1);
   cli_error("unknown command '%s' (try --help)", cmd);
   return CLI_USAGE;
 }

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B]\n"
@@ -14,9 +15,12 @@ static const char usage[] =
     "plus its inputs or output when its backward reads them), then totals\n"
     "and the planned memory of training with everything resident, and,\n"
     "for offloading with windows 1, 2, 4 and 8, the planned memory of\n"
-    "resident tensors and the swap traffic per iteration.\n"
+    "resident tensors, the estimated peak RSS of `train` and the swap\n"
+    "traffic per iteration.\n"
     "\n"
-    "  --batch-size B   batch size (default: the INI's batch_size)\n";
+    "  --batch-size B   batch size (default: the INI's batch_size)\n"
+    "  --threads T      BLAS threads train will use, for the estimated\n"
+    "                   peak RSS (default: online CPUs)\n";
 
 /* Bytes layer l keeps from its forward step to its backward step. */
 static size_t saved_bytes(const nto_graph *g, const nto_layer *l) {
@@ -48,42 +52,56 @@ static void print_table(const nto_model *m) {
   }
 }
 
+/* OpenBLAS's packing buffers touched per BLAS thread by our sgemm shapes
+ * (measured: docs/benchmarks.md, "summary estimates"). */
+#define BLAS_THREAD_BYTES ((size_t)3 << 20)
+
+/* Estimated peak RSS of `train` holding `tensors` bytes of tensors and
+ * workspace: this process's own RSS now (code, libraries, the model's
+ * plans, as train has them too) plus OpenBLAS's buffers. */
+static size_t estimate_rss(size_t tensors, long threads) {
+  return tensors + nto_current_rss_bytes() +
+         (size_t)threads * BLAS_THREAD_BYTES;
+}
+
 /* What offloading with windows 1, 2, 4 and 8 plans: the tensor region
- * (the larger of the training and inference schedules), and the swap
- * traffic of a training iteration (schedule.h). */
-static void print_windows(const nto_model *m) {
+ * (the larger of the training and inference schedules) + workspace, the
+ * estimated peak RSS, and the swap traffic of a training iteration
+ * (schedule.h); then the same estimate with everything resident. */
+static void print_windows(const nto_model *m, long threads) {
   const int windows[] = {1, 2, 4, 8};
   size_t ws = nto_model_mem_plan(m).workspace;
-  char a[32], b[32];
-  printf("\noffloading (train --window N): resident tensors + workspace %s, "
-         "swap traffic per iteration\n",
-         cli_bytes(ws, b, sizeof b));
+  char a[32], b[32], c[32];
+  printf("\noffloading (train --window N), with %ld BLAS threads: resident "
+         "tensors + workspace %s, estimated peak RSS, swap traffic per "
+         "iteration\n",
+         threads, cli_bytes(ws, b, sizeof b));
   for (int i = 0; i < 4; i++) {
-    nto_schedule sc[2];
+    nto_schedule sc;
     nto_err err = {0};
-    if (nto_schedule_build(&sc[0], nto_model_plan(m, NTO_PASS_TRAIN),
-                           windows[i], &err) != 0) {
-      printf("  window %d: %s\n", windows[i], err.msg);
-      continue;
-    }
-    if (nto_schedule_build(&sc[1], nto_model_plan(m, NTO_PASS_EVAL), windows[i],
+    size_t need = 0;
+    if (nto_model_window_bytes(m, windows[i], &need, &err) != 0 ||
+        nto_schedule_build(&sc, nto_model_plan(m, NTO_PASS_TRAIN), windows[i],
                            &err) != 0) {
       printf("  window %d: %s\n", windows[i], err.msg);
-      nto_schedule_free(&sc[0]);
       continue;
     }
-    size_t region = sc[0].region > sc[1].region ? sc[0].region : sc[1].region;
-    printf("  window %d: %s of tensors; %.1f MiB read, %.1f MiB written\n",
-           windows[i], cli_bytes(region, a, sizeof a),
-           sc[0].read_bytes / 1048576.0, sc[0].written_bytes / 1048576.0);
-    nto_schedule_free(&sc[0]);
-    nto_schedule_free(&sc[1]);
+    printf("  window %d: %s of tensors; estimated peak RSS %s; %.1f MiB "
+           "read, %.1f MiB written\n",
+           windows[i], cli_bytes(need - ws, a, sizeof a),
+           cli_bytes(estimate_rss(need, threads), c, sizeof c),
+           sc.read_bytes / 1048576.0, sc.written_bytes / 1048576.0);
+    nto_schedule_free(&sc);
   }
+  printf("  all resident: %s of tensors; estimated peak RSS %s\n",
+         cli_bytes(nto_model_mem_plan(m).total - ws, a, sizeof a),
+         cli_bytes(estimate_rss(nto_model_mem_plan(m).total, threads), c,
+                   sizeof c));
 }
 
 int cmd_summary(int argc, char **argv) {
   const char *path = NULL;
-  long batch = 0;
+  long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
@@ -91,6 +109,10 @@ int cmd_summary(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--batch-size")) {
       if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
                   &batch) != 0)
+        return CLI_USAGE;
+    } else if (!strcmp(argv[i], "--threads")) {
+      if (cli_int("--threads", cli_value(argc, argv, &i), 1, 256, &threads) !=
+          0)
         return CLI_USAGE;
     } else if (argv[i][0] == '-') {
       cli_error("summary: unknown option '%s'", argv[i]);
@@ -132,7 +154,7 @@ int cmd_summary(int argc, char **argv) {
          cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
          cli_bytes(p.workspace, f, sizeof f));
-  print_windows(m);
+  print_windows(m, threads);
   nto_model_free(m);
   nto_config_free(&c);
   return CLI_OK;

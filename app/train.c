@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,15 +45,23 @@ static const char usage[] =
     "\n"
     "Offloading (default: the INI's memory_swap* / fsu* keys, else all\n"
     "resident):\n"
-    "  --window N|all        keep the tensors of N steps in RAM, the rest in\n"
-    "                        a swap file; 'all': everything resident\n"
+    "  --window N|auto|all   keep the tensors of N steps in RAM, the rest in\n"
+    "                        a swap file; 'auto': adapt N after every\n"
+    "                        iteration to hide the reads; 'all': everything\n"
+    "                        resident\n"
+    "  --memory-budget SIZE  bound on resident tensors + workspace (K/M/G\n"
+    "                        suffixes); without --window: the largest\n"
+    "                        window that fits (all resident if it fits)\n"
     "  --swap-dir DIR        directory of the swap file (default: the INI's\n"
     "                        memory_swap_path, else $TMPDIR or /tmp)\n"
     "  --io uring|psync      I/O backend (default: io_uring, psync where\n"
     "                        io_uring is refused)\n"
     "  --no-direct           swap through the page cache (no O_DIRECT)\n"
     "  --log-states FILE     log every step state transition to FILE\n"
-    "                        ('-': stderr)\n";
+    "                        ('-': stderr)\n"
+    "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
+    "                        chrome://tracing): executor steps, onloader\n"
+    "                        reads, offloader writes, step state changes\n";
 
 typedef struct opts {
   const char *model, *data, *save;
@@ -63,6 +72,8 @@ typedef struct opts {
   const char *io;         /* NULL: auto */
   const char *log_states; /* NULL: off */
   const char *report_json; /* NULL: off */
+  const char *budget;      /* --memory-budget, NULL: the INI's */
+  const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */
   int no_direct;
 } opts;
@@ -91,14 +102,17 @@ static int parse_opts(int argc, char **argv, opts *o) {
     } else if (!strcmp(a, "--data") || !strcmp(a, "--save") ||
                !strcmp(a, "--window") || !strcmp(a, "--swap-dir") ||
                !strcmp(a, "--io") || !strcmp(a, "--log-states") ||
-               !strcmp(a, "--report-json")) {
+               !strcmp(a, "--report-json") || !strcmp(a, "--memory-budget") ||
+               !strcmp(a, "--trace")) {
       const char **dst = !strcmp(a, "--data")         ? &o->data
                          : !strcmp(a, "--save")       ? &o->save
                          : !strcmp(a, "--window")     ? &o->window
                          : !strcmp(a, "--swap-dir")   ? &o->swap_dir
                          : !strcmp(a, "--io")         ? &o->io
                          : !strcmp(a, "--log-states") ? &o->log_states
-                                                      : &o->report_json;
+                         : !strcmp(a, "--memory-budget") ? &o->budget
+                         : !strcmp(a, "--trace")         ? &o->trace
+                                                         : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
         return -1;
@@ -217,8 +231,15 @@ typedef struct run {
   int tty;
   int offload;                  /* the model offloads */
   FILE *state_log;              /* --log-states, or NULL */
+  FILE *trace;                  /* --trace, or NULL */
+  pthread_mutex_t trace_mu;     /* trace events come from three threads */
+  int trace_events;             /* written so far */
+  double trace_t0;              /* ms, CLOCK_MONOTONIC: ts 0 of the trace */
+  const char *window_mode;      /* "fixed", "auto", "budget" or "all" */
+  size_t budget;                /* bytes, 0: none */
   uint64_t io_read, io_written; /* during training steps only */
   double stall_ms;              /* during training steps only */
+  double busy_ms[2];            /* onloader, offloader busy time: the same */
 } run;
 
 static void progress(run *r, long epoch, long it, long it_in_epoch,
@@ -309,6 +330,8 @@ static int train_loop(run *r, nto_err *err) {
         r->io_read += after.read_bytes - before.read_bytes;
         r->io_written += after.written_bytes - before.written_bytes;
         r->stall_ms += after.stall_ms - before.stall_ms;
+        r->busy_ms[0] += after.read_busy_ms - before.read_busy_ms;
+        r->busy_ms[1] += after.write_busy_ms - before.write_busy_ms;
       }
       if (rc != 0)
         break;
@@ -355,6 +378,7 @@ typedef struct metrics {
   long from, n;            /* measured iterations [from, from + n) */
   double median_ms, p90_ms;
   double stall_ms, read_mib, written_mib; /* per measured iteration */
+  double read_busy_ms, write_busy_ms;     /* the same */
   int offload;             /* 0: all resident, st unset */
   nto_offload_stats st;
   nto_mem_plan plan;
@@ -370,6 +394,8 @@ static void measure(run *r, metrics *mx) {
   mx->median_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.5) * 1e3;
   mx->p90_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.9) * 1e3;
   mx->stall_ms = r->stall_ms / n;
+  mx->read_busy_ms = r->busy_ms[0] / n;
+  mx->write_busy_ms = r->busy_ms[1] / n;
   mx->read_mib = r->io_read / n / 1048576.0;
   mx->written_mib = r->io_written / n / 1048576.0;
   mx->offload = nto_model_offload_stats(r->m, &mx->st) == 0;
@@ -378,15 +404,19 @@ static void measure(run *r, metrics *mx) {
 }
 
 /* Offload lines of the end-of-run report. */
-static void report_offload(const metrics *mx) {
+static void report_offload(run *r, const metrics *mx) {
   char a[32], b[32], c[32], d[32];
   const nto_offload_stats *st = &mx->st;
   if (!mx->offload) {
     printf("window            all (every tensor resident)\n");
     return;
   }
-  printf("window            %d steps (%s, swap %s%s)\n", st->window, st->io,
-         st->swap_dir, st->direct ? ", O_DIRECT" : ", page cache");
+  printf("window            %d steps%s (%s, swap %s%s)\n", st->window,
+         !strcmp(r->window_mode, "auto")     ? ", adaptive (auto)"
+         : !strcmp(r->window_mode, "budget") ? ", the largest within the "
+                                               "memory budget"
+                                             : "",
+         st->io, st->swap_dir, st->direct ? ", O_DIRECT" : ", page cache");
   printf("resident tensors  peak %s in a region of %s (planned peak %s) + "
          "workspace %s\n",
          cli_bytes(st->peak_resident, a, sizeof a),
@@ -396,10 +426,41 @@ static void report_offload(const metrics *mx) {
   printf("stall             %.1f ms per iteration (%.1f%% of the median "
          "iteration), executor waiting for reads\n",
          mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
+  printf("I/O threads       busy %.1f ms reading, %.1f ms writing per "
+         "iteration\n",
+         mx->read_busy_ms, mx->write_busy_ms);
   printf("swap traffic      %.1f MiB read, %.1f MiB written per iteration "
          "(planned %.1f / %.1f)\n",
          mx->read_mib, mx->written_mib, st->planned_read / 1048576.0,
          st->planned_written / 1048576.0);
+}
+
+/* --window auto: N, stall and I/O busy time per iteration. Long runs
+ * show the first 30 iterations, then only those where N changed. */
+static void report_window_trace(run *r) {
+  int n = 0;
+  const nto_window_sample *v = nto_model_window_trace(r->m, &n);
+  if (n == 0)
+    return;
+  printf("window trace      iteration: N, iteration ms, then over the part "
+         "after the priming reads: stall ms (%%), busier I/O thread (%%)\n");
+  int skipped = 0;
+  for (int i = 0; i < n; i++) {
+    if (i >= 30 && v[i].window == v[i - 1].window) {
+      skipped++;
+      continue;
+    }
+    double part = v[i].measured_ms > 0 ? v[i].measured_ms : 1;
+    printf("                  %d: N=%d, %.1f ms, stall %.1f ms of %.1f "
+           "(%.1f%%), I/O %.0f%%%s\n",
+           i + 1, v[i].window, v[i].iteration_ms, v[i].stall_ms,
+           v[i].measured_ms, 100 * v[i].stall_ms / part,
+           100 * v[i].io_busy_ms / (v[i].iteration_ms > 0 ? v[i].iteration_ms : 1),
+           v[i].judged ? "" : " (mostly priming: not judged)");
+  }
+  if (skipped)
+    printf("                  (%d more iterations with N unchanged)\n",
+           skipped);
 }
 
 static void report(run *r, const metrics *mx, double total_s) {
@@ -432,7 +493,11 @@ static void report(run *r, const metrics *mx, double total_s) {
          cli_bytes(p->opt_state, d, sizeof d),
          cli_bytes(p->arena, e, sizeof e),
          cli_bytes(p->workspace, f, sizeof f));
-  report_offload(mx);
+  if (r->budget)
+    printf("memory budget     %s for resident tensors + workspace\n",
+           cli_bytes(r->budget, a, sizeof a));
+  report_offload(r, mx);
+  report_window_trace(r);
 }
 
 /* A JSON string: quotes, backslashes and control characters escaped. */
@@ -472,6 +537,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
     fprintf(f, "  \"window\": %d,\n", st->window);
   else
     fprintf(f, "  \"window\": \"all\",\n");
+  fprintf(f, "  \"window_mode\": \"%s\",\n", r->window_mode);
+  fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);
   fprintf(f, "  \"io\": ");
   json_string(f, mx->offload ? st->io : "none");
   fprintf(f, ",\n  \"direct\": %s,\n",
@@ -485,6 +552,10 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"iteration_ms_median\": %.3f,\n", mx->median_ms);
   fprintf(f, "  \"iteration_ms_p90\": %.3f,\n", mx->p90_ms);
   fprintf(f, "  \"stall_ms_per_iteration\": %.3f,\n", mx->stall_ms);
+  fprintf(f, "  \"read_busy_ms_per_iteration\": %.3f,\n",
+          mx->read_busy_ms);
+  fprintf(f, "  \"write_busy_ms_per_iteration\": %.3f,\n",
+          mx->write_busy_ms);
   fprintf(f, "  \"read_mib_per_iteration\": %.3f,\n", mx->read_mib);
   fprintf(f, "  \"written_mib_per_iteration\": %.3f,\n", mx->written_mib);
   fprintf(f, "  \"planned_read_mib_per_iteration\": %.3f,\n",
@@ -494,7 +565,18 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"iteration_ms\": [");
   for (long i = 0; i < r->n_steps; i++)
     fprintf(f, "%s%.3f", i ? ", " : "", r->step_s[i] * 1e3);
-  fprintf(f, "]\n}\n");
+  fprintf(f, "],\n  \"window_trace\": [");
+  int nw = 0;
+  const nto_window_sample *v = nto_model_window_trace(r->m, &nw);
+  for (int i = 0; i < nw; i++)
+    fprintf(f,
+            "%s\n    {\"iteration\": %d, \"window\": %d, "
+            "\"iteration_ms\": %.3f, \"measured_ms\": %.3f, "
+            "\"stall_ms\": %.3f, \"io_busy_ms\": %.3f, \"judged\": %s}",
+            i ? "," : "", i + 1, v[i].window, v[i].iteration_ms,
+            v[i].measured_ms, v[i].stall_ms, v[i].io_busy_ms,
+            v[i].judged ? "true" : "false");
+  fprintf(f, "%s]\n}\n", nw ? "\n  " : "");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)
     return nto_err_set(err, NTO_EIO, "--report-json: cannot write %s",
@@ -536,39 +618,176 @@ static int save(run *r, nto_err *err) {
   return rc;
 }
 
-/* --log-states: one line per step state transition. */
+/* ---- --trace: Chrome trace-event JSON ----
+ * One object per event in "traceEvents"; ts and dur in microseconds from
+ * the start of the run. Tracks (tid): 1 executor (steps, and the waits
+ * for their reads), 2 onloader (reads), 3 offloader (writes), 4 step
+ * state changes (instant events). Events come from the three threads:
+ * trace_mu orders them in the file (Perfetto does not need them sorted). */
+
+enum { TID_EXEC = 1, TID_ONLOAD, TID_OFFLOAD, TID_STATES };
+
+/* Start an event object (lock held). */
+static void trace_open(run *r) {
+  fputs(r->trace_events++ ? ",\n" : "\n", r->trace);
+}
+
+static void trace_span(run *r, int tid, const char *name, const char *cat,
+                       double t0_ms, double t1_ms, const char *args) {
+  pthread_mutex_lock(&r->trace_mu);
+  trace_open(r);
+  fprintf(r->trace, "{\"name\":");
+  json_string(r->trace, name);
+  fprintf(r->trace,
+          ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.1f,"
+          "\"dur\":%.1f%s%s}",
+          cat, tid, (t0_ms - r->trace_t0) * 1e3, (t1_ms - t0_ms) * 1e3,
+          args ? ",\"args\":" : "", args ? args : "");
+  pthread_mutex_unlock(&r->trace_mu);
+}
+
+static void trace_step(void *user, int pass, int s, double t_begin,
+                       double t_ready, double t_end) {
+  run *r = user;
+  char name[NTO_NAME_MAX + 24], wait[NTO_NAME_MAX + 32];
+  nto_model_step_name(r->m, pass, s, name, sizeof name);
+  if (t_ready - t_begin >= 0.02) { /* the executor really waited */
+    snprintf(wait, sizeof wait, "wait %s", name);
+    trace_span(r, TID_EXEC, wait, "stall", t_begin, t_ready, NULL);
+  }
+  trace_span(r, TID_EXEC, name, pass == NTO_PASS_TRAIN ? "train" : "eval",
+             t_ready, t_end, NULL);
+}
+
+static void trace_io(void *user, nto_trace_kind kind, int id, double t0,
+                     double t1) {
+  run *r = user;
+  const nto_tensor *t = nto_model_tensor(r->m, id);
+  char args[64];
+  snprintf(args, sizeof args, "{\"bytes\":%zu}", t->bytes);
+  trace_span(r, kind == NTO_TRACE_READ ? TID_ONLOAD : TID_OFFLOAD, t->name,
+             kind == NTO_TRACE_READ ? "read" : "write", t0, t1, args);
+}
+
+static double mono_ms(void) { return now_s() * 1e3; }
+
+/* Open the trace and name its tracks. */
+static int trace_start(run *r) {
+  r->trace = fopen(r->o.trace, "w");
+  if (!r->trace) {
+    cli_error("--trace: cannot open %s: %s", r->o.trace, strerror(errno));
+    return -1;
+  }
+  pthread_mutex_init(&r->trace_mu, NULL);
+  r->trace_t0 = mono_ms();
+  static const char *const names[] = {"executor", "onloader", "offloader",
+                                      "step states"};
+  fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", r->trace);
+  for (int i = 0; i < 4; i++) {
+    trace_open(r);
+    fprintf(r->trace,
+            "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+            "\"args\":{\"name\":\"%s\"}}",
+            i + 1, names[i]);
+  }
+  return 0;
+}
+
+/* Close the event list; NTO_EIO if the file could not be written. */
+static int trace_finish(run *r, nto_err *err) {
+  if (!r->trace)
+    return 0;
+  fputs("\n]}\n", r->trace);
+  int bad = ferror(r->trace);
+  bad |= fclose(r->trace) != 0;
+  r->trace = NULL;
+  pthread_mutex_destroy(&r->trace_mu);
+  return bad ? nto_err_set(err, NTO_EIO, "--trace: cannot write %s",
+                           r->o.trace)
+             : 0;
+}
+
+/* --log-states and the trace's state track: every step state transition
+ * (engine lock held: short). */
 static void log_state(void *user, int pass, int step, nto_step_state from,
                       nto_step_state to) {
   run *r = user;
   char name[NTO_NAME_MAX + 16];
-  fprintf(r->state_log, "%s %s: %s -> %s\n",
-          pass == NTO_PASS_TRAIN ? "train" : "eval",
-          nto_model_step_name(r->m, pass, step, name, sizeof name),
-          nto_step_state_name(from), nto_step_state_name(to));
+  nto_model_step_name(r->m, pass, step, name, sizeof name);
+  if (r->state_log)
+    fprintf(r->state_log, "%s %s: %s -> %s\n",
+            pass == NTO_PASS_TRAIN ? "train" : "eval", name,
+            nto_step_state_name(from), nto_step_state_name(to));
+  if (r->trace) {
+    double t = mono_ms();
+    pthread_mutex_lock(&r->trace_mu);
+    trace_open(r);
+    fprintf(r->trace,
+            "{\"name\":\"%s -> %s\",\"cat\":\"state\",\"ph\":\"i\","
+            "\"s\":\"t\",\"pid\":1,\"tid\":%d,\"ts\":%.1f,"
+            "\"args\":{\"step\":",
+            nto_step_state_name(from), nto_step_state_name(to), TID_STATES,
+            (t - r->trace_t0) * 1e3);
+    json_string(r->trace, name);
+    fputs("}}", r->trace);
+    pthread_mutex_unlock(&r->trace_mu);
+  }
+}
+
+/* The window: --window, else the INI's memory_swap_lookahead (when
+ * memory_swap is on); "auto", "all" or a number; NULL if neither. */
+static const char *window_setting(const run *r, const char **what) {
+  const nto_model_conf *mc = &r->c.model;
+  *what = "--window";
+  if (r->o.window)
+    return r->o.window;
+  if (!mc->memory_swap)
+    return NULL;
+  *what = "memory_swap_lookahead";
+  return mc->swap_lookahead[0] ? mc->swap_lookahead : "2";
+}
+
+/* The memory budget: --memory-budget, else the INI's memory_budget. */
+static int budget_setting(run *r, size_t *bytes) {
+  const char *b = r->o.budget ? r->o.budget : r->c.model.memory_budget;
+  *bytes = 0;
+  if (!b || !b[0])
+    return 0;
+  nto_err e = {0};
+  if (nto_parse_size(b, bytes, &e) != 0 || *bytes == 0) {
+    cli_error("%s: expected a size > 0 with an optional K, M or G suffix, "
+              "got '%s'",
+              r->o.budget ? "--memory-budget" : "[Model] memory_budget", b);
+    return -1;
+  }
+  return 0;
 }
 
 /* The offload settings: options first, then the INI's memory_swap* / fsu*
- * keys. Returns 0, or -1 after printing a usage error. */
-static int offload_opts(run *r, nto_offload_opts *oo) {
+ * and memory_budget keys. Returns 0, or -1 after printing a usage error. */
+static int offload_opts(run *r, nto_model_opts *mo) {
   const opts *o = &r->o;
   const nto_model_conf *mc = &r->c.model;
+  nto_offload_opts *oo = &mo->offload;
   memset(oo, 0, sizeof *oo);
-  const char *w = o->window, *what = "--window";
-  if (!w && mc->memory_swap) {
-    w = mc->swap_lookahead[0] ? mc->swap_lookahead : "2";
-    what = "memory_swap_lookahead";
-  }
-  if (w && strcmp(w, "all") != 0) {
+  const char *what, *w = window_setting(r, &what);
+  if (budget_setting(r, &r->budget) != 0)
+    return -1;
+  mo->memory_budget = r->budget;
+  mo->window_mode = NTO_WINDOW_FIXED;
+  r->window_mode = "all";
+  if (!w && r->budget) {
+    mo->window_mode = NTO_WINDOW_BUDGET;
+    r->window_mode = "budget";
+  } else if (w && !strcmp(w, "auto")) {
+    mo->window_mode = NTO_WINDOW_AUTO;
+    r->window_mode = "auto";
+  } else if (w && strcmp(w, "all") != 0) {
     long n;
-    if (!strcmp(w, "auto")) {
-      cli_error("%s: the adaptive window (auto) is not available in this "
-                "version; give a number of steps >= 1, or all",
-                what);
-      return -1;
-    }
     if (cli_int(what, w, 1, 1L << 20, &n) != 0)
       return -1;
     oo->window = (int)n;
+    r->window_mode = "fixed";
   }
   oo->swap_dir = o->swap_dir        ? o->swap_dir
                  : mc->swap_path[0] ? mc->swap_path
@@ -591,8 +810,18 @@ static int offload_opts(run *r, nto_offload_opts *oo) {
                 strerror(errno));
       return -1;
     }
+  }
+  if (o->trace && trace_start(r) != 0)
+    return -1;
+  if (r->state_log || r->trace) {
     oo->log_state = log_state;
     oo->log_user = r;
+  }
+  if (r->trace) {
+    oo->trace = trace_io;
+    oo->trace_user = r;
+    mo->step_trace = trace_step;
+    mo->step_trace_user = r;
   }
   return 0;
 }
@@ -607,6 +836,10 @@ static void cleanup(run *r) {
   free(r->step_s);
   if (r->state_log && r->state_log != stderr)
     fclose(r->state_log);
+  if (r->trace) { /* a failed run: still a valid file */
+    nto_err e = {0};
+    trace_finish(r, &e);
+  }
 }
 
 int cmd_train(int argc, char **argv) {
@@ -621,7 +854,7 @@ int cmd_train(int argc, char **argv) {
   int rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
-  if (rc == 0 && offload_opts(&r, &mo.offload) != 0) {
+  if (rc == 0 && offload_opts(&r, &mo) != 0) {
     cleanup(&r);
     return CLI_USAGE;
   }
@@ -634,7 +867,12 @@ int cmd_train(int argc, char **argv) {
     cleanup(&r);
     return status;
   }
-  r.offload = mo.offload.window > 0;
+  {
+    nto_offload_stats st;
+    r.offload = nto_model_offload_stats(r.m, &st) == 0;
+    if (!r.offload && !strcmp(r.window_mode, "budget"))
+      r.window_mode = "all"; /* everything fits the budget */
+  }
   r.batch = nto_model_batch(r.m);
   r.k = nto_model_output_size(r.m);
   nto_shape in = nto_model_input_shape(r.m);
@@ -673,6 +911,8 @@ int cmd_train(int argc, char **argv) {
     }
     if (rc == 0 && r.o.report_json)
       rc = report_json(&r, &mx, total_s, &err);
+    if (rc == 0)
+      rc = trace_finish(&r, &err);
   }
   if (rc != 0)
     cli_error("%s", err.msg);

@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IO_MAX_DEPTH 32768u     /* IORING_MAX_ENTRIES */
@@ -115,24 +116,32 @@ static io_slot fifo_pop(slot_fifo *q) {
 
 /* ------------------------------------------------------ fault injection */
 
-static atomic_int fault_op, fault_fail, fault_errno, fault_short;
+static atomic_int fault_op, fault_fail, fault_errno, fault_short, fault_delay;
 static atomic_uint fault_count;
 
 void nto_io_fault_set(const nto_io_fault *f) {
   atomic_store(&fault_fail, 0);
   atomic_store(&fault_short, 0);
   atomic_store(&fault_count, 0u);
+  atomic_store(&fault_delay, 0);
   if (f == NULL)
     return;
   atomic_store(&fault_op, (int)f->op);
   atomic_store(&fault_errno, f->errno_neg < 0 ? f->errno_neg : -EIO);
   atomic_store(&fault_short, f->short_nth > 0 ? f->short_nth : 0);
   atomic_store(&fault_fail, f->fail_nth > 0 ? f->fail_nth : 0);
+  atomic_store(&fault_delay, f->delay_us > 0 ? f->delay_us : 0);
 }
 
 /* The slot for a newly submitted r, counting it for the fault hook. */
 static io_slot slot_for(nto_io_req *r) {
   io_slot s = {r, 0, 0};
+  int delay = atomic_load(&fault_delay);
+  if (delay > 0 && (int)r->op == atomic_load(&fault_op)) {
+    struct timespec ts = {delay / 1000000, (long)(delay % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+  }
   int fail = atomic_load(&fault_fail), sh = atomic_load(&fault_short);
   if ((fail == 0 && sh == 0) || (int)r->op != atomic_load(&fault_op))
     return s;

@@ -117,6 +117,9 @@ typedef struct nto_io_fault {
   int fail_nth;
   int errno_neg;
   int short_nth;
+  int delay_us; /* every request of op: the submitting thread sleeps this
+                   long first (a slow device; tests of the adaptive
+                   window) */
 } nto_io_fault;
 
 /* Set the fault injection (a copy is taken); NULL clears it. */

@@ -291,6 +291,22 @@ void nto_swap_close(nto_swap *s) {
   free(s);
 }
 
+int nto_swap_grow(nto_swap *s, uint64_t bytes, nto_err *err) {
+  if (bytes > (uint64_t)INT64_MAX - (NTO_PAGE - 1))
+    return nto_err_set(err, NTO_EINVAL,
+                       "swap dir %s: size %llu bytes is too large", s->dir,
+                       (unsigned long long)bytes);
+  bytes = (bytes + NTO_PAGE - 1) / NTO_PAGE * NTO_PAGE;
+  if (bytes <= s->bytes)
+    return 0;
+  int rc = check_space(s->fd, s->dir, bytes - s->bytes, err);
+  if (rc == 0)
+    rc = preallocate(s->fd, s->dir, bytes, err);
+  if (rc == 0)
+    s->bytes = bytes;
+  return rc;
+}
+
 int nto_swap_fd(const nto_swap *s) { return s->fd; }
 
 uint64_t nto_swap_size(const nto_swap *s) { return s->bytes; }

@@ -62,6 +62,15 @@ int nto_swap_open(nto_swap **out, const nto_swap_opts *o, nto_err *err);
  * Main thread only; no I/O on the descriptor may be in flight. */
 void nto_swap_close(nto_swap *s);
 
+/*
+ * Grow the file to bytes (rounded up to NTO_PAGE; a smaller size is a
+ * no-op): free space is checked for the added bytes, then they are
+ * preallocated as by nto_swap_open. Errors as nto_swap_open (NTO_EIO
+ * naming the directory and the size needed); the file keeps its old size.
+ * Main thread; no I/O may be in flight beyond the old size.
+ */
+int nto_swap_grow(nto_swap *s, uint64_t bytes, nto_err *err);
+
 /* The file descriptor (O_RDWR, O_CLOEXEC, O_DIRECT if nto_swap_is_direct). */
 int nto_swap_fd(const nto_swap *s);
 

@@ -1,15 +1,18 @@
 /* model.c - tensor table, execution plan, arena, executor. See model.h. */
 #include "model.h"
+#include "autowin.h"
 #include "loss.h"
 #include "lr_scheduler.h"
 #include "optimizer.h"
 #include "registry.h"
+#include "schedule.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Step interval of a transient tensor; first > last means unused. */
 typedef struct span {
@@ -63,6 +66,13 @@ struct nto_model {
   int compute_input_grad;
 
   long iteration;
+  nto_step_trace_fn step_trace;
+  void *step_trace_user;
+  size_t budget;                /* memory budget, bytes; 0: none */
+  int auto_window;              /* NTO_WINDOW_AUTO */
+  nto_autowin ctl;              /* its controller */
+  nto_window_sample *wtrace;    /* its record, one per iteration */
+  int n_wtrace, cap_wtrace;
   nto_rng rng;
   nto_grad_hook hook;
   void *hook_user;
@@ -579,6 +589,115 @@ static int setup_loss(nto_model *m, nto_err *err) {
   return 0;
 }
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void fmt_mib(char *buf, size_t len, size_t bytes) {
+  snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+}
+
+/* The tensor region a window of n steps needs (the larger of the two
+ * passes' schedules; schedule.h) into *region. */
+static int window_region(const nto_model *m, int n, size_t *region,
+                         nto_err *err) {
+  *region = 0;
+  for (int k = 0; k < 2; k++) {
+    nto_schedule sc;
+    int rc = nto_schedule_build(&sc, &m->plan[k], n, err);
+    if (rc != 0)
+      return rc;
+    if (sc.region > *region)
+      *region = sc.region;
+    nto_schedule_free(&sc);
+  }
+  return 0;
+}
+
+/* The largest window (>= 1) whose region + workspace fits budget, or 0;
+ * *min_need: what window 1 needs. Regions grow with N but not strictly
+ * (placement), so the scan goes on past a miss and stops after 8 misses
+ * in a row or at the longest window (the training pass's steps - 1). */
+static int largest_fit(const nto_model *m, size_t budget, int *best,
+                       size_t *min_need, nto_err *err) {
+  size_t ws = nto_round_page(m->ws_bytes), region;
+  int S = m->plan[NTO_PASS_TRAIN].n_steps, misses = 0;
+  *best = 0;
+  for (int n = 1; n <= (S > 2 ? S - 1 : 1) && misses < 8; n++) {
+    int rc = window_region(m, n, &region, err);
+    if (rc != 0)
+      return rc;
+    if (n == 1)
+      *min_need = region + ws;
+    if (region + ws <= budget) {
+      *best = n;
+      misses = 0;
+    } else {
+      misses++;
+    }
+  }
+  return 0;
+}
+
+/* Decide the window from opts (mode, window, budget): *window 0 means all
+ * resident; *max the adaptive window's upper bound. NTO_ECONFIG when the
+ * budget cannot be met, naming what would fit. */
+static int resolve_window(nto_model *m, const nto_model_opts *opts,
+                          int *window, int *max, nto_err *err) {
+  size_t budget = opts->memory_budget, total = nto_model_mem_plan(m).total;
+  size_t ws = nto_round_page(m->ws_bytes), min_need = 0;
+  int S = m->plan[NTO_PASS_TRAIN].n_steps, fit = 0, rc = 0;
+  char b[32], need[32], w[32];
+  *window = opts->window_mode == NTO_WINDOW_AUTO ? 1 : opts->offload.window;
+  *max = S > 2 ? S - 1 : 1;
+  if (!budget)
+    return 0;
+  fmt_mib(b, sizeof b, budget);
+  fmt_mib(w, sizeof w, ws);
+  if (opts->window_mode == NTO_WINDOW_FIXED && *window == 0) {
+    fmt_mib(need, sizeof need, total);
+    return total <= budget
+               ? 0
+               : nto_err_set(err, NTO_ECONFIG,
+                             "memory budget %s: training with everything "
+                             "resident needs %s; give a window or no "
+                             "window",
+                             b, need);
+  }
+  if (opts->window_mode == NTO_WINDOW_BUDGET && total <= budget) {
+    *window = 0;
+    return 0;
+  }
+  rc = largest_fit(m, budget, &fit, &min_need, err);
+  if (rc != 0)
+    return rc;
+  fmt_mib(need, sizeof need, min_need);
+  if (fit == 0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "memory budget %s is below the minimum this model "
+                       "needs at batch %d: %s (window 1: tensor region + "
+                       "workspace %s)",
+                       b, m->g.batch, need, w);
+  if (opts->window_mode == NTO_WINDOW_FIXED && *window > fit) {
+    size_t region = 0;
+    rc = window_region(m, *window, &region, err);
+    fmt_mib(need, sizeof need, region + ws);
+    if (rc == 0 && region + ws > budget)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "memory budget %s: window %d needs %s (tensor "
+                         "region + workspace %s); the largest window "
+                         "within the budget is %d",
+                         b, *window, need, w, fit);
+    return rc;
+  }
+  if (opts->window_mode == NTO_WINDOW_BUDGET)
+    *window = fit;
+  *max = fit;
+  return 0;
+}
+
 /* Buffers of a runnable model: tensors (arena or offload engine),
  * workspace, output copy, input gradient; initial weights. */
 static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
@@ -593,9 +712,20 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc != 0)
     return rc;
-  if (opts->offload.window > 0) { /* mem_plan still reports the arena */
-    rc = plan_arena(m, err);
-    return rc == 0 ? start_offload(m, &opts->offload, err) : rc;
+  int window = 0, max = 0;
+  rc = plan_arena(m, err); /* mem_plan reports the arena when offloading */
+  if (rc == 0)
+    rc = resolve_window(m, opts, &window, &max, err);
+  if (rc != 0)
+    return rc;
+  if (window > 0) {
+    nto_offload_opts oo = opts->offload;
+    oo.window = window;
+    m->budget = opts->memory_budget;
+    m->auto_window = opts->window_mode == NTO_WINDOW_AUTO;
+    if (m->auto_window)
+      nto_autowin_init(&m->ctl, 1, max);
+    return start_offload(m, &oo, err);
   }
   rc = allocate(m, err);
   if (rc == 0)
@@ -613,6 +743,8 @@ int nto_model_create(nto_model **out, const nto_config *c,
   m->opt = c->opt;
   m->lr = c->lr;
   m->compute_input_grad = opts->compute_input_grad;
+  m->step_trace = opts->step_trace;
+  m->step_trace_user = opts->step_trace_user;
   nto_rng_seed(&m->rng, opts->seed);
   int batch = opts->batch > 0 ? opts->batch : c->model.batch_size;
   int rc = nto_graph_build(&m->g, c, batch, err);
@@ -655,6 +787,7 @@ void nto_model_free(nto_model *m) {
   if (!m)
     return;
   nto_offload_free(m->off); /* releases the buffers it owns */
+  free(m->wtrace);
   if (!m->off)
     for (int i = 0; i < m->n_t; i++)
       if (m->t[i].role == NTO_ROLE_WEIGHT || m->t[i].role == NTO_ROLE_OPT_STATE)
@@ -831,9 +964,15 @@ static int run_pass(nto_model *m, int pass, const float *x, const float *y,
                     int valid, double lr, nto_step_stats *st, nto_err *err) {
   int S = m->plan[pass].n_steps;
   for (int s = 0; s < S; s++) {
+    double t_begin = m->step_trace ? now_ms() : 0, t_ready = t_begin;
     int rc = m->off ? nto_offload_begin(m->off, pass, s, err) : 0;
     if (rc == 0) {
+      if (m->step_trace && m->off)
+        t_ready = now_ms();
       rc = run_step(m, pass, s, x, y, valid, lr, st, err);
+      if (m->step_trace)
+        m->step_trace(m->step_trace_user, pass, s, t_begin, t_ready,
+                      now_ms());
       if (rc != 0 && m->off)
         nto_offload_drain(m->off, NULL);
     } else {
@@ -847,13 +986,87 @@ static int run_pass(nto_model *m, int pass, const float *x, const float *y,
   return 0;
 }
 
+/* The adaptive window after a training iteration that started at t0_ms
+ * with counters *before: record it, and switch the window if the
+ * controller says so. */
+static int adapt_window(nto_model *m, const nto_offload_stats *before,
+                        double t0_ms, nto_err *err) {
+  nto_offload_stats now;
+  nto_offload_get_stats(m->off, &now);
+  double rb = now.read_busy_ms - before->read_busy_ms;
+  double wb = now.write_busy_ms - before->write_busy_ms;
+  double it = now_ms() - t0_ms, prime = now.prime_ms - before->prime_ms;
+  nto_window_sample ws = {
+      .window = now.window,
+      .iteration_ms = it,
+      .measured_ms = it - prime,
+      .stall_ms = (now.stall_ms - before->stall_ms) -
+                  (now.prime_stall_ms - before->prime_stall_ms),
+      .io_busy_ms = rb > wb ? rb : wb,
+      .judged = it - prime >= 0.25 * it,
+  };
+  if (m->n_wtrace == m->cap_wtrace) {
+    int cap = m->cap_wtrace ? 2 * m->cap_wtrace : 64;
+    nto_window_sample *v = realloc(m->wtrace, (size_t)cap * sizeof *v);
+    if (!v)
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+    m->wtrace = v;
+    m->cap_wtrace = cap;
+  }
+  m->wtrace[m->n_wtrace++] = ws;
+  if (!ws.judged)
+    return 0;
+  nto_autowin_sample as = {ws.window, ws.measured_ms, ws.stall_ms,
+                           ws.io_busy_ms * ws.measured_ms / it,
+                           prime > 0 ? 0 : it};
+  int next = nto_autowin_next(&m->ctl, &as);
+  return next == ws.window ? 0 : nto_offload_set_window(m->off, next, err);
+}
+
 int nto_model_train_step(nto_model *m, const float *x, const float *y,
                          nto_step_stats *st, nto_err *err) {
   double lr = nto_lr_at(&m->lr, &m->opt, m->iteration);
+  nto_offload_stats before;
+  double t0 = 0;
+  if (m->auto_window) {
+    nto_offload_get_stats(m->off, &before);
+    t0 = now_ms();
+  }
   int rc = run_pass(m, NTO_PASS_TRAIN, x, y, m->g.batch, lr, st, err);
   if (rc == 0)
     m->iteration++;
+  if (rc == 0 && m->auto_window)
+    rc = adapt_window(m, &before, t0, err);
   return rc;
+}
+
+int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
+                           nto_err *err) {
+  size_t region = 0;
+  int rc = window_region(m, n < 1 ? 1 : n, &region, err);
+  *bytes = rc == 0 ? region + nto_round_page(m->ws_bytes) : 0;
+  return rc;
+}
+
+int nto_model_set_window(nto_model *m, int n, nto_err *err) {
+  if (!m->off || n < 1)
+    return nto_err_set(err, NTO_EINVAL,
+                       m->off ? "window %d: expected >= 1"
+                              : "window %d: the model does not offload",
+                       n);
+  size_t need = 0;
+  int rc = m->budget ? nto_model_window_bytes(m, n, &need, err) : 0;
+  if (rc == 0 && m->budget && need > m->budget)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "window %d needs %zu bytes, above the memory budget "
+                       "of %zu",
+                       n, need, m->budget);
+  return rc == 0 ? nto_offload_set_window(m->off, n, err) : rc;
+}
+
+const nto_window_sample *nto_model_window_trace(const nto_model *m, int *n) {
+  *n = m->n_wtrace;
+  return m->wtrace;
 }
 
 int nto_model_eval_step(nto_model *m, const float *x, const float *y, int valid,

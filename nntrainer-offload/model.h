@@ -41,6 +41,23 @@ typedef struct nto_model nto_model;
 /* Kinds of pass; also the plan index given to the offload engine. */
 enum { NTO_PASS_TRAIN = 0, NTO_PASS_EVAL = 1 };
 
+/* How the offload window is chosen (nto_model_opts.window_mode). */
+typedef enum {
+  NTO_WINDOW_FIXED,  /* offload.window: 0 all resident, N >= 1 */
+  NTO_WINDOW_BUDGET, /* all resident if that fits memory_budget, else the
+                        largest N whose tensor region + workspace fits */
+  NTO_WINDOW_AUTO,   /* start at N = 1 and adapt after every training
+                        iteration (autowin.h), up to the largest N within
+                        memory_budget (none: the whole pass) */
+} nto_window_mode;
+
+/* Executor steps for a trace: step s of pass `pass` waited for its reads
+ * from t_begin_ms to t_ready_ms and ran until t_end_ms (CLOCK_MONOTONIC,
+ * ms). Called on the executor thread after each step. */
+typedef void (*nto_step_trace_fn)(void *user, int pass, int s,
+                                  double t_begin_ms, double t_ready_ms,
+                                  double t_end_ms);
+
 typedef struct nto_model_opts {
   int batch;                /* 0: the config's batch_size */
   uint64_t seed;            /* weight initialization and dropout */
@@ -53,7 +70,29 @@ typedef struct nto_model_opts {
   nto_offload_opts offload; /* offload.window == 0: everything resident
                                (one arena); >= 1: the offload engine with
                                a window of that many steps */
+  nto_window_mode window_mode;
+  size_t memory_budget; /* bytes, 0: none. A hard bound on resident tensor
+                           bytes (the offload region, or all tensors when
+                           resident) + the im2col workspace. A fixed
+                           window or `all` above it is refused
+                           (NTO_ECONFIG naming the largest window that
+                           fits, or the minimum the model needs). */
+  nto_step_trace_fn step_trace; /* NULL: off */
+  void *step_trace_user;
 } nto_model_opts;
+
+/* One training iteration of the adaptive window (NTO_WINDOW_AUTO). */
+typedef struct nto_window_sample {
+  int window;          /* N the iteration ran with */
+  double iteration_ms; /* its wall time */
+  double measured_ms;  /* the part after the priming steps (the first N
+                          steps after a window change, whose reads no
+                          window hides): what the controller judges */
+  double stall_ms;     /* executor waiting for reads in that part */
+  double io_busy_ms;   /* the busier I/O thread's busy time (whole) */
+  int judged;          /* 0: priming took most of the iteration; the
+                          controller kept N without judging it */
+} nto_window_sample;
 
 /* Result of one step. */
 typedef struct nto_step_stats {
@@ -149,6 +188,29 @@ void nto_model_weights_free(nto_named_tensor *ts, int n);
 
 /* Number of optimizer updates done. */
 long nto_model_iteration(const nto_model *m);
+
+/*
+ * What a window of n steps (n >= 1) keeps in RAM for this model: the
+ * offload schedule's tensor region (the larger of training and inference)
+ * plus the im2col workspace, in bytes, into *bytes; what a memory budget
+ * is checked against. Works on plan-only models (summary). Returns 0 or
+ * NTO_ENOMEM. Executor thread.
+ */
+int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
+                           nto_err *err);
+
+/*
+ * Change the offload window between passes (nto_offload_set_window):
+ * results stay bit-identical. NTO_EINVAL when the model does not offload
+ * (all resident) or n < 1; NTO_ECONFIG when a memory budget is set and
+ * the window does not fit it; else as nto_offload_set_window.
+ */
+int nto_model_set_window(nto_model *m, int n, nto_err *err);
+
+/* The adaptive window's record: one sample per training iteration so far
+ * (NULL and *n = 0 unless NTO_WINDOW_AUTO). Owned by the model, valid
+ * until the next training step. */
+const nto_window_sample *nto_model_window_trace(const nto_model *m, int *n);
 
 /* The offload engine's counters; returns 0, or NTO_EINVAL (st zeroed)
  * when everything is resident. */

@@ -56,6 +56,7 @@ typedef struct job {
   int keep;   /* WRITE: keep the buffer afterwards */
   int step;   /* WRITE: the step whose end decided it, -1 for a drain */
   size_t off; /* LOAD/ALLOC: offset in the region */
+  double t0;  /* submission time, ms (trace) */
 } job;
 
 typedef struct fifo {
@@ -93,8 +94,6 @@ struct nto_offload {
 
   pthread_mutex_t mu;
   pthread_cond_t cv_exec, cv_load, cv_off, cv_mem;
-  size_t bound;    /* resident tensor bytes the onloader stays within */
-  long over_bound; /* allocations that had to exceed it */
   fifo load_q, write_q;
   int loads_inflight, writes_inflight; /* queued or submitted */
   int stop, failed, io_dead;
@@ -104,7 +103,11 @@ struct nto_offload {
   pthread_t th_load, th_off;
   int n_threads;
 
-  double stall_ms;
+  double stall_ms, prime_stall_ms;
+  double prime_ms, prime_t0; /* executor time in the priming steps */
+  double busy_ms[2];    /* per I/O thread: time with jobs queued or in
+                           flight, closed busy periods */
+  double busy_since[2]; /* start of the open busy period, or -1 */
   uint64_t read_bytes, written_bytes;
 };
 
@@ -233,7 +236,7 @@ static void queue_loads(nto_offload *o, const nto_sched_act *a, int n) {
     }
     o->loading[t] = 1;
     o->t[t].state = NTO_RES_NONE; /* not ready */
-    fifo_push(&o->load_q, (job){t, a[i].kind, 0, -1, a[i].offset});
+    fifo_push(&o->load_q, (job){t, a[i].kind, 0, -1, a[i].offset, 0});
     o->loads_inflight++;
     queued++;
   }
@@ -247,7 +250,7 @@ static void queue_write(nto_offload *o, int t, int keep, int step) {
   o->writing[t] = 1;
   o->dirty[t] = 0;
   size_t off = (size_t)((char *)o->t[t].data - o->region);
-  fifo_push(&o->write_q, (job){t, NTO_ACT_WRITE, keep, step, off});
+  fifo_push(&o->write_q, (job){t, NTO_ACT_WRITE, keep, step, off, 0});
   o->writes_inflight++;
   if (step >= 0)
     o->step_writes[step]++;
@@ -374,12 +377,16 @@ static int start_job(nto_offload *o, nto_io *io, job *j) {
   r->len = bytes;
   r->offset = o->offset[j->t];
   r->user = j;
+  j->t0 = now_ms();
   nto_io_submit(io, r);
   return 1;
 }
 
 /* Complete job j with its request's result. */
 static void finish(nto_offload *o, int writer, job *j, nto_io_req *r) {
+  if (o->opts.trace && r && r->result == 0)
+    o->opts.trace(o->opts.trace_user, writer ? NTO_TRACE_WRITE : NTO_TRACE_READ,
+                  j->t, j->t0, now_ms());
   if (writer)
     complete_write(o, j, r ? r->result : -EIO);
   else
@@ -427,10 +434,16 @@ static void *io_main(void *arg) {
   if (rc != 0)
     io_broken(o, &e);
   for (;;) {
+    if (q->n == 0 && pending == 0 && o->busy_since[writer] >= 0) {
+      o->busy_ms[writer] += now_ms() - o->busy_since[writer];
+      o->busy_since[writer] = -1;
+    }
     while (!o->stop && q->n == 0 && pending == 0)
       pthread_cond_wait(cv, &o->mu);
     if (q->n == 0 && pending == 0)
       break; /* stop requested and nothing left */
+    if (o->busy_since[writer] < 0)
+      o->busy_since[writer] = now_ms();
     job batch[BATCH];
     int nb = fifo_pop(q, batch, BATCH), nd = 0;
     pthread_mutex_unlock(&o->mu);
@@ -552,13 +565,20 @@ int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
     o->primed = 1;
     int S = n_steps(o);
     assert(o->executed % S == s);
+    if (o->executed == 0)
+      o->prime_t0 = now_ms();
+    else if (o->executed == o->sched[o->mode].window)
+      o->prime_ms += now_ms() - o->prime_t0;
     while (o->entered <= o->executed + o->sched[o->mode].window)
       enter(o);
     if (!step_ready(o, s) && !o->failed) {
       double t0 = now_ms();
       while (!o->failed && !step_ready(o, s))
         pthread_cond_wait(&o->cv_exec, &o->mu);
-      o->stall_ms += now_ms() - t0;
+      double waited = now_ms() - t0;
+      o->stall_ms += waited;
+      if (o->executed < o->sched[o->mode].window) /* reads of the priming */
+        o->prime_stall_ms += waited;
     }
     if (!o->failed)
       set_state(o, s, NTO_STEP_READY_FOR_EXEC);
@@ -691,44 +711,95 @@ int nto_offload_zero(nto_offload *o, int t, nto_err *err) {
 
 /* ---- setup ---- */
 
-/* The schedules of both plans; swap slots for every persistent tensor and
- * every transient one a schedule writes; the tensor region. */
-static int plan_engine(nto_offload *o, nto_err *err) {
-  for (int k = 0; k < 2; k++) {
-    int rc = nto_schedule_build(&o->sched[k], o->plans[k], o->opts.window, err);
-    if (rc != 0)
-      return rc;
-  }
-  uint64_t off = 0;
+/* Swap slots: every persistent tensor, and every transient one that the
+ * schedules sc[0..1] write, gets a slot (once; slots never move), appended
+ * at the end of the file. Returns the file size this needs; only with
+ * apply are the slots recorded. */
+static uint64_t assign_slots(nto_offload *o, const nto_schedule sc[2],
+                             int apply) {
+  uint64_t off = o->swap_bytes;
   for (int t = 0; t < o->n_t; t++) {
-    o->offset[t] = -1;
-    o->zero[t] = o->plans[0]->persistent[t]; /* zeros until stored */
-    if (o->plans[0]->persistent[t] || o->sched[0].written[t] ||
-        o->sched[1].written[t]) {
+    if (o->offset[t] >= 0 ||
+        !(o->plans[0]->persistent[t] || sc[0].written[t] || sc[1].written[t]))
+      continue;
+    if (apply) {
       o->offset[t] = (int64_t)off;
       o->t[t].swap_offset = (int64_t)off;
-      off += o->t[t].bytes;
     }
+    off += o->t[t].bytes;
   }
-  o->swap_bytes = off;
-  o->region_bytes = o->sched[0].region > o->sched[1].region
-                        ? o->sched[0].region
-                        : o->sched[1].region;
-  void *r = mmap(NULL, o->region_bytes, PROT_READ | PROT_WRITE,
+  if (apply)
+    o->swap_bytes = off;
+  return off;
+}
+
+/* (Re)map the tensor region at the larger of the schedules' regions.
+ * Only while drained: no buffer lives in the old one. */
+static int map_region(nto_offload *o, const nto_schedule sc[2],
+                      nto_err *err) {
+  size_t bytes = sc[0].region > sc[1].region ? sc[0].region : sc[1].region;
+  if (o->region && bytes == o->region_bytes)
+    return 0;
+  void *r = mmap(NULL, bytes ? bytes : NTO_PAGE, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  o->owner = malloc((o->region_bytes / NTO_PAGE + 1) * sizeof *o->owner);
-  if (r == MAP_FAILED || !o->owner) {
+  int *owner = malloc((bytes / NTO_PAGE + 1) * sizeof *owner);
+  if (r == MAP_FAILED || !owner) {
     if (r != MAP_FAILED)
-      munmap(r, o->region_bytes);
+      munmap(r, bytes ? bytes : NTO_PAGE);
+    free(owner);
     return nto_err_set(err, NTO_ENOMEM,
-                       "cannot reserve %zu bytes for "
-                       "resident tensors",
-                       o->region_bytes);
+                       "cannot reserve %zu bytes for resident tensors", bytes);
   }
+  if (o->region)
+    munmap(o->region, o->region_bytes ? o->region_bytes : NTO_PAGE);
+  free(o->owner);
   o->region = r;
-  for (size_t p = 0; p < o->region_bytes / NTO_PAGE; p++)
+  o->region_bytes = bytes;
+  o->owner = owner;
+  for (size_t p = 0; p < bytes / NTO_PAGE; p++)
     o->owner[p] = -1;
   return 0;
+}
+
+/* The schedules of both plans for the window; swap slots; the region.
+ * At creation (no swap file yet: nto_offload_create sizes it from
+ * swap_bytes) or while drained (the file grows for new slots). On error
+ * the engine keeps its previous schedules and region. */
+static int plan_engine(nto_offload *o, int window, nto_err *err) {
+  nto_schedule sc[2];
+  memset(sc, 0, sizeof sc);
+  int rc = 0;
+  for (int k = 0; k < 2 && rc == 0; k++)
+    rc = nto_schedule_build(&sc[k], o->plans[k], window, err);
+  uint64_t size = rc == 0 ? assign_slots(o, sc, 0) : 0;
+  if (rc == 0 && o->swap && size > o->swap_bytes)
+    rc = nto_swap_grow(o->swap, size, err);
+  if (rc == 0)
+    rc = map_region(o, sc, err);
+  if (rc != 0) {
+    nto_schedule_free(&sc[0]);
+    nto_schedule_free(&sc[1]);
+    return rc;
+  }
+  assign_slots(o, sc, 1);
+  nto_schedule_free(&o->sched[0]);
+  nto_schedule_free(&o->sched[1]);
+  o->sched[0] = sc[0];
+  o->sched[1] = sc[1];
+  o->opts.window = window;
+  return 0;
+}
+
+int nto_offload_set_window(nto_offload *o, int window, nto_err *err) {
+  if (window < 1)
+    window = 1;
+  pthread_mutex_lock(&o->mu);
+  drain_locked(o);
+  int rc = o->failed ? failure(o, err) : 0;
+  if (rc == 0 && window != o->opts.window)
+    rc = plan_engine(o, window, err);
+  pthread_mutex_unlock(&o->mu);
+  return rc;
 }
 
 /* Decide between io_uring and psync by creating a probe ring here. */
@@ -821,10 +892,15 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
   pthread_cond_init(&o->cv_load, NULL);
   pthread_cond_init(&o->cv_off, NULL);
   pthread_cond_init(&o->cv_mem, NULL);
+  o->busy_since[0] = o->busy_since[1] = -1;
   int rc =
       alloc_tables(o) == 0 ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  for (int t = 0; rc == 0 && t < o->n_t; t++) {
+    o->offset[t] = -1;
+    o->zero[t] = plans[0]->persistent[t]; /* zeros until stored */
+  }
   if (rc == 0)
-    rc = plan_engine(o, err);
+    rc = plan_engine(o, o->opts.window, err);
   if (rc == 0) {
     nto_swap_opts so = {opts->swap_dir, o->swap_bytes, !opts->no_direct};
     rc = nto_swap_open(&o->swap, &so, err);
@@ -862,7 +938,7 @@ void nto_offload_free(nto_offload *o) {
     }
   nto_swap_close(o->swap);
   if (o->region)
-    munmap(o->region, o->region_bytes);
+    munmap(o->region, o->region_bytes ? o->region_bytes : NTO_PAGE);
   free(o->owner);
   nto_schedule_free(&o->sched[0]);
   nto_schedule_free(&o->sched[1]);
@@ -897,6 +973,15 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   st->swap_dir = nto_swap_dir(o->swap);
   st->swap_bytes = o->swap_bytes;
   st->stall_ms = o->stall_ms;
+  st->prime_stall_ms = o->prime_stall_ms;
+  st->prime_ms = o->prime_ms;
+  double now = now_ms();
+  for (int w = 0; w < 2; w++) {
+    double b = o->busy_ms[w];
+    if (o->busy_since[w] >= 0) /* the open period, up to now */
+      b += now - o->busy_since[w];
+    *(w ? &st->write_busy_ms : &st->read_busy_ms) = b;
+  }
   st->read_bytes = o->read_bytes;
   st->written_bytes = o->written_bytes;
   st->planned_peak =
@@ -911,7 +996,12 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
 
 void nto_offload_reset_stats(nto_offload *o) {
   pthread_mutex_lock(&o->mu);
-  o->stall_ms = 0;
+  o->stall_ms = o->prime_stall_ms = o->prime_ms = 0;
+  for (int w = 0; w < 2; w++) {
+    o->busy_ms[w] = 0;
+    if (o->busy_since[w] >= 0)
+      o->busy_since[w] = now_ms();
+  }
   o->read_bytes = o->written_bytes = 0;
   o->peak = o->in_use;
   pthread_mutex_unlock(&o->mu);

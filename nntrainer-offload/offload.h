@@ -57,6 +57,19 @@ const char *nto_step_state_name(nto_step_state s);
 typedef void (*nto_state_log_fn)(void *user, int mode, int step,
                                  nto_step_state from, nto_step_state to);
 
+/* What a trace event records (nto_trace_fn). */
+typedef enum {
+  NTO_TRACE_READ,  /* the onloader read tensor id */
+  NTO_TRACE_WRITE, /* the offloader wrote tensor id */
+} nto_trace_kind;
+
+/* Called when a swap read or write completed without error, from the I/O
+ * thread that did it, without the engine's lock: it may take its own
+ * lock, but must not call into the engine. id: the tensor; t0_ms, t1_ms:
+ * submission and completion, CLOCK_MONOTONIC in ms. */
+typedef void (*nto_trace_fn)(void *user, nto_trace_kind kind, int id,
+                             double t0_ms, double t1_ms);
+
 typedef struct nto_offload_opts {
   int window;                 /* N >= 1 */
   const char *swap_dir;       /* NULL or "": $TMPDIR, else /tmp */
@@ -65,6 +78,8 @@ typedef struct nto_offload_opts {
   unsigned depth;             /* requests in flight per queue; 0: 16 */
   nto_state_log_fn log_state; /* NULL: off */
   void *log_user;
+  nto_trace_fn trace; /* NULL: off */
+  void *trace_user;
 } nto_offload_opts;
 
 /* Counters since creation (or the last nto_offload_reset_stats). */
@@ -75,6 +90,15 @@ typedef struct nto_offload_stats {
   const char *swap_dir;     /* directory of the swap file */
   uint64_t swap_bytes;      /* swap file size */
   double stall_ms;          /* executor waiting for reads */
+  double prime_stall_ms;    /* the part of stall_ms spent waiting for the
+                               reads that prime an empty window (the first
+                               N steps after creation, a drain or a window
+                               change), which no lookahead can hide */
+  double prime_ms;          /* executor wall time of those first N steps
+                               (waits included) */
+  double read_busy_ms;      /* onloader: time with jobs queued or in
+                               flight, up to now */
+  double write_busy_ms;     /* offloader: the same */
   uint64_t read_bytes;      /* read from the swap file */
   uint64_t written_bytes;   /* written to the swap file */
   size_t peak_resident;     /* peak bytes of tensor buffers in use */
@@ -133,6 +157,19 @@ int nto_offload_drain(nto_offload *o, nto_err *err);
 int nto_offload_store(nto_offload *o, int t, const float *src, nto_err *err);
 int nto_offload_fetch(nto_offload *o, int t, float *dst, nto_err *err);
 int nto_offload_zero(nto_offload *o, int t, nto_err *err);
+
+/*
+ * Change the window to N (>= 1; clamped to the plan like the window at
+ * creation): drains, builds both schedules for N, gives the tensors the
+ * new schedules may write a swap slot (the file grows; slots never move)
+ * and remaps the tensor region at its new size. The next pass primes the
+ * new window (its first reads are not hidden). Results stay bit-identical:
+ * only residency changes. Returns 0; NTO_EIO (the recorded I/O error, or
+ * the disk has no room for the larger file: the message names the size);
+ * NTO_ENOMEM. On error the old window stays in force. Executor thread,
+ * between passes.
+ */
+int nto_offload_set_window(nto_offload *o, int window, nto_err *err);
 
 /* Counters; any thread that owns the engine (executor). */
 void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st);

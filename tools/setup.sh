@@ -1,10 +1,13 @@
 #!/bin/sh
 # Install what nntrainer-offload needs from Debian 12 packages (only what is
 # missing), then configure and build into ./build. Safe to run repeatedly.
+# python3 and gnuplot-nox are for `bench` (its test checks the --json output
+# with python3's json module; --plot runs gnuplot).
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="gcc libc6-dev meson ninja-build pkg-config liburing-dev libopenblas-dev \
-libiniparser-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist"
+libiniparser-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist \
+python3 gnuplot-nox"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

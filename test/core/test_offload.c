@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#define MAX_STEPS 4
+#define MAX_STEPS 8
 
 typedef struct result {
   double loss[MAX_STEPS + 1]; /* K training losses, then the eval loss */
@@ -126,29 +126,47 @@ static void session_close(session *ss) {
   free(ss->y);
 }
 
-/* Train c->steps steps and evaluate once with the given window (0: all
- * resident) and I/O backend; swap files go to dir. */
-static void run(const net_case *nc, int window, nto_io_kind io, const char *dir,
-                result *r) {
+/* Train nc->steps steps and evaluate once with the model options o; swap
+ * files go to dir. switch_to (NULL: none): before training step s, change
+ * the window to switch_to[s] when that is > 0. The engine's counters at
+ * the end go to *st when it offloads (else st->window = 0). */
+static void run_with(const net_case *nc, nto_model_opts o, const char *dir,
+                     const int *switch_to, result *r, nto_offload_stats *st) {
   session ss;
   nto_err err = {0};
-  nto_model_opts o = {.batch = nc->batch, .seed = 7, .update_chunk = nc->chunk};
-  o.offload.window = window;
-  o.offload.io = io;
+  o.batch = nc->batch;
+  o.seed = 7;
+  o.update_chunk = nc->chunk;
   o.offload.swap_dir = dir;
   session_open(&ss, nc->ini, &o);
-  nto_step_stats st;
+  nto_step_stats sst;
   for (int s = 0; s <= nc->steps; s++) {
     int eval = s == nc->steps; /* then one inference pass */
-    if (session_step(&ss, eval ? 99 : s, eval, &st, &err) != 0)
-      fail_msg("%s window %d step %d: %s", nc->ini, window, s, err.msg);
-    r->loss[s] = st.loss;
+    if (!eval && switch_to && switch_to[s] > 0 &&
+        nto_model_set_window(ss.m, switch_to[s], &err) != 0)
+      fail_msg("%s: window %d before step %d: %s", nc->ini, switch_to[s], s,
+               err.msg);
+    if (session_step(&ss, eval ? 99 : s, eval, &sst, &err) != 0)
+      fail_msg("%s window %d step %d: %s", nc->ini, o.offload.window, s,
+               err.msg);
+    r->loss[s] = sst.loss;
   }
   r->n_out = (size_t)ss.n * ss.k;
   r->out = malloc(r->n_out * sizeof(float));
   memcpy(r->out, nto_model_output(ss.m), r->n_out * sizeof(float));
   collect_weights(ss.m, r);
+  if (st && nto_model_offload_stats(ss.m, st) != 0)
+    st->window = 0;
   session_close(&ss);
+}
+
+/* Train and evaluate with a fixed window (0: all resident) and backend. */
+static void run(const net_case *nc, int window, nto_io_kind io, const char *dir,
+                result *r) {
+  nto_model_opts o = {0};
+  o.offload.window = window;
+  o.offload.io = io;
+  run_with(nc, o, dir, NULL, r, NULL);
 }
 
 static void result_free(result *r) {
@@ -336,6 +354,193 @@ static void test_io_error_surfaces(void **state) {
   }
 }
 
+/* A plan-only model of nc: what window 1 needs (region + workspace) and
+ * what everything resident needs. */
+static void needs(const net_case *nc, size_t *need1, size_t *total,
+                  size_t *ws) {
+  nto_config c;
+  nto_model *m;
+  nto_err err = {0};
+  nto_model_opts o = {
+      .batch = nc->batch, .plan_only = 1, .update_chunk = nc->chunk};
+  assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
+  if (nto_model_create(&m, &c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(nto_model_window_bytes(m, 1, need1, &err), 0);
+  *total = nto_model_mem_plan(m).total;
+  *ws = nto_model_mem_plan(m).workspace;
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
+/* Model creation with o on nc must fail with NTO_ECONFIG and a message
+ * containing what. */
+static void expect_refused(const net_case *nc, nto_model_opts o,
+                           const char *dir, const char *what) {
+  nto_config c;
+  nto_model *m = NULL;
+  nto_err err = {0};
+  o.batch = nc->batch;
+  o.offload.swap_dir = dir;
+  assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
+  int rc = nto_model_create(&m, &c, &o, &err);
+  nto_model_free(m);
+  nto_config_free(&c);
+  if (rc != NTO_ECONFIG || !strstr(err.msg, what))
+    fail_msg("%s: expected a refusal with '%s', got %d: %s", nc->ini, what,
+             rc, err.msg);
+}
+
+/* --memory-budget: for budgets from below the minimum to everything, the
+ * model refuses budgets below what window 1 needs (naming it), runs all
+ * resident when everything fits, and otherwise picks a window whose
+ * tensor region + workspace fit the budget, with weights bit-identical to
+ * the all-resident run. A fixed window or `all` above the budget is
+ * refused. */
+static void test_memory_budget(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "budget"), 0);
+  const net_case nets[] = {{"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+                           {"test/data/nets/lenet.ini", 3, 3, 1024}};
+  for (size_t k = 0; k < 2; k++) {
+    const net_case *nc = &nets[k];
+    size_t need1, total, ws;
+    needs(nc, &need1, &total, &ws);
+    assert_true(need1 < total);
+    result ref = {0};
+    run(nc, 0, NTO_IO_AUTO, dir, &ref);
+    const size_t budgets[] = {need1,
+                              need1 + (total - need1) / 4,
+                              need1 + (total - need1) / 2,
+                              total - 1,
+                              total};
+    nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET};
+    o.memory_budget = need1 - NTO_PAGE;
+    expect_refused(nc, o, dir, "below the minimum");
+    int windows = 0;
+    for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
+      o.memory_budget = budgets[b];
+      result r = {0};
+      nto_offload_stats st;
+      run_with(nc, o, dir, NULL, &r, &st);
+      if (budgets[b] >= total) {
+        assert_int_equal(st.window, 0); /* everything fits: resident */
+      } else {
+        assert_true(st.window >= 1);
+        assert_true(st.region + ws <= budgets[b]);
+        assert_true(st.peak_resident <= st.region);
+        windows += st.window > 1;
+      }
+      check_equal(nc, &ref, &r, st.window, NTO_IO_AUTO);
+      result_free(&r);
+    }
+    assert_true(windows > 0); /* larger budgets did buy larger windows */
+    nto_model_opts fixed = {.memory_budget = need1};
+    fixed.offload.window = 100000;
+    expect_refused(nc, fixed, dir, "largest window");
+    fixed.offload.window = 0;
+    expect_refused(nc, fixed, dir, "everything resident");
+    result_free(&ref);
+  }
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
+/* Changing the window between iterations (what --window auto does) keeps
+ * results bit-identical, over both backends. */
+static void test_window_changes(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "switch"), 0);
+  const net_case nc = {"test/data/nets/tiny_resnet.ini", 2, 6, 0};
+  const int switch_to[] = {0, 3, 1, 100000, 2, 2};
+  result ref = {0};
+  run(&nc, 0, NTO_IO_AUTO, dir, &ref);
+  const nto_io_kind ios[] = {NTO_IO_PSYNC, NTO_IO_AUTO};
+  for (int i = 0; i < 2; i++) {
+    nto_model_opts o = {0};
+    o.offload.window = 2;
+    o.offload.io = ios[i];
+    result r = {0};
+    nto_offload_stats st;
+    run_with(&nc, o, dir, switch_to, &r, &st);
+    assert_int_equal(st.window, 2);
+    check_equal(&nc, &ref, &r, -1, ios[i]);
+    result_free(&r);
+  }
+  result_free(&ref);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
+/* --window auto with an injected slow read path (every read 3 ms late):
+ * the controller grows N from 1; every window stays within [1, the
+ * largest the budget allows] and within the budget; weights stay
+ * bit-identical to the all-resident run. */
+static void test_auto_window_grows(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "auto"), 0);
+  const net_case nc = {"test/data/nets/tiny_resnet.ini", 2, 8, 0};
+  size_t need1, total, ws, need4 = 0;
+  needs(&nc, &need1, &total, &ws);
+  result ref = {0};
+  run(&nc, 0, NTO_IO_AUTO, dir, &ref);
+  nto_config c;
+  nto_model *m;
+  nto_err err = {0};
+  nto_model_opts po = {.batch = nc.batch, .plan_only = 1};
+  assert_int_equal(nto_config_load(&c, nc.ini, &err), 0);
+  assert_int_equal(nto_model_create(&m, &c, &po, &err), 0);
+  assert_int_equal(nto_model_window_bytes(m, 4, &need4, &err), 0);
+
+  nto_model_opts o = {.window_mode = NTO_WINDOW_AUTO, .memory_budget = need4};
+  o.offload.io = NTO_IO_PSYNC;
+  o.batch = nc.batch;
+  o.seed = 7;
+  o.offload.swap_dir = dir;
+  session ss;
+  session_open(&ss, nc.ini, &o);
+  nto_io_fault f = {.op = NTO_IO_READ, .delay_us = 3000};
+  nto_io_fault_set(&f);
+  nto_step_stats st;
+  result r = {0};
+  for (int s = 0; s <= nc.steps; s++) {
+    int eval = s == nc.steps;
+    if (session_step(&ss, eval ? 99 : s, eval, &st, &err) != 0)
+      fail_msg("auto step %d: %s", s, err.msg);
+    r.loss[s] = st.loss;
+  }
+  nto_io_fault_set(NULL);
+  int n = 0, grew = 0;
+  const nto_window_sample *v = nto_model_window_trace(ss.m, &n);
+  assert_int_equal(n, nc.steps);
+  assert_int_equal(v[0].window, 1);
+  for (int i = 0; i < n; i++) {
+    size_t need;
+    assert_true(v[i].window >= 1);
+    assert_int_equal(nto_model_window_bytes(m, v[i].window, &need, &err), 0);
+    if (need > need4)
+      fail_msg("iteration %d: window %d needs %zu bytes, budget %zu", i + 1,
+               v[i].window, need, need4);
+    grew |= v[i].window > 1;
+  }
+  assert_true(grew);
+  r.n_out = (size_t)ss.n * ss.k;
+  r.out = malloc(r.n_out * sizeof(float));
+  memcpy(r.out, nto_model_output(ss.m), r.n_out * sizeof(float));
+  collect_weights(ss.m, &r);
+  check_equal(&nc, &ref, &r, -1, NTO_IO_PSYNC);
+  session_close(&ss);
+  nto_model_free(m);
+  nto_config_free(&c);
+  result_free(&r);
+  result_free(&ref);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 /* NTO_TEST_QUICK=1 (the ThreadSanitizer run) keeps to the small nets. */
 static int quick(void) {
   const char *q = getenv("NTO_TEST_QUICK");
@@ -364,6 +569,9 @@ int main(void) {
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_state_machine),
       cmocka_unit_test(test_io_error_surfaces),
+      cmocka_unit_test(test_memory_budget),
+      cmocka_unit_test(test_window_changes),
+      cmocka_unit_test(test_auto_window_grows),
       cmocka_unit_test(test_resnet18),
       cmocka_unit_test(test_mobilenetv2),
   };

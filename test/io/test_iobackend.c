@@ -293,7 +293,7 @@ static void test_fault_fail(void **state) {
   int fd = nto_swap_fd(fx->swap);
   enum { N = 12 };
   block w[N], r[N];
-  nto_io_fault f = {NTO_IO_WRITE, 5, -ENOSPC, 0};
+  nto_io_fault f = {NTO_IO_WRITE, 5, -ENOSPC, 0, 0};
   nto_io_fault_set(&f);
   write_blocks(fx, w, N, 2, 7);
   for (int i = 0; i < N; i++) {
@@ -309,7 +309,7 @@ static void test_fault_fail(void **state) {
     }
   }
   /* Counting restarts with each set, and only requests of the op count. */
-  f = (nto_io_fault){NTO_IO_READ, 3, -EIO, 0};
+  f = (nto_io_fault){NTO_IO_READ, 3, -EIO, 0, 0};
   nto_io_fault_set(&f);
   block x; /* a write: not counted */
   block_init(&x, NTO_IO_WRITE, 2, w[4].r.offset, 0);
@@ -349,7 +349,7 @@ static void test_fault_across_queues(void **state) {
   block w[N];
   for (int i = 0; i < N; i++)
     block_init(&w[i], NTO_IO_WRITE, 1, (int64_t)i * NTO_PAGE, i);
-  nto_io_fault f = {NTO_IO_WRITE, 3, -EDQUOT, 0};
+  nto_io_fault f = {NTO_IO_WRITE, 3, -EDQUOT, 0, 0};
   nto_io_fault_set(&f);
   /* Alternate queues: the third submission is the second on fx->io. */
   for (int i = 0; i < N; i++)
@@ -389,7 +389,7 @@ static void test_fault_short(void **state) {
                  (int64_t)i * SLOT_PAGES * NTO_PAGE, i);
       fill_random(w[i].buf, w[i].r.len, &rng);
     }
-    nto_io_fault f = {NTO_IO_WRITE, 0, 0, nth};
+    nto_io_fault f = {NTO_IO_WRITE, 0, 0, nth, 0};
     nto_io_fault_set(&f);
     run_all(fx->io, w, N, DEPTH);
     for (int i = 0; i < N; i++) {
@@ -398,7 +398,7 @@ static void test_fault_short(void **state) {
       assert_memory_equal(p, w[i].buf, w[i].r.len);
       nto_free_aligned((float *)p);
     }
-    f = (nto_io_fault){NTO_IO_READ, 0, 0, nth};
+    f = (nto_io_fault){NTO_IO_READ, 0, 0, nth, 0};
     nto_io_fault_set(&f);
     read_blocks(fx, w, r, N);
     for (int i = 0; i < N; i++) {

@@ -1,0 +1,1350 @@
+/*
+ * bench.c - `nntrainer-offload bench`: iteration time, memory and swap
+ * traffic of several offload windows side by side.
+ *
+ * What: for each configuration of --windows (a number of steps, "auto" or
+ * "all"), one child process of this same binary (/proc/self/exe) runs
+ *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
+ *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
+ * (plus --batch-size, --swap-dir, --io, --memory-budget and --no-direct
+ * when given), one configuration after the other, so that each has its own
+ * peak RSS (the kernel's VmHWM is per process). Before the runs, the swap
+ * directory's sequential write then read bandwidth is measured once
+ * through our own I/O layer (io/swap.h file, io/iobackend.h queue with the
+ * runs' backend; O_DIRECT unless refused; depth 16, 1 MiB requests, up to
+ * 256 MiB).
+ *
+ * How: each child's --report-json file is read by a small strict reader of
+ * that flat format (numbers, strings, booleans, arrays; unknown keys,
+ * including arrays of objects, are skipped). Per configuration: the
+ * report's figures; a floor, the larger of the compute time (the `all`
+ * run's median, else the run's median minus its stall) and the swap
+ * traffic at the measured bandwidth; median / floor; and whether the saved
+ * weights are byte-identical to the `all` run's (else to the first
+ * configuration's). Output: a table on stdout, optionally CSV, JSON and an
+ * SVG plot of peak RSS against median iteration time (drawn by gnuplot).
+ *
+ * Child stdout and stderr go to TMP/CFG.out and TMP/CFG.err in a mkdtemp
+ * directory under $TMPDIR or /tmp, removed at the end. Errors are returned
+ * up to cmd_bench, which alone decides the exit status. Main thread only.
+ */
+#include "cli.h"
+#include "iobackend.h"
+#include "swap.h"
+#include "tensor.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONFIGS 32
+#define LABEL_MAX 16             /* "all", "auto" or up to 15 digits */
+#define BW_DEPTH 16u             /* requests in flight */
+#define BW_BLOCK (1u << 20)      /* bytes per request */
+#define BW_TOTAL (256ull << 20)  /* bytes written, then read */
+#define BW_MIN (16ull << 20)     /* less free space than this: refuse */
+#define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
+#define REPORT_MAX (64L << 20)   /* larger --report-json files: refused */
+
+static const char usage[] =
+    "usage: nntrainer-offload bench MODEL.ini [options]\n"
+    "\n"
+    "Trains MODEL.ini once per window configuration, each in its own\n"
+    "process, and compares iteration time, peak memory and swap traffic;\n"
+    "checks that the saved weights are identical to the 'all' run's.\n"
+    "\n"
+    "  --windows LIST        comma list of N (steps), auto and all\n"
+    "                        (default 1,2,4,auto,all)\n"
+    "  --iterations K        measured iterations per run (default 5)\n"
+    "  --warmup W            iterations run first and not measured\n"
+    "                        (default 1)\n"
+    "  --batch-size B        batch size (default: the INI's batch_size)\n"
+    "  --data DIR|synthetic  training data (default synthetic)\n"
+    "  --csv FILE            also write the results as CSV\n"
+    "  --json FILE           also write the results as JSON\n"
+    "  --plot FILE.svg       peak RSS against iteration time (gnuplot)\n"
+    "  --swap-dir DIR        swap directory (default: the INI's\n"
+    "                        memory_swap_path, else $TMPDIR or /tmp)\n"
+    "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
+    "  --memory-budget SIZE  passed to train\n"
+    "  --no-direct           swap through the page cache (passed to train)\n"
+    "\n"
+    "exit status: 0 every configuration ran and the weights agree; 1 a\n"
+    "configuration failed or the weights differ; 2 usage error\n";
+
+typedef struct bench_opts {
+  const char *model, *windows, *data, *csv, *json, *plot;
+  const char *swap_dir, *io, *budget; /* NULL: not given */
+  long iterations, warmup, batch;     /* batch 0: the INI's */
+  int no_direct;
+  char labels[MAX_CONFIGS][LABEL_MAX];
+  int n;
+} bench_opts;
+
+/* What bench reads from one child's --report-json file. */
+typedef struct report {
+  char model[256], io[32];
+  char window[LABEL_MAX]; /* "all" or the number of steps */
+  int direct;
+  double batch, iterations, warmup, measured;
+  double peak_rss, resident_peak; /* bytes */
+  double median_ms, p90_ms, stall_ms, read_mib, written_mib;
+  long n_iteration_ms;
+} report;
+
+typedef struct config {
+  const char *label;
+  int ok;              /* ran, and its report was read */
+  char failure[NTO_ERR_MSG_MAX]; /* why not, when !ok */
+  report r;
+  double floor_ms, ratio;
+  const char *identical; /* "yes", "no" or "-" */
+} config;
+
+typedef struct bandwidth {
+  double read_mib_s, write_mib_s;
+  uint64_t total;
+  int direct;
+  char io[32];
+  char dir[PATH_MAX];
+} bandwidth;
+
+typedef struct bench {
+  bench_opts o;
+  char cmdline[4096];
+  char tmp[PATH_MAX];   /* "" until created */
+  bandwidth bw;
+  config cfg[MAX_CONFIGS];
+  int ref;              /* configuration whose weights are the reference */
+  int all;              /* index of `all`, or -1 */
+  long batch;           /* the runs' batch size */
+} bench;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+static int valid_label(const char *s) {
+  if (!strcmp(s, "all") || !strcmp(s, "auto"))
+    return 1;
+  if (!*s)
+    return 0;
+  for (; *s; s++)
+    if (*s < '0' || *s > '9')
+      return 0;
+  return 1;
+}
+
+/* Split --windows into o->labels. Entries are checked for form only (a
+ * window the trainer refuses, such as 0, fails in its run). Returns 0, or
+ * -1 after a usage error naming --windows. */
+static int parse_windows(bench_opts *o) {
+  const char *p = o->windows;
+  o->n = 0;
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    char tok[LABEL_MAX];
+    if (len == 0 || len >= LABEL_MAX) {
+      cli_error("option --windows: expected a comma list of N, auto or all, "
+                "got %s in '%s'",
+                len ? "a too long entry" : "an empty entry", o->windows);
+      return -1;
+    }
+    memcpy(tok, p, len);
+    tok[len] = '\0';
+    if (!valid_label(tok)) {
+      cli_error("option --windows: expected N, auto or all, got '%s' in "
+                "'%s'",
+                tok, o->windows);
+      return -1;
+    }
+    for (int i = 0; i < o->n; i++)
+      if (!strcmp(o->labels[i], tok)) {
+        cli_error("option --windows: '%s' is given twice in '%s'", tok,
+                  o->windows);
+        return -1;
+      }
+    if (o->n == MAX_CONFIGS) {
+      cli_error("option --windows: more than %d entries", MAX_CONFIGS);
+      return -1;
+    }
+    memcpy(o->labels[o->n++], tok, len + 1);
+    if (!p[len])
+      return 0;
+    p += len + 1;
+  }
+}
+
+/* The string option a names, or NULL if a is not one. */
+static const char **string_opt(bench_opts *o, const char *a) {
+  static const char *const names[] = {
+      "--windows", "--data",     "--csv", "--json",          "--plot",
+      "--swap-dir", "--io", "--memory-budget", NULL};
+  const char **dst[] = {&o->windows,  &o->data, &o->csv, &o->json, &o->plot,
+                        &o->swap_dir, &o->io,   &o->budget};
+  for (int i = 0; names[i]; i++)
+    if (!strcmp(a, names[i]))
+      return dst[i];
+  return NULL;
+}
+
+/* Returns 0, 1 after --help, -1 after a usage error. */
+static int parse_opts(int argc, char **argv, bench_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->windows = "1,2,4,auto,all";
+  o->data = "synthetic";
+  o->iterations = 5;
+  o->warmup = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char **dst = string_opt(o, a);
+    long *target = NULL, min = 1, max = 1L << 30;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return 1;
+    } else if (!strcmp(a, "--no-direct")) {
+      o->no_direct = 1;
+      continue;
+    } else if (dst) {
+      if (!(*dst = cli_value(argc, argv, &i))) {
+        cli_error("option %s needs a value", a);
+        return -1;
+      }
+      continue;
+    } else if (!strcmp(a, "--iterations")) {
+      target = &o->iterations;
+    } else if (!strcmp(a, "--warmup")) {
+      target = &o->warmup, min = 0;
+    } else if (!strcmp(a, "--batch-size")) {
+      target = &o->batch, max = 1 << 20;
+    } else if (a[0] == '-') {
+      cli_error("bench: unknown option '%s' (try bench --help)", a);
+      return -1;
+    } else if (!o->model) {
+      o->model = a;
+      continue;
+    } else {
+      cli_error("bench: unexpected argument '%s'", a);
+      return -1;
+    }
+    if (cli_int(a, cli_value(argc, argv, &i), min, max, target) != 0)
+      return -1;
+  }
+  if (!o->model) {
+    cli_error("bench: missing MODEL.ini (try bench --help)");
+    return -1;
+  }
+  if (o->io && nto_io_kind_parse(o->io) < 0) {
+    cli_error("option --io: expected uring or psync, got '%s'", o->io);
+    return -1;
+  }
+  return parse_windows(o);
+}
+
+/* The command line as typed, arguments shell-quoted where needed. */
+static void quote_cmdline(int argc, char **argv, char *out, size_t len) {
+  static const char plain[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
+                              "tuvwxyz0123456789_./=,:+-";
+  size_t n = (size_t)snprintf(out, len, "nntrainer-offload");
+  for (int i = 0; i < argc && n < len; i++) {
+    const char *a = argv[i];
+    if (*a && strspn(a, plain) == strlen(a)) {
+      n += (size_t)snprintf(out + n, len - n, " %s", a);
+      continue;
+    }
+    n += (size_t)snprintf(out + n, len - n, " '");
+    for (; *a && n < len; a++)
+      n += (size_t)snprintf(out + n, len - n, "%s",
+                            *a == '\'' ? "'\\''" : (char[2]){*a, 0});
+    if (n < len)
+      n += (size_t)snprintf(out + n, len - n, "'");
+  }
+}
+
+/* ---- the temporary directory ------------------------------------------- */
+
+static int make_tmpdir(char *out, size_t len, nto_err *err) {
+  const char *t = getenv("TMPDIR");
+  snprintf(out, len, "%s/nto-bench.XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(out)) {
+    int e = errno;
+    char tmpl[PATH_MAX];
+    snprintf(tmpl, sizeof tmpl, "%s", out);
+    out[0] = '\0';
+    return nto_err_set(err, NTO_EIO, "cannot create %s: %s", tmpl,
+                       strerror(e));
+  }
+  return 0;
+}
+
+/* Remove the directory and the files bench put in it (no subdirectories). */
+static void remove_tmpdir(const char *dir) {
+  if (!dir[0])
+    return;
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    char path[PATH_MAX + 256];
+    while ((e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+        continue;
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+/* ---- swap directory bandwidth ------------------------------------------ */
+
+/* Bytes to measure with: BW_TOTAL, or half the free space when that is
+ * less (rounded down to whole requests). */
+static int bandwidth_bytes(const char *dir, uint64_t *out, nto_err *err) {
+  struct statvfs s;
+  if (statvfs(dir, &s) != 0)
+    return nto_err_set(err, NTO_EIO, "swap dir %s: %s", dir, strerror(errno));
+  uint64_t total = BW_TOTAL;
+  uint64_t half = (uint64_t)s.f_bavail * s.f_frsize / 2;
+  if (s.f_blocks > 0 && half < total)
+    total = half / BW_BLOCK * BW_BLOCK;
+  if (total < BW_MIN) {
+    char a[32];
+    return nto_err_set(err, NTO_EIO,
+                       "swap dir %s: only %s free, too little to measure "
+                       "its bandwidth",
+                       dir, cli_bytes((size_t)half * 2, a, sizeof a));
+  }
+  *out = total;
+  return 0;
+}
+
+/* Submit request r for the block at offset off. */
+static int submit_block(nto_io *io, nto_io_req *r, nto_io_op op, void *buf,
+                        uint64_t off) {
+  memset(r, 0, sizeof *r);
+  r->op = op;
+  r->buf = buf;
+  r->len = BW_BLOCK;
+  r->offset = (int64_t)off;
+  return nto_io_submit(io, r);
+}
+
+/* One sequential pass over total bytes with BW_DEPTH requests in flight.
+ * On a request's error, what is in flight is still reaped before returning;
+ * the requests are static so that they outlive a broken queue until
+ * nto_io_destroy. */
+static int io_pass(nto_io *io, nto_io_op op, float **bufs, uint64_t total,
+                   double *secs, nto_err *err) {
+  static nto_io_req req[BW_DEPTH];
+  uint64_t next = 0;
+  unsigned inflight = 0;
+  int rc = 0;
+  double t0 = now_s();
+  for (unsigned i = 0; i < BW_DEPTH && next < total; i++, next += BW_BLOCK) {
+    if (submit_block(io, &req[i], op, bufs[i], next) != 0)
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+    inflight++;
+  }
+  while (inflight > 0) {
+    nto_io_req *done[BW_DEPTH];
+    int n = nto_io_reap(io, done, (int)BW_DEPTH, 1);
+    if (n < 0)
+      return nto_err_set(err, NTO_EIO, "I/O queue failed: %s", strerror(-n));
+    for (int i = 0; i < n; i++) {
+      nto_io_req *r = done[i];
+      inflight--;
+      if (rc == 0 && r->result != 0)
+        rc = nto_err_set(err, NTO_EIO, "%s at offset %lld: %s",
+                         op == NTO_IO_READ ? "read" : "write",
+                         (long long)r->offset, strerror(-r->result));
+      if (rc != 0 || next >= total)
+        continue;
+      if (submit_block(io, r, op, r->buf, next) != 0)
+        rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+      else
+        inflight++, next += BW_BLOCK;
+    }
+  }
+  *secs = now_s() - t0;
+  return rc;
+}
+
+/* Open the swap file: O_DIRECT unless --no-direct or refused (then
+ * buffered, and bw->direct says so). */
+static int bandwidth_swap(const bench_opts *o, bandwidth *bw, nto_swap **sw,
+                          nto_err *err) {
+  nto_swap_opts so = {.dir = bw->dir, .bytes = bw->total,
+                      .direct = !o->no_direct};
+  int rc = nto_swap_open(sw, &so, err);
+  if (rc == NTO_EUNSUPPORTED && so.direct) {
+    so.direct = 0;
+    rc = nto_swap_open(sw, &so, err);
+  }
+  if (rc == 0)
+    bw->direct = nto_swap_is_direct(*sw);
+  return rc;
+}
+
+/* Write then read the whole file; MiB/s into bw. Buffered: the write is
+ * timed up to fdatasync, and the cache is dropped before reading. */
+static int bandwidth_passes(nto_io *io, int fd, float **bufs, bandwidth *bw,
+                            nto_err *err) {
+  double w = 0, r = 0, mib = (double)bw->total / 1048576.0;
+  double t0 = now_s();
+  int rc = io_pass(io, NTO_IO_WRITE, bufs, bw->total, &w, err);
+  if (rc == 0 && !bw->direct) {
+    if (fdatasync(fd) != 0)
+      return nto_err_set(err, NTO_EIO, "swap dir %s: fdatasync: %s", bw->dir,
+                         strerror(errno));
+    w = now_s() - t0;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  }
+  if (rc == 0)
+    rc = io_pass(io, NTO_IO_READ, bufs, bw->total, &r, err);
+  if (rc == 0) {
+    bw->write_mib_s = mib / (w > 1e-9 ? w : 1e-9);
+    bw->read_mib_s = mib / (r > 1e-9 ? r : 1e-9);
+  }
+  return rc;
+}
+
+/* Measure the swap directory's sequential write and read bandwidth. */
+static int measure_bandwidth(const bench_opts *o, bandwidth *bw,
+                             nto_err *err) {
+  float *bufs[BW_DEPTH] = {0};
+  nto_swap *sw = NULL;
+  nto_io *io = NULL;
+  int kind = o->io ? nto_io_kind_parse(o->io) : NTO_IO_AUTO;
+  int rc = bandwidth_bytes(bw->dir, &bw->total, err);
+  if (rc == 0)
+    rc = bandwidth_swap(o, bw, &sw, err);
+  if (rc == 0)
+    rc = nto_io_create(&io, (nto_io_kind)kind, nto_swap_fd(sw), BW_DEPTH,
+                       err);
+  for (unsigned i = 0; rc == 0 && i < BW_DEPTH; i++) {
+    if (!(bufs[i] = nto_alloc_aligned(BW_BLOCK)))
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+    else
+      memset(bufs[i], 0x5a + (int)i, BW_BLOCK);
+  }
+  if (rc == 0) {
+    snprintf(bw->io, sizeof bw->io, "%s", nto_io_kind_name(nto_io_kind_of(io)));
+    rc = bandwidth_passes(io, nto_swap_fd(sw), bufs, bw, err);
+  }
+  nto_io_destroy(io);
+  nto_swap_close(sw);
+  for (unsigned i = 0; i < BW_DEPTH; i++)
+    nto_free_aligned(bufs[i]);
+  return rc;
+}
+
+/* ---- one configuration in a child process ------------------------------ */
+
+/* Child side: redirect output and exec exe; never returns. Only
+ * async-signal-safe calls (the parent may have BLAS threads). */
+static void child_exec(const char *exe, char **args, const char *out,
+                       const char *errf) {
+  static const char msg[] = "bench: cannot execute the program\n";
+  int in = open("/dev/null", O_RDONLY);
+  int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  int fe = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (in < 0 || fo < 0 || fe < 0 || dup2(in, 0) < 0 || dup2(fo, 1) < 0 ||
+      dup2(fe, 2) < 0)
+    _exit(127);
+  execv(exe, args);
+  if (write(2, msg, sizeof msg - 1) < 0)
+    _exit(127);
+  _exit(127);
+}
+
+/* Run exe with args, stdout into out, stderr into errf, stdin from
+ * /dev/null; *status: its wait status. Returns 0 or NTO_EIO (fork). */
+static int spawn_wait(const char *exe, char **args, const char *out,
+                      const char *errf, int *status, nto_err *err) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0)
+    return nto_err_set(err, NTO_EIO, "fork: %s", strerror(errno));
+  if (pid == 0)
+    child_exec(exe, args, out, errf);
+  while (waitpid(pid, status, 0) < 0)
+    if (errno != EINTR)
+      return nto_err_set(err, NTO_EIO, "waitpid: %s", strerror(errno));
+  return 0;
+}
+
+/* "TMP/LABEL.ext" */
+static void tmp_path(const bench *b, const char *label, const char *ext,
+                     char *out, size_t len) {
+  snprintf(out, len, "%s/%s.%s", b->tmp, label, ext);
+}
+
+/* Run the train child of configuration c; c->failure on failure. */
+static int run_child(const bench *b, config *c) {
+  const bench_opts *o = &b->o;
+  char iters[32], warm[32], batch[32], json[PATH_MAX + 32];
+  char save[PATH_MAX + 32], out[PATH_MAX + 32], errf[PATH_MAX + 32];
+  snprintf(iters, sizeof iters, "%ld", o->warmup + o->iterations);
+  snprintf(warm, sizeof warm, "%ld", o->warmup);
+  snprintf(batch, sizeof batch, "%ld", o->batch);
+  tmp_path(b, c->label, "json", json, sizeof json);
+  tmp_path(b, c->label, "bin", save, sizeof save);
+  tmp_path(b, c->label, "out", out, sizeof out);
+  tmp_path(b, c->label, "err", errf, sizeof errf);
+  char *args[40];
+  int n = 0;
+#define ARG(s) (args[n++] = (char *)(s))
+  ARG("nntrainer-offload"), ARG("train"), ARG(o->model);
+  ARG("--window"), ARG(c->label), ARG("--iterations"), ARG(iters);
+  ARG("--warmup"), ARG(warm), ARG("--eval-samples"), ARG("0");
+  ARG("--data"), ARG(o->data), ARG("--report-json"), ARG(json);
+  ARG("--save"), ARG(save);
+  if (o->batch)
+    ARG("--batch-size"), ARG(batch);
+  if (o->swap_dir)
+    ARG("--swap-dir"), ARG(o->swap_dir);
+  if (o->io)
+    ARG("--io"), ARG(o->io);
+  if (o->budget)
+    ARG("--memory-budget"), ARG(o->budget);
+  if (o->no_direct)
+    ARG("--no-direct");
+  args[n] = NULL;
+#undef ARG
+  nto_err err = {0};
+  int st = 0;
+  if (spawn_wait("/proc/self/exe", args, out, errf, &st, &err) != 0) {
+    snprintf(c->failure, sizeof c->failure, "%s", err.msg);
+    return -1;
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    return 0;
+  if (WIFEXITED(st))
+    snprintf(c->failure, sizeof c->failure, "train exited with status %d",
+             WEXITSTATUS(st));
+  else
+    snprintf(c->failure, sizeof c->failure, "train killed by signal %d",
+             WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return -1;
+}
+
+/* Print the last STDERR_TAIL lines of file (else of alt when file is
+ * empty) to stderr, indented. */
+static void print_tail(const char *file, const char *alt) {
+  char lines[STDERR_TAIL][256], line[256];
+  int n = 0;
+  FILE *f = fopen(file, "r");
+  if (f) {
+    while (fgets(line, sizeof line, f))
+      memcpy(lines[n++ % STDERR_TAIL], line, sizeof line);
+    fclose(f);
+  }
+  if (n == 0 && alt) {
+    print_tail(alt, NULL);
+    return;
+  }
+  for (int i = n > STDERR_TAIL ? n - STDERR_TAIL : 0; i < n; i++) {
+    const char *l = lines[i % STDERR_TAIL];
+    fprintf(stderr, "  | %s%s", l, strchr(l, '\n') ? "" : "\n");
+  }
+}
+
+/* ---- the --report-json reader ------------------------------------------ */
+
+/* What a known key holds: a number, a string, a boolean, the window (a
+ * number or a string), an array of numbers (its length is kept). */
+typedef enum { F_NUM, F_STR, F_BOOL, F_WINDOW, F_NUMS } field_kind;
+
+typedef struct field {
+  const char *key;
+  field_kind kind;
+  void *dst;  /* double*, char*, int*, char* or long* */
+  size_t len; /* F_STR, F_WINDOW: buffer size */
+  int seen;
+} field;
+
+typedef struct jreader {
+  const char *start, *p, *end, *file;
+  const char *key; /* the known key being read, for messages; or NULL */
+  nto_err *err;
+} jreader;
+
+static int jr_fail(jreader *j, const char *what) {
+  long at = (long)(j->p - j->start);
+  if (j->key)
+    return nto_err_set(j->err, NTO_EDATA, "%s: key '%s': %s (byte %ld)",
+                       j->file, j->key, what, at);
+  return nto_err_set(j->err, NTO_EDATA, "%s: byte %ld: %s", j->file, at,
+                     what);
+}
+
+static void jr_ws(jreader *j) {
+  while (j->p < j->end &&
+         (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n'))
+    j->p++;
+}
+
+static int jr_peek(jreader *j) {
+  jr_ws(j);
+  return j->p < j->end ? (unsigned char)*j->p : -1;
+}
+
+static int jr_expect(jreader *j, char ch) {
+  if (jr_peek(j) != ch) {
+    char what[32];
+    snprintf(what, sizeof what, "expected '%c'", ch);
+    return jr_fail(j, what);
+  }
+  j->p++;
+  return 0;
+}
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c |= 0x20;
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* One escape after the backslash; *ch: the byte stored ('?' for \u beyond
+ * ASCII). */
+static int jr_escape(jreader *j, char *ch) {
+  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+  const char *k = j->p < j->end && *j->p ? strchr(from, *j->p) : NULL;
+  if (k) {
+    *ch = to[k - from];
+    j->p++;
+    return 0;
+  }
+  if (j->p >= j->end || *j->p != 'u' || j->end - j->p < 5)
+    return jr_fail(j, "bad escape in a string");
+  int v = 0;
+  for (int i = 1; i <= 4; i++) {
+    int h = hexval((unsigned char)j->p[i]);
+    if (h < 0)
+      return jr_fail(j, "bad \\u escape in a string");
+    v = v * 16 + h;
+  }
+  *ch = v > 0 && v < 0x80 ? (char)v : '?';
+  j->p += 5;
+  return 0;
+}
+
+/* A string into buf (len bytes; NULL: skipped). *over: it did not fit. */
+static int jr_string(jreader *j, char *buf, size_t len, int *over) {
+  size_t n = 0;
+  *over = 0;
+  if (jr_expect(j, '"') != 0)
+    return j->err->code;
+  for (;;) {
+    if (j->p >= j->end)
+      return jr_fail(j, "unterminated string");
+    char ch = *j->p++;
+    if (ch == '"')
+      break;
+    if ((unsigned char)ch < 0x20)
+      return jr_fail(j, "control character in a string");
+    if (ch == '\\' && jr_escape(j, &ch) != 0)
+      return j->err->code;
+    if (buf && n + 1 < len)
+      buf[n++] = ch;
+    else
+      *over = 1;
+  }
+  if (buf)
+    buf[n] = '\0';
+  return 0;
+}
+
+static size_t span_digits(const char *p, const char *end) {
+  size_t n = 0;
+  while (p + n < end && p[n] >= '0' && p[n] <= '9')
+    n++;
+  return n;
+}
+
+/* A number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int jr_number(jreader *j, double *out) {
+  jr_ws(j);
+  const char *s = j->p, *q = s;
+  if (q < j->end && *q == '-')
+    q++;
+  size_t d = span_digits(q, j->end);
+  if (d == 0 || (d > 1 && *q == '0'))
+    return jr_fail(j, "expected a number");
+  q += d;
+  if (q < j->end && *q == '.') {
+    if ((d = span_digits(++q, j->end)) == 0)
+      return jr_fail(j, "expected digits after '.'");
+    q += d;
+  }
+  if (q < j->end && (*q == 'e' || *q == 'E')) {
+    q++;
+    if (q < j->end && (*q == '+' || *q == '-'))
+      q++;
+    if ((d = span_digits(q, j->end)) == 0)
+      return jr_fail(j, "expected digits in an exponent");
+    q += d;
+  }
+  char tmp[64];
+  if (q - s >= (long)sizeof tmp)
+    return jr_fail(j, "number too long");
+  memcpy(tmp, s, (size_t)(q - s));
+  tmp[q - s] = '\0';
+  *out = strtod(tmp, NULL);
+  j->p = q;
+  return 0;
+}
+
+static int jr_literal(jreader *j, const char *word) {
+  size_t n = strlen(word);
+  jr_ws(j);
+  if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0)
+    return jr_fail(j, "expected a value");
+  j->p += n;
+  return 0;
+}
+
+static int jr_skip(jreader *j, int depth);
+
+/* The elements of an array or the members of an object after its opening
+ * bracket, each passed to jr_skip. */
+static int jr_skip_items(jreader *j, char close, int depth) {
+  if (jr_peek(j) == close) {
+    j->p++;
+    return 0;
+  }
+  for (;;) {
+    int over;
+    if (close == '}' && (jr_string(j, NULL, 0, &over) != 0 ||
+                         jr_expect(j, ':') != 0))
+      return j->err->code;
+    if (jr_skip(j, depth + 1) != 0)
+      return j->err->code;
+    if (jr_peek(j) == close) {
+      j->p++;
+      return 0;
+    }
+    if (jr_expect(j, ',') != 0)
+      return j->err->code;
+  }
+}
+
+/* Skip any value (nested up to 32 levels). */
+static int jr_skip(jreader *j, int depth) {
+  int c = jr_peek(j), over;
+  double x;
+  if (depth > 32)
+    return jr_fail(j, "nested too deeply");
+  if (c == '{' || c == '[') {
+    j->p++;
+    return jr_skip_items(j, c == '{' ? '}' : ']', depth);
+  }
+  if (c == '"')
+    return jr_string(j, NULL, 0, &over);
+  if (c == 't')
+    return jr_literal(j, "true");
+  if (c == 'f')
+    return jr_literal(j, "false");
+  if (c == 'n')
+    return jr_literal(j, "null");
+  return jr_number(j, &x);
+}
+
+/* An array of numbers; *count: its length. */
+static int jr_numbers(jreader *j, long *count) {
+  double x;
+  *count = 0;
+  if (jr_expect(j, '[') != 0)
+    return j->err->code;
+  if (jr_peek(j) == ']') {
+    j->p++;
+    return 0;
+  }
+  for (;;) {
+    if (jr_number(j, &x) != 0)
+      return j->err->code;
+    ++*count;
+    if (jr_peek(j) == ']') {
+      j->p++;
+      return 0;
+    }
+    if (jr_expect(j, ',') != 0)
+      return j->err->code;
+  }
+}
+
+/* The value of known key f, of the kind it must have. */
+static int jr_field(jreader *j, field *f) {
+  int c = jr_peek(j), over = 0, rc;
+  double x;
+  if (f->kind == F_WINDOW && c != '"') {
+    rc = jr_number(j, &x);
+    if (rc == 0)
+      snprintf(f->dst, f->len, "%.0f", x);
+    return rc;
+  }
+  switch (f->kind) {
+  case F_NUM:
+    return jr_number(j, f->dst);
+  case F_BOOL:
+    *(int *)f->dst = c == 't';
+    return jr_literal(j, c == 't' ? "true" : "false");
+  case F_NUMS:
+    return jr_numbers(j, f->dst);
+  default: /* F_STR, F_WINDOW */
+    rc = jr_string(j, f->dst, f->len, &over);
+    return rc == 0 && over ? jr_fail(j, "string too long") : rc;
+  }
+}
+
+/* The top-level object: known keys into fields, others skipped. */
+static int jr_object(jreader *j, field *fields) {
+  if (jr_expect(j, '{') != 0)
+    return j->err->code;
+  if (jr_peek(j) == '}') {
+    j->p++;
+    return 0;
+  }
+  for (;;) {
+    char key[64];
+    int over;
+    if (jr_string(j, key, sizeof key, &over) != 0 || jr_expect(j, ':') != 0)
+      return j->err->code;
+    field *f = fields;
+    while (f->key && (over || strcmp(f->key, key) != 0))
+      f++;
+    if (f->key && f->seen)
+      return nto_err_set(j->err, NTO_EDATA, "%s: key '%s' given twice",
+                         j->file, key);
+    j->key = f->key;
+    if (f->key && jr_field(j, f) != 0)
+      return j->err->code;
+    j->key = NULL;
+    if (!f->key && jr_skip(j, 1) != 0)
+      return j->err->code;
+    if (f->key)
+      f->seen = 1;
+    if (jr_peek(j) == '}') {
+      j->p++;
+      return 0;
+    }
+    if (jr_expect(j, ',') != 0)
+      return j->err->code;
+  }
+}
+
+/* The whole file into a NUL-terminated buffer (free it). */
+static int slurp(const char *path, char **buf, size_t *len, nto_err *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", path,
+                       strerror(errno));
+  char *b = malloc((size_t)REPORT_MAX + 1);
+  size_t n = b ? fread(b, 1, (size_t)REPORT_MAX + 1, f) : 0;
+  int bad = ferror(f);
+  fclose(f);
+  if (!b || bad || n > (size_t)REPORT_MAX) {
+    free(b);
+    return nto_err_set(err, b ? NTO_EIO : NTO_ENOMEM, "cannot read %s%s",
+                       path, n > (size_t)REPORT_MAX ? ": too large" : "");
+  }
+  b[n] = '\0';
+  *buf = b;
+  *len = n;
+  return 0;
+}
+
+/* Read a train --report-json file into r. Every key bench uses must be
+ * present; the error names the file and the key. */
+static int read_report(const char *path, report *r, nto_err *err) {
+  field fields[] = {
+      {"model", F_STR, r->model, sizeof r->model, 0},
+      {"batch", F_NUM, &r->batch, 0, 0},
+      {"iterations", F_NUM, &r->iterations, 0, 0},
+      {"warmup", F_NUM, &r->warmup, 0, 0},
+      {"measured_iterations", F_NUM, &r->measured, 0, 0},
+      {"window", F_WINDOW, r->window, sizeof r->window, 0},
+      {"io", F_STR, r->io, sizeof r->io, 0},
+      {"direct", F_BOOL, &r->direct, 0, 0},
+      {"peak_rss_bytes", F_NUM, &r->peak_rss, 0, 0},
+      {"resident_peak_bytes", F_NUM, &r->resident_peak, 0, 0},
+      {"iteration_ms_median", F_NUM, &r->median_ms, 0, 0},
+      {"iteration_ms_p90", F_NUM, &r->p90_ms, 0, 0},
+      {"stall_ms_per_iteration", F_NUM, &r->stall_ms, 0, 0},
+      {"read_mib_per_iteration", F_NUM, &r->read_mib, 0, 0},
+      {"written_mib_per_iteration", F_NUM, &r->written_mib, 0, 0},
+      {"iteration_ms", F_NUMS, &r->n_iteration_ms, 0, 0},
+      {NULL, F_NUM, NULL, 0, 0}};
+  char *buf = NULL;
+  size_t len = 0;
+  memset(r, 0, sizeof *r);
+  int rc = slurp(path, &buf, &len, err);
+  if (rc != 0)
+    return rc;
+  jreader j = {buf, buf, buf + len, path, NULL, err};
+  rc = jr_object(&j, fields);
+  if (rc == 0 && jr_peek(&j) != -1)
+    rc = jr_fail(&j, "text after the object");
+  free(buf);
+  if (rc != 0)
+    return rc;
+  for (field *f = fields; f->key; f++)
+    if (!f->seen)
+      return nto_err_set(err, NTO_EDATA, "%s: key '%s' missing", path,
+                         f->key);
+  return 0;
+}
+
+/* ---- comparing, deriving ----------------------------------------------- */
+
+/* *same = 1 if files a and b have the same bytes. */
+static int same_bytes(const char *a, const char *b, int *same, nto_err *err) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int rc = 0;
+  *same = 0;
+  if (!fa || !fb)
+    rc = nto_err_set(err, NTO_EIO, "cannot open %s: %s", fa ? b : a,
+                     strerror(errno));
+  while (rc == 0) {
+    char x[65536], y[65536];
+    size_t n = fread(x, 1, sizeof x, fa), m = fread(y, 1, sizeof y, fb);
+    if (ferror(fa) || ferror(fb))
+      rc = nto_err_set(err, NTO_EIO, "cannot read %s or %s", a, b);
+    else if (n != m || memcmp(x, y, n) != 0)
+      break;
+    else if (n == 0) {
+      *same = 1;
+      break;
+    }
+  }
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return rc;
+}
+
+/* Fill identical for every configuration; returns the number that
+ * differ (or could not be compared). */
+static int compare_weights(bench *b) {
+  int bad = 0;
+  const config *ref = &b->cfg[b->ref];
+  char rp[PATH_MAX + 32], cp[PATH_MAX + 32];
+  tmp_path(b, ref->label, "bin", rp, sizeof rp);
+  for (int i = 0; i < b->o.n; i++) {
+    config *c = &b->cfg[i];
+    int same = 0;
+    nto_err err = {0};
+    c->identical = "-";
+    if (!c->ok || !ref->ok)
+      continue;
+    tmp_path(b, c->label, "bin", cp, sizeof cp);
+    if (same_bytes(rp, cp, &same, &err) != 0)
+      cli_error("bench: %s", err.msg);
+    c->identical = same ? "yes" : "no";
+    bad += !same;
+  }
+  return bad;
+}
+
+/* floor = max(compute, read / read bw + written / write bw), in ms. */
+static void derive_floors(bench *b) {
+  const config *all = b->all >= 0 && b->cfg[b->all].ok ? &b->cfg[b->all]
+                                                       : NULL;
+  for (int i = 0; i < b->o.n; i++) {
+    config *c = &b->cfg[i];
+    if (!c->ok)
+      continue;
+    double compute = all ? all->r.median_ms : c->r.median_ms - c->r.stall_ms;
+    double io = 1e3 * (c->r.read_mib / b->bw.read_mib_s +
+                       c->r.written_mib / b->bw.write_mib_s);
+    c->floor_ms = compute > io ? compute : io;
+    c->ratio = c->floor_ms > 0 ? c->r.median_ms / c->floor_ms : 0;
+  }
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+#define MIB(x) ((x) / 1048576.0)
+
+static int label_width(const bench *b) {
+  int w = 6;
+  for (int i = 0; i < b->o.n; i++)
+    if ((int)strlen(b->cfg[i].label) > w)
+      w = (int)strlen(b->cfg[i].label);
+  return w;
+}
+
+static void print_header(const bench *b) {
+  const bandwidth *bw = &b->bw;
+  printf("bench %s: batch %ld, %ld iterations measured after %ld warm-up, "
+         "data %s\n",
+         b->o.model, b->batch, b->o.iterations, b->o.warmup, b->o.data);
+  printf("swap %s: write %.0f MiB/s, read %.0f MiB/s (%s, %s, depth %u, "
+         "%u MiB requests, %llu MiB)\n",
+         bw->dir, bw->write_mib_s, bw->read_mib_s,
+         bw->direct ? "O_DIRECT"
+         : b->o.no_direct
+             ? "buffered (--no-direct)"
+             : "buffered: O_DIRECT refused by the filesystem",
+         bw->io, BW_DEPTH, BW_BLOCK >> 20,
+         (unsigned long long)(bw->total >> 20));
+  printf("command: %s\n\n", b->cmdline);
+}
+
+static void print_table(const bench *b) {
+  int w = label_width(b);
+  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "config",
+         "window", "peak RSS", "resident", "median", "p90", "stall", "read",
+         "written", "floor", "ratio", "weights");
+  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "", "",
+         "MiB", "MiB", "ms", "ms", "ms/it", "MiB/it", "MiB/it", "ms", "",
+         "identical");
+  for (int i = 0; i < b->o.n; i++) {
+    const config *c = &b->cfg[i];
+    const report *r = &c->r;
+    if (!c->ok) {
+      printf("%-*s failed: %s\n", w, c->label, c->failure);
+      continue;
+    }
+    printf("%-*s %6s %9.1f %9.1f %9.1f %9.1f %8.1f %8.1f %8.1f %9.1f %6.2f "
+           "%s\n",
+           w, c->label, r->window, MIB(r->peak_rss), MIB(r->resident_peak),
+           r->median_ms, r->p90_ms, r->stall_ms, r->read_mib, r->written_mib,
+           c->floor_ms, c->ratio, c->identical);
+  }
+  printf("\nfloor = max(compute, read/read bandwidth + written/write "
+         "bandwidth); compute = %s\n",
+         b->all >= 0 && b->cfg[b->all].ok
+             ? "the all run's median"
+             : "each run's median minus its stall");
+  printf("weights compared with the %s run's (%s)\n", b->cfg[b->ref].label,
+         "nntrainer .bin, byte for byte");
+}
+
+static const char csv_header[] =
+    "config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,"
+    "iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,"
+    "written_mib_per_iteration,floor_ms,ratio,weights_identical\n";
+
+static int close_out(FILE *f, const char *path, const char *opt,
+                     nto_err *err) {
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad)
+    return nto_err_set(err, NTO_EIO, "%s: cannot write %s", opt, path);
+  return 0;
+}
+
+static int write_csv(const bench *b, const char *path, nto_err *err) {
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "--csv: cannot open %s: %s", path,
+                       strerror(errno));
+  fputs(csv_header, f);
+  for (int i = 0; i < b->o.n; i++) {
+    const config *c = &b->cfg[i];
+    const report *r = &c->r;
+    if (!c->ok) {
+      fprintf(f, "%s,failed,,,,,,,,,,,-\n", c->label);
+      continue;
+    }
+    fprintf(f, "%s,ok,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%s\n",
+            c->label, r->window, MIB(r->peak_rss), MIB(r->resident_peak),
+            r->median_ms, r->p90_ms, r->stall_ms, r->read_mib,
+            r->written_mib, c->floor_ms, c->ratio, c->identical);
+  }
+  return close_out(f, path, "--csv", err);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void json_config(FILE *f, const config *c) {
+  const report *r = &c->r;
+  fprintf(f, "    {\"config\": ");
+  json_string(f, c->label);
+  if (!c->ok) {
+    fprintf(f, ", \"status\": \"failed\", \"window\": null, "
+               "\"peak_rss_mib\": null, \"resident_peak_mib\": null, "
+               "\"iteration_ms_median\": null, \"iteration_ms_p90\": null, "
+               "\"stall_ms_per_iteration\": null, "
+               "\"read_mib_per_iteration\": null, "
+               "\"written_mib_per_iteration\": null, \"floor_ms\": null, "
+               "\"ratio\": null, \"weights_identical\": \"-\"}");
+    return;
+  }
+  fprintf(f, ", \"status\": \"ok\", \"window\": ");
+  if (!strcmp(r->window, "all"))
+    fprintf(f, "\"all\"");
+  else
+    fprintf(f, "%s", r->window);
+  fprintf(f, ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
+             "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
+             "\"stall_ms_per_iteration\": %.3f, "
+             "\"read_mib_per_iteration\": %.3f, "
+             "\"written_mib_per_iteration\": %.3f, \"floor_ms\": %.3f, "
+             "\"ratio\": %.4f, \"weights_identical\": \"%s\"}",
+          MIB(r->peak_rss), MIB(r->resident_peak), r->median_ms, r->p90_ms,
+          r->stall_ms, r->read_mib, r->written_mib, c->floor_ms, c->ratio,
+          c->identical);
+}
+
+static int write_json(const bench *b, const char *path, nto_err *err) {
+  const bandwidth *bw = &b->bw;
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "--json: cannot open %s: %s", path,
+                       strerror(errno));
+  fprintf(f, "{\n  \"model\": ");
+  json_string(f, b->o.model);
+  fprintf(f, ",\n  \"batch\": %ld,\n  \"iterations\": %ld,\n"
+             "  \"warmup\": %ld,\n",
+          b->batch, b->o.iterations, b->o.warmup);
+  fprintf(f, "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
+             "\"block_bytes\": %u, \"depth\": %u, \"direct\": %s, "
+             "\"io\": ",
+          bw->read_mib_s, bw->write_mib_s, BW_BLOCK, BW_DEPTH,
+          bw->direct ? "true" : "false");
+  json_string(f, bw->io);
+  fprintf(f, ", \"total_bytes\": %llu, \"swap_dir\": ",
+          (unsigned long long)bw->total);
+  json_string(f, bw->dir);
+  fprintf(f, "},\n  \"configs\": [\n");
+  for (int i = 0; i < b->o.n; i++) {
+    json_config(f, &b->cfg[i]);
+    fprintf(f, "%s\n", i + 1 < b->o.n ? "," : "");
+  }
+  fprintf(f, "  ]\n}\n");
+  return close_out(f, path, "--json", err);
+}
+
+/* An executable named name in $PATH into out; 0 if found. */
+static int find_in_path(const char *name, char *out, size_t len) {
+  const char *path = getenv("PATH");
+  if (!path || !*path)
+    path = "/usr/bin:/bin";
+  while (*path) {
+    size_t n = strcspn(path, ":");
+    snprintf(out, len, "%.*s/%s", (int)n, n ? path : ".", name);
+    if (access(out, X_OK) == 0)
+      return 0;
+    path += n + (path[n] == ':');
+  }
+  return -1;
+}
+
+/* A gnuplot single-quoted string ('' stands for one quote). */
+static void gp_string(FILE *f, const char *s) {
+  fputc('\'', f);
+  for (; *s; s++) {
+    if (*s == '\'')
+      fputc('\'', f);
+    fputc(*s, f);
+  }
+  fputc('\'', f);
+}
+
+/* The data file (rss, median, label per run) and gnuplot script. */
+static int write_plot_files(const bench *b, const char *dat, const char *gp,
+                            const char *svg, nto_err *err) {
+  FILE *f = fopen(dat, "w");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", dat,
+                       strerror(errno));
+  for (int i = 0; i < b->o.n; i++)
+    if (b->cfg[i].ok)
+      fprintf(f, "%.3f %.3f \"%s\"\n", MIB(b->cfg[i].r.peak_rss),
+              b->cfg[i].r.median_ms, b->cfg[i].label);
+  if (close_out(f, dat, "--plot", err) != 0)
+    return err->code;
+  if (!(f = fopen(gp, "w")))
+    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", gp,
+                       strerror(errno));
+  char title[512];
+  snprintf(title, sizeof title, "%s, batch %ld: one point per window",
+           b->o.model, b->batch);
+  fprintf(f, "set terminal svg size 720,480 dynamic noenhanced\nset output ");
+  gp_string(f, svg);
+  fprintf(f, "\nset title ");
+  gp_string(f, title);
+  fprintf(f, "\nset xlabel 'peak RSS (MiB)'\n"
+             "set ylabel 'median iteration time (ms)'\n"
+             "set key off\nset grid\nset offsets graph 0.1, graph 0.1, "
+             "graph 0.1, graph 0.1\nplot ");
+  gp_string(f, dat);
+  fprintf(f, " using 1:2 with points pointtype 7 pointsize 1, ");
+  gp_string(f, dat);
+  fprintf(f, " using 1:2:3 with labels offset 1,1 left\n");
+  return close_out(f, gp, "--plot", err);
+}
+
+/* --plot: run gnuplot, or say why there is no plot. */
+static int write_plot(const bench *b, const char *svg, nto_err *err) {
+  char exe[PATH_MAX], dat[PATH_MAX + 32], gp[PATH_MAX + 32];
+  char out[PATH_MAX + 32], errf[PATH_MAX + 32];
+  int ran = 0;
+  for (int i = 0; i < b->o.n; i++)
+    ran += b->cfg[i].ok;
+  if (find_in_path("gnuplot", exe, sizeof exe) != 0) {
+    printf("no plot: gnuplot not found; install Debian's gnuplot-nox\n");
+    return 0;
+  }
+  if (!ran) {
+    printf("no plot: no configuration ran\n");
+    return 0;
+  }
+  tmp_path(b, "plot", "dat", dat, sizeof dat);
+  tmp_path(b, "plot", "gp", gp, sizeof gp);
+  tmp_path(b, "plot", "out", out, sizeof out);
+  tmp_path(b, "plot", "err", errf, sizeof errf);
+  int st = 0;
+  int rc = write_plot_files(b, dat, gp, svg, err);
+  char *args[] = {exe, gp, NULL};
+  if (rc == 0)
+    rc = spawn_wait(exe, args, out, errf, &st, err);
+  if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    print_tail(errf, out);
+    rc = nto_err_set(err, NTO_EIO, "--plot: gnuplot failed on %s", svg);
+  }
+  return rc;
+}
+
+/* ---- the whole run ------------------------------------------------------ */
+
+/* Run every configuration; returns the number that failed. */
+static int run_all(bench *b) {
+  int failed = 0;
+  for (int i = 0; i < b->o.n; i++) {
+    config *c = &b->cfg[i];
+    char json[PATH_MAX + 32], out[PATH_MAX + 32], errf[PATH_MAX + 32];
+    nto_err err = {0};
+    double t0 = now_s();
+    fprintf(stderr, "bench: [%d/%d] window %s ...", i + 1, b->o.n, c->label);
+    int rc = run_child(b, c);
+    tmp_path(b, c->label, "json", json, sizeof json);
+    if (rc == 0 && read_report(json, &c->r, &err) != 0) {
+      snprintf(c->failure, sizeof c->failure, "%s", err.msg);
+      rc = -1;
+    }
+    c->ok = rc == 0;
+    fprintf(stderr, " %s (%.2f s)\n", c->ok ? "ok" : "FAILED", now_s() - t0);
+    if (c->ok && c->r.measured != (double)b->o.iterations)
+      fprintf(stderr, "bench: note: window %s measured %.0f iterations, not "
+                      "%ld (too few batches in one epoch of the data?)\n",
+              c->label, c->r.measured, b->o.iterations);
+    if (c->ok)
+      continue;
+    failed++;
+    tmp_path(b, c->label, "out", out, sizeof out);
+    tmp_path(b, c->label, "err", errf, sizeof errf);
+    cli_error("bench: configuration '%s' failed: %s; the end of its output:",
+              c->label, c->failure);
+    print_tail(errf, out);
+  }
+  return failed;
+}
+
+/* Model file check, the swap directory and the batch size the runs use.
+ * Returns 0, or -1 after printing the config error. */
+static int read_model(bench *b) {
+  nto_config c;
+  nto_err err = {0};
+  memset(&c, 0, sizeof c);
+  if (nto_config_load(&c, b->o.model, &err) != 0) {
+    cli_error("%s", err.msg);
+    nto_config_free(&c);
+    return -1;
+  }
+  const char *t = getenv("TMPDIR");
+  const char *dir = b->o.swap_dir      ? b->o.swap_dir
+                    : c.model.swap_path[0] ? c.model.swap_path
+                    : t && *t          ? t
+                                       : "/tmp";
+  snprintf(b->bw.dir, sizeof b->bw.dir, "%s", dir);
+  b->batch = b->o.batch ? b->o.batch : c.model.batch_size;
+  nto_config_free(&c);
+  return 0;
+}
+
+/* Tables and files after the runs; returns 0 or -1 (a file failed). */
+static int write_results(bench *b) {
+  nto_err err = {0};
+  int rc = 0;
+  for (int i = 0; i < b->o.n; i++)
+    if (b->cfg[i].ok) {
+      b->batch = (long)b->cfg[i].r.batch;
+      break;
+    }
+  print_header(b);
+  print_table(b);
+  if (b->o.csv && write_csv(b, b->o.csv, &err) != 0)
+    cli_error("%s", err.msg), rc = -1;
+  if (b->o.json && write_json(b, b->o.json, &err) != 0)
+    cli_error("%s", err.msg), rc = -1;
+  if (b->o.plot && write_plot(b, b->o.plot, &err) != 0)
+    cli_error("%s", err.msg), rc = -1;
+  fflush(stdout);
+  return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+  static bench b; /* large; main thread only */
+  memset(&b, 0, sizeof b);
+  int prc = parse_opts(argc, argv, &b.o);
+  if (prc != 0)
+    return prc > 0 ? CLI_OK : CLI_USAGE;
+  if (read_model(&b) != 0)
+    return CLI_USAGE;
+  quote_cmdline(argc, argv, b.cmdline, sizeof b.cmdline);
+  b.all = -1;
+  for (int i = 0; i < b.o.n; i++) {
+    b.cfg[i].label = b.o.labels[i];
+    if (!strcmp(b.o.labels[i], "all"))
+      b.all = i;
+  }
+  b.ref = b.all >= 0 ? b.all : 0;
+  nto_err err = {0};
+  fprintf(stderr, "bench: measuring the bandwidth of %s ...\n", b.bw.dir);
+  if (measure_bandwidth(&b.o, &b.bw, &err) != 0 ||
+      make_tmpdir(b.tmp, sizeof b.tmp, &err) != 0) {
+    cli_error("bench: %s", err.msg);
+    return CLI_RUNTIME;
+  }
+  int failed = run_all(&b);
+  int differ = compare_weights(&b);
+  derive_floors(&b);
+  int files = write_results(&b);
+  remove_tmpdir(b.tmp);
+  if (failed)
+    cli_error("bench: %d of %d configurations failed", failed, b.o.n);
+  if (differ)
+    cli_error("bench: the weights of %d configuration(s) differ from the %s "
+              "run's",
+              differ, b.cfg[b.ref].label);
+  return failed || differ || files ? CLI_RUNTIME : CLI_OK;
+}

@@ -1,0 +1,90 @@
+/* autowin.c - the adaptive window controller. See autowin.h. */
+#include "autowin.h"
+
+#include <string.h>
+
+static int clamp(const nto_autowin *c, int n) {
+  return n < c->min ? c->min : n > c->max ? c->max : n;
+}
+
+void nto_autowin_init(nto_autowin *c, int min, int max) {
+  memset(c, 0, sizeof *c);
+  c->max = max < 1 ? 1 : max;
+  c->min = min < 1 ? 1 : min > c->max ? c->max : min;
+  c->n = c->min;
+  c->target = 0.05;
+  c->idle = 0.5;
+}
+
+/* Remember the iteration time of window n (the latest one counts). */
+static void remember(nto_autowin *c, int n, double ms) {
+  for (int i = 0; i < c->n_tried; i++)
+    if (c->tried_n[i] == n) {
+      c->tried_ms[i] = ms;
+      return;
+    }
+  int i = c->n_tried < NTO_AUTOWIN_TRIED ? c->n_tried++
+                                          : n % NTO_AUTOWIN_TRIED;
+  c->tried_n[i] = n;
+  c->tried_ms[i] = ms;
+}
+
+/* The measured window with the shortest iteration. */
+static int fastest(const nto_autowin *c) {
+  int best = c->n;
+  double best_ms = -1;
+  for (int i = 0; i < c->n_tried; i++)
+    if (best_ms < 0 || c->tried_ms[i] < best_ms) {
+      best_ms = c->tried_ms[i];
+      best = c->tried_n[i];
+    }
+  return best;
+}
+
+static int after_stall(nto_autowin *c, int n) {
+  c->lo = n;
+  c->since_lo = 0;
+  if (c->hi && c->hi <= n)
+    c->hi = 0; /* it stalls now: conditions changed */
+  if (c->settled)
+    return n;
+  if (c->hi)
+    return c->hi > c->lo + 1 ? c->lo + (c->hi - c->lo) / 2 : c->hi;
+  if (n < c->max)
+    return n * 2 < c->max ? n * 2 : c->max;
+  c->settled = 1; /* slower than compute at every window we may use */
+  return fastest(c);
+}
+
+/* idled: the I/O threads were busy less than `idle` of the iteration;
+ * free: less than a fifth of that (reads cost next to nothing). */
+static int after_good(nto_autowin *c, int n, int idled, int free) {
+  c->settled = 0;
+  if (!c->hi || n < c->hi)
+    c->hi = n;
+  if (c->lo >= n)
+    c->lo = n - 1;
+  /* a stalling window seen long ago (or before reads became free) may
+   * not stall any more: probe below it again */
+  if (idled && (free || c->since_lo >= NTO_AUTOWIN_REPROBE))
+    c->lo = 0;
+  int floor = c->lo + 1 > c->min ? c->lo + 1 : c->min;
+  if (n > floor && (idled || c->lo > 0)) { /* bisect towards lo */
+    int mid = c->lo + (n - c->lo) / 2;
+    return mid > floor ? mid : floor;
+  }
+  return n;
+}
+
+int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s) {
+  int n = clamp(c, s->window);
+  double it = s->iteration_ms > 0 ? s->iteration_ms : 0;
+  if (s->full_ms > 0)
+    remember(c, n, s->full_ms);
+  int stalled = s->stall_ms > c->target * it;
+  int idled = s->io_busy_ms < c->idle * it;
+  int free = s->io_busy_ms < 0.2 * c->idle * it;
+  c->since_lo++;
+  c->n = clamp(c, stalled ? after_stall(c, n) : after_good(c, n, idled, free));
+  return c->n;
+}

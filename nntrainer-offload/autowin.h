@@ -1,0 +1,67 @@
+/*
+ * autowin.h - the adaptive window (--window auto): after every training
+ * iteration, choose the window N of the next one from what the last one
+ * measured.
+ *
+ * Goal: executor stall below `target` (5%) of the iteration time at the
+ * smallest N that achieves it, within [min, max] (max: the largest window
+ * the memory budget allows). Rules, per measured iteration at window N:
+ *   - stalled (stall > target * iteration): N is too small (lo = N). Next:
+ *     double N (capped at max) while no good N is known, else bisect
+ *     between lo and the smallest good N (hi). A good N that stalls later
+ *     (the disk got slower) is forgotten.
+ *   - not stalled: N is good (hi = N). If a stalling N below is known
+ *     and N > lo + 1, bisect between lo and N (doubling overshoots). If
+ *     the I/O threads idled (busy less than `idle` of the iteration),
+ *     shrink the same way; the stalling N known is then forgotten when it
+ *     is NTO_AUTOWIN_REPROBE iterations old, or at once when the reads
+ *     cost next to nothing (busy below a fifth of `idle`), so that a disk
+ *     that got faster is noticed. Otherwise stay.
+ *   - at max and still stalled (storage slower than compute at any
+ *     window): settle on the window with the shortest iteration measured
+ *     so far and stay there.
+ * Doubling then bisecting reaches the smallest good N in O(log max)
+ * iterations. The first N steps after a window change wait for the reads
+ * that prime the new window, which no window hides: the caller judges the
+ * rest of that iteration (offload.h prime_ms, prime_stall_ms), and only
+ * steady iterations' times are compared across windows.
+ *
+ * Pure logic, no I/O, no allocation: any thread, one caller at a time.
+ */
+#ifndef NTO_AUTOWIN_H
+#define NTO_AUTOWIN_H
+
+#define NTO_AUTOWIN_TRIED 32   /* windows whose iteration time is kept */
+#define NTO_AUTOWIN_REPROBE 10 /* iterations before a stall is forgotten */
+
+typedef struct nto_autowin {
+  int min, max;  /* bounds of N, 1 <= min <= max */
+  int n;         /* the window in use */
+  int lo, hi;    /* largest N seen stalling, smallest seen good; 0: none */
+  int since_lo;  /* iterations since lo was last seen stalling */
+  int settled;   /* stalled at max: stays on the fastest window seen */
+  double target; /* stall fraction that counts as stalled (0.05) */
+  double idle;   /* I/O busy fraction below which the threads idled (0.5) */
+  int n_tried;
+  int tried_n[NTO_AUTOWIN_TRIED];     /* windows measured */
+  double tried_ms[NTO_AUTOWIN_TRIED]; /* their last iteration time, ms */
+} nto_autowin;
+
+/* One measured training iteration (all in ms). */
+typedef struct nto_autowin_sample {
+  int window;          /* N it ran with */
+  double iteration_ms; /* wall time of the part judged (after priming) */
+  double stall_ms;     /* executor waiting for reads in that part */
+  double io_busy_ms;   /* the busier I/O thread's busy time in it */
+  double full_ms;      /* the whole iteration when it was steady (no
+                          priming), else 0: compared across windows */
+} nto_autowin_sample;
+
+/* Start at min (clamped into [1, max]), targets 5% stall and 50% idle. */
+void nto_autowin_init(nto_autowin *c, int min, int max);
+
+/* The window for the next iteration after sample s (s->window is taken
+ * as the current N). Always within [min, max]. */
+int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s);
+
+#endif /* NTO_AUTOWIN_H */

@@ -1,0 +1,131 @@
+#!/bin/sh
+# `bench` contract: a small run of three windows with CSV, JSON and SVG
+# output (columns, schema, weights identical to --window all), usage errors
+# (exit 2 naming the option), a failing configuration (exit 1 naming it),
+# and no temp or swap files left behind.
+# usage: test_bench.sh PATH/TO/nntrainer-offload   (run from the repo root)
+set -u
+exe=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+mkdir "$tmp/swap" "$tmp/tmpdir"
+# bench's own temp directory goes under $TMPDIR: checked empty at the end
+export TMPDIR="$tmp/tmpdir"
+
+pass() { passes=$((passes + 1)); }
+fail() { # fail NAME MESSAGE [FILE shown indented]
+  echo "FAIL $1: $2"
+  [ $# -ge 3 ] && sed 's/^/  /' "$3"
+  fails=$((fails + 1))
+}
+
+expect() { # expect NAME STATUS PATTERN -- command...
+  name=$1 want=$2 pat=$3
+  shift 4
+  "$@" >"$tmp/out" 2>&1
+  got=$?
+  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
+    fail "$name" "status $got (want $want), output:" "$tmp/out"
+  else
+    pass
+  fi
+}
+
+# Where the swap directory's filesystem refuses O_DIRECT (tmpfs on older
+# kernels), swap through the page cache, as test_cli.sh does.
+direct=
+"$exe" train test/data/nets/tiny_resnet.ini --data synthetic --iterations 1 \
+  --eval-samples 0 --window 1 --swap-dir "$tmp/swap" >"$tmp/probe" 2>&1 ||
+  { grep -q "O_DIRECT" "$tmp/probe" && direct=--no-direct; }
+
+net=test/data/nets/tiny_resnet.ini
+expect help 0 "--windows LIST" -- "$exe" bench --help
+expect run 0 "weights compared with the all run" -- "$exe" bench "$net" \
+  --windows 1,2,all --iterations 3 --warmup 1 --csv "$tmp/r.csv" \
+  --json "$tmp/r.json" --plot "$tmp/r.svg" --swap-dir "$tmp/swap" $direct
+cp "$tmp/out" "$tmp/run.out"
+grep -q "^command: nntrainer-offload bench $net --windows 1,2,all" "$tmp/run.out" &&
+  grep -q "MiB/s" "$tmp/run.out" && pass ||
+  fail header "no command or bandwidth line" "$tmp/run.out"
+
+# CSV: the documented header, three rows, all ok and identical to `all`.
+hdr="config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,written_mib_per_iteration,floor_ms,ratio,weights_identical"
+if [ ! -f "$tmp/r.csv" ]; then
+  fail csv "no CSV file" "$tmp/run.out"
+else
+  [ "$(head -n 1 "$tmp/r.csv")" = "$hdr" ] && pass ||
+    fail csv_header "unexpected header" "$tmp/r.csv"
+  [ "$(tail -n +2 "$tmp/r.csv" | wc -l)" -eq 3 ] && pass ||
+    fail csv_rows "expected 3 data rows" "$tmp/r.csv"
+  [ "$(tail -n +2 "$tmp/r.csv" | cut -d, -f1 | tr '\n' ' ')" = "1 2 all " ] &&
+    pass || fail csv_configs "expected configs 1 2 all" "$tmp/r.csv"
+  [ "$(tail -n +2 "$tmp/r.csv" | grep -c ',ok,.*,yes$')" -eq 3 ] && pass ||
+    fail csv_identical "every row must be ok with weights identical = yes" "$tmp/r.csv"
+fi
+
+# JSON: the schema, with python3's json module where there is one.
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "bench: skipping the JSON schema check (no python3)"
+elif python3 - "$tmp/r.json" >"$tmp/py" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+def num(x): return isinstance(x, (int, float)) and not isinstance(x, bool)
+def integer(x): return isinstance(x, int) and not isinstance(x, bool)
+assert set(d) == {"model", "batch", "iterations", "warmup", "bandwidth", "configs"}, sorted(d)
+assert isinstance(d["model"], str) and d["model"].endswith("tiny_resnet.ini")
+assert integer(d["batch"]) and d["batch"] == 4
+assert d["iterations"] == 3 and d["warmup"] == 1
+bw = d["bandwidth"]
+assert num(bw["read_mib_s"]) and bw["read_mib_s"] > 0, bw
+assert num(bw["write_mib_s"]) and bw["write_mib_s"] > 0, bw
+assert bw["block_bytes"] == 1048576 and bw["depth"] == 16, bw
+assert isinstance(bw["direct"], bool), bw
+keys = {"config", "status", "window", "peak_rss_mib", "resident_peak_mib",
+        "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
+        "read_mib_per_iteration", "written_mib_per_iteration", "floor_ms",
+        "ratio", "weights_identical"}
+c = d["configs"]
+assert isinstance(c, list) and len(c) == 3, c
+assert [x["config"] for x in c] == ["1", "2", "all"], c
+for x in c:
+    assert set(x) == keys, sorted(x)
+    assert x["status"] == "ok" and x["weights_identical"] == "yes", x
+    for k in keys - {"config", "status", "window", "weights_identical"}:
+        assert num(x[k]) and x[k] >= 0, (k, x)
+assert c[0]["window"] == 1 and c[1]["window"] == 2 and c[2]["window"] == "all", c
+assert c[0]["read_mib_per_iteration"] > 0 and c[2]["read_mib_per_iteration"] == 0, c
+assert abs(c[2]["ratio"] - 1) < 1e-9, c[2]
+EOF
+then
+  pass
+else
+  fail json "schema check failed" "$tmp/py"
+fi
+
+# SVG: drawn when gnuplot is there, else a note and still success.
+if command -v gnuplot >/dev/null 2>&1; then
+  [ -s "$tmp/r.svg" ] && sed -n '1,3p' "$tmp/r.svg" | grep -q '^<svg' && pass ||
+    fail svg "no SVG (or not starting with an svg element)" "$tmp/run.out"
+else
+  grep -q "no plot: gnuplot not found; install Debian's gnuplot-nox" "$tmp/run.out" &&
+    pass || fail svg_note "no note about gnuplot" "$tmp/run.out"
+fi
+
+expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
+expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
+expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogus
+expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0
+expect no_model 2 "missing MODEL.ini" -- "$exe" bench
+expect missing_model 2 "cannot open" -- "$exe" bench "$tmp/none.ini"
+expect failing_config 1 "configuration '0' failed" -- "$exe" bench "$net" \
+  --windows 0,all --iterations 1 --warmup 0 --swap-dir "$tmp/swap" $direct
+grep -q "^0 .*failed" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
+  fail failing_table "the table must show 0 failed and all ok" "$tmp/out"
+
+[ -z "$(ls -A "$tmp/swap" "$tmp/tmpdir" | grep -v ':$' | grep -v '^$')" ] && pass ||
+  fail leftovers "files left: $(ls -A "$tmp/swap" "$tmp/tmpdir")"
+
+echo "bench: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]

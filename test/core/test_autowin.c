@@ -1,0 +1,135 @@
+/*
+ * test_autowin.c - the adaptive window controller against simulated
+ * iterations: it finds the smallest window that hides the reads, shrinks
+ * to the minimum when reads cost nothing, never leaves [min, max], settles
+ * on the fastest window when every window stalls, and grows again when the
+ * disk slows down.
+ */
+#include "autowin.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+/* A simulated disk: windows below `need` stall 30% of a 100 ms
+ * iteration with the I/O threads busy; from `need` on nothing stalls and
+ * the I/O threads are busy `busy` of the iteration. */
+typedef struct sim {
+  int need;
+  double busy;
+} sim;
+
+static nto_autowin_sample measure(const sim *d, int n) {
+  nto_autowin_sample s = {n, 100.0, 0, 0, 100.0};
+  if (n < d->need) {
+    s.stall_ms = 30.0;
+    s.io_busy_ms = 95.0;
+    s.full_ms = 130.0;
+  } else {
+    s.io_busy_ms = d->busy * 100.0;
+  }
+  return s;
+}
+
+/* Run `iters` iterations; returns the first iteration (1-based) from which
+ * the window stays at `want` until the end, or 0. */
+static int converge(nto_autowin *c, const sim *d, int iters, int want) {
+  int from = 0;
+  for (int i = 1; i <= iters; i++) {
+    nto_autowin_sample s = measure(d, c->n);
+    int next = nto_autowin_next(c, &s);
+    assert_true(next >= c->min && next <= c->max);
+    if (next == want && from == 0)
+      from = i;
+    else if (next != want)
+      from = 0;
+  }
+  return from;
+}
+
+/* The smallest window without stalls is found, and kept, in a number of
+ * iterations logarithmic in it (doubling, then bisection). */
+static void test_finds_smallest_window(void **state) {
+  (void)state;
+  const int needs[] = {1, 2, 3, 5, 8, 13, 40, 64};
+  for (size_t i = 0; i < sizeof needs / sizeof *needs; i++) {
+    nto_autowin c;
+    nto_autowin_init(&c, 1, 64);
+    sim d = {needs[i], 0.9}; /* busy I/O: no reason to shrink */
+    int from = converge(&c, &d, 40, needs[i]);
+    assert_true(from > 0);
+    assert_true(from <= 14); /* 2 * log2(64) + 2 */
+  }
+}
+
+/* With free reads (no stall, idle I/O) a large window shrinks to min. */
+static void test_shrinks_when_reads_are_free(void **state) {
+  (void)state;
+  nto_autowin c;
+  nto_autowin_init(&c, 1, 64);
+  sim slow = {32, 0.9}, free_reads = {1, 0.0};
+  assert_true(converge(&c, &slow, 20, 32) > 0);
+  int from = converge(&c, &free_reads, 20, 1);
+  assert_true(from > 0 && from <= 8);
+  assert_int_equal(c.n, 1);
+}
+
+/* Whatever the measurements, the window stays within [min, max]. */
+static void test_bounds(void **state) {
+  (void)state;
+  uint64_t x = 12345;
+  for (int round = 0; round < 20; round++) {
+    nto_autowin c;
+    int min = 1 + round % 3, max = min + round % 7;
+    nto_autowin_init(&c, min, max);
+    for (int i = 0; i < 200; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      nto_autowin_sample s = {c.n, 10.0 + (double)(x >> 60),
+                              (double)((x >> 40) & 15),
+                              (double)((x >> 20) & 31), (double)(x >> 61)};
+      int n = nto_autowin_next(&c, &s);
+      assert_true(n >= min && n <= max);
+    }
+  }
+}
+
+/* Storage slower than compute at every window: the controller grows to
+ * max, then settles on the window whose iterations were fastest. */
+static void test_settles_on_fastest(void **state) {
+  (void)state;
+  nto_autowin c;
+  nto_autowin_init(&c, 1, 16);
+  for (int i = 0; i < 30; i++) {
+    int n = c.n;
+    /* time falls until N = 8, then rises (memory pressure, say) */
+    double t = 200.0 + 10.0 * (n > 8 ? n - 8 : 8 - n);
+    nto_autowin_sample s = {n, t, 0.5 * t, t, t};
+    nto_autowin_next(&c, &s);
+  }
+  assert_int_equal(c.n, 8);
+}
+
+/* A window that was good starts to stall (the disk slowed down): the
+ * controller grows again. */
+static void test_grows_again_when_disk_slows(void **state) {
+  (void)state;
+  nto_autowin c;
+  nto_autowin_init(&c, 1, 64);
+  sim fast = {4, 0.9}, slow = {16, 0.9};
+  assert_true(converge(&c, &fast, 20, 4) > 0);
+  assert_true(converge(&c, &slow, 20, 16) > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_finds_smallest_window),
+      cmocka_unit_test(test_shrinks_when_reads_are_free),
+      cmocka_unit_test(test_bounds),
+      cmocka_unit_test(test_settles_on_fastest),
+      cmocka_unit_test(test_grows_again_when_disk_slows),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
