@@ -41,7 +41,8 @@ static int fastest(const nto_autowin *c) {
   return best;
 }
 
-static int after_stall(nto_autowin *c, int n) {
+/* far: the stall was more than 4 targets (grow 4x instead of 2x). */
+static int after_stall(nto_autowin *c, int n, int far) {
   c->lo = n;
   c->since_lo = 0;
   if (c->hi && c->hi <= n)
@@ -50,8 +51,10 @@ static int after_stall(nto_autowin *c, int n) {
     return n;
   if (c->hi)
     return c->hi > c->lo + 1 ? c->lo + (c->hi - c->lo) / 2 : c->hi;
-  if (n < c->max)
-    return n * 2 < c->max ? n * 2 : c->max;
+  if (n < c->max) {
+    int grow = far ? 4 : 2;
+    return n <= c->max / grow ? n * grow : c->max;
+  }
   c->settled = 1; /* slower than compute at every window we may use */
   return fastest(c);
 }
@@ -85,6 +88,8 @@ int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s) {
   int idled = s->io_busy_ms < c->idle * it;
   int free = s->io_busy_ms < 0.2 * c->idle * it;
   c->since_lo++;
-  c->n = clamp(c, stalled ? after_stall(c, n) : after_good(c, n, idled, free));
+  int far = s->stall_ms > 4 * c->target * it;
+  c->n = clamp(c, stalled ? after_stall(c, n, far)
+                          : after_good(c, n, idled, free));
   return c->n;
 }

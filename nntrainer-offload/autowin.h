@@ -7,9 +7,10 @@
  * smallest N that achieves it, within [min, max] (max: the largest window
  * the memory budget allows). Rules, per measured iteration at window N:
  *   - stalled (stall > target * iteration): N is too small (lo = N). Next:
- *     double N (capped at max) while no good N is known, else bisect
- *     between lo and the smallest good N (hi). A good N that stalls later
- *     (the disk got slower) is forgotten.
+ *     while no good N is known, double N, or quadruple it when the stall
+ *     exceeded 4 targets (capped at max); else bisect between lo and the
+ *     smallest good N (hi). A good N that stalls later (the disk got
+ *     slower) is forgotten.
  *   - not stalled: N is good (hi = N). If a stalling N below is known
  *     and N > lo + 1, bisect between lo and N (doubling overshoots). If
  *     the I/O threads idled (busy less than `idle` of the iteration),
@@ -20,8 +21,8 @@
  *   - at max and still stalled (storage slower than compute at any
  *     window): settle on the window with the shortest iteration measured
  *     so far and stay there.
- * Doubling then bisecting reaches the smallest good N in O(log max)
- * iterations. The first N steps after a window change wait for the reads
+ * Growing geometrically then bisecting reaches the smallest good N in
+ * O(log max) iterations. The first N steps after a window change wait for the reads
  * that prime the new window, which no window hides: the caller judges the
  * rest of that iteration (offload.h prime_ms, prime_stall_ms), and only
  * steady iterations' times are compared across windows.

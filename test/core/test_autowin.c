@@ -106,7 +106,7 @@ static void test_settles_on_fastest(void **state) {
     int n = c.n;
     /* time falls until N = 8, then rises (memory pressure, say) */
     double t = 200.0 + 10.0 * (n > 8 ? n - 8 : 8 - n);
-    nto_autowin_sample s = {n, t, 0.5 * t, t, t};
+    nto_autowin_sample s = {n, t, 0.15 * t, t, t}; /* 1, 2, 4, 8, 16 */
     nto_autowin_next(&c, &s);
   }
   assert_int_equal(c.n, 8);
