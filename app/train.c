@@ -420,9 +420,13 @@ static void report_offload(run *r, const metrics *mx) {
   printf("resident tensors  peak %s in a region of %s (planned peak %s) + "
          "workspace %s\n",
          cli_bytes(st->peak_resident, a, sizeof a),
-         cli_bytes(st->region, d, sizeof d),
+         cli_bytes(st->region_max, d, sizeof d),
          cli_bytes(st->planned_peak, b, sizeof b),
          cli_bytes(mx->plan.workspace, c, sizeof c));
+  if (st->region_max != st->region)
+    printf("                  (the largest window's region; the final "
+           "window's region is %s, its planned peak above)\n",
+           cli_bytes(st->region, a, sizeof a));
   printf("stall             %.1f ms per iteration (%.1f%% of the median "
          "iteration), executor waiting for reads\n",
          mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
@@ -546,7 +550,7 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"peak_rss_bytes\": %zu,\n", mx->peak_rss);
   fprintf(f, "  \"resident_peak_bytes\": %zu,\n", resident);
   fprintf(f, "  \"region_bytes\": %zu,\n",
-          mx->offload ? st->region : resident);
+          mx->offload ? st->region_max : resident);
   fprintf(f, "  \"workspace_bytes\": %zu,\n", mx->plan.workspace);
   fprintf(f, "  \"all_resident_bytes\": %zu,\n", mx->plan.total);
   fprintf(f, "  \"iteration_ms_median\": %.3f,\n", mx->median_ms);
@@ -826,7 +830,10 @@ static int offload_opts(run *r, nto_model_opts *mo) {
   return 0;
 }
 
-static void cleanup(run *r) {
+/* Free everything. The model goes first: freeing it drains the window,
+ * whose last writes and state changes still go to the trace and the state
+ * log. Returns 0, or NTO_EIO when the trace file could not be written. */
+static int cleanup(run *r, nto_err *err) {
   nto_dataset_close(r->train);
   nto_dataset_close(r->test);
   nto_model_free(r->m);
@@ -836,10 +843,7 @@ static void cleanup(run *r) {
   free(r->step_s);
   if (r->state_log && r->state_log != stderr)
     fclose(r->state_log);
-  if (r->trace) { /* a failed run: still a valid file */
-    nto_err e = {0};
-    trace_finish(r, &e);
-  }
+  return trace_finish(r, err); /* also after a failed run: valid JSON */
 }
 
 int cmd_train(int argc, char **argv) {
@@ -855,7 +859,7 @@ int cmd_train(int argc, char **argv) {
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   if (rc == 0 && offload_opts(&r, &mo) != 0) {
-    cleanup(&r);
+    cleanup(&r, &err);
     return CLI_USAGE;
   }
   if (rc == 0) {
@@ -864,7 +868,7 @@ int cmd_train(int argc, char **argv) {
   }
   if (rc != 0) {
     cli_error("%s", err.msg);
-    cleanup(&r);
+    cleanup(&r, &err);
     return status;
   }
   {
@@ -911,11 +915,13 @@ int cmd_train(int argc, char **argv) {
     }
     if (rc == 0 && r.o.report_json)
       rc = report_json(&r, &mx, total_s, &err);
-    if (rc == 0)
-      rc = trace_finish(&r, &err);
   }
   if (rc != 0)
     cli_error("%s", err.msg);
-  cleanup(&r);
+  nto_err cerr = {0};
+  if (cleanup(&r, &cerr) != 0 && rc == 0) {
+    cli_error("%s", cerr.msg);
+    rc = cerr.code;
+  }
   return rc == 0 ? CLI_OK : cli_status(rc);
 }
