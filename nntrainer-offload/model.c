@@ -130,7 +130,7 @@ static int add_tensor(nto_model *m, const char *layer, const char *what,
  * for a single chunk, else a vector); its index or -1. */
 static int add_state_tensor(nto_model *m, int i, int j, int k, int q) {
   const nto_layer *l = &m->g.layers[i];
-  char what[48];
+  char what[64];
   nto_shape shape = l->w[j].shape;
   if (m->n_chunk[i][j] > 1) {
     size_t off, len;
@@ -680,7 +680,7 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts,
                        "needs at batch %d: %s (window 1: tensor region + "
                        "workspace %s)",
                        b, m->g.batch, need, w);
-  if (opts->window_mode == NTO_WINDOW_FIXED && *window > fit) {
+  if (opts->window_mode == NTO_WINDOW_FIXED) {
     size_t region = 0;
     rc = window_region(m, *window, &region, err);
     fmt_mib(need, sizeof need, region + ws);

@@ -77,6 +77,7 @@ struct nto_offload {
   char note[160];
   char *region; /* tensor buffers, at planned offsets */
   size_t region_bytes;
+  size_t region_max; /* the largest region mapped (window changes) */
   int *owner;             /* per region page: tensor holding it, or -1 */
   size_t in_use, peak;    /* bytes of claimed pages */
   nto_io_req *req;        /* per tensor: at most one I/O in flight per tensor */
@@ -755,6 +756,8 @@ static int map_region(nto_offload *o, const nto_schedule sc[2],
   free(o->owner);
   o->region = r;
   o->region_bytes = bytes;
+  if (bytes > o->region_max)
+    o->region_max = bytes;
   o->owner = owner;
   for (size_t p = 0; p < bytes / NTO_PAGE; p++)
     o->owner[p] = -1;
@@ -794,10 +797,11 @@ int nto_offload_set_window(nto_offload *o, int window, nto_err *err) {
   if (window < 1)
     window = 1;
   pthread_mutex_lock(&o->mu);
-  drain_locked(o);
   int rc = o->failed ? failure(o, err) : 0;
-  if (rc == 0 && window != o->opts.window)
-    rc = plan_engine(o, window, err);
+  if (rc == 0 && window != o->opts.window) {
+    drain_locked(o);
+    rc = o->failed ? failure(o, err) : plan_engine(o, window, err);
+  }
   pthread_mutex_unlock(&o->mu);
   return rc;
 }
@@ -987,6 +991,7 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   st->planned_peak =
       o->sched[0].peak > o->sched[1].peak ? o->sched[0].peak : o->sched[1].peak;
   st->region = o->region_bytes;
+  st->region_max = o->region_max;
   st->planned_read = o->sched[0].read_bytes;
   st->planned_written = o->sched[0].written_bytes;
   st->peak_resident = o->peak;

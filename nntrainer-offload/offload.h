@@ -105,6 +105,8 @@ typedef struct nto_offload_stats {
   size_t planned_peak;      /* the schedule's peak (schedule.h) */
   size_t region;            /* bytes of the tensor region: every buffer
                                lives here, so this bounds tensor RAM */
+  size_t region_max;        /* the largest region since creation: the
+                               bound over a run whose window changed */
   uint64_t planned_read;    /* predicted bytes read per training pass */
   uint64_t planned_written; /* predicted bytes written per training pass */
   char note[160];           /* e.g. why io_uring was not used; "" if none */
@@ -160,7 +162,8 @@ int nto_offload_zero(nto_offload *o, int t, nto_err *err);
 
 /*
  * Change the window to N (>= 1; clamped to the plan like the window at
- * creation): drains, builds both schedules for N, gives the tensors the
+ * creation; the window in use: nothing happens): drains, builds both
+ * schedules for N, gives the tensors the
  * new schedules may write a swap slot (the file grows; slots never move)
  * and remaps the tensor region at its new size. The next pass primes the
  * new window (its first reads are not hidden). Results stay bit-identical:
