@@ -52,13 +52,15 @@ static void print_table(const nto_model *m) {
   }
 }
 
-/* OpenBLAS's packing buffers touched per BLAS thread by our sgemm shapes
- * (measured: docs/benchmarks.md, "summary estimates"). */
-#define BLAS_THREAD_BYTES ((size_t)3 << 20)
+/* What train holds beyond summary's own RSS, per BLAS thread: OpenBLAS's
+ * packing buffers (about 2.8 MiB per thread in smaps for ResNet-18), the
+ * data pipeline, the I/O rings and threads. Calibrated against `bench`
+ * (docs/benchmarks.md, "summary's estimate against bench"). */
+#define BLAS_THREAD_BYTES ((size_t)5 << 20)
 
 /* Estimated peak RSS of `train` holding `tensors` bytes of tensors and
  * workspace: this process's own RSS now (code, libraries, the model's
- * plans, as train has them too) plus OpenBLAS's buffers. */
+ * plans, as train has them too) plus BLAS_THREAD_BYTES per thread. */
 static size_t estimate_rss(size_t tensors, long threads) {
   return tensors + nto_current_rss_bytes() +
          (size_t)threads * BLAS_THREAD_BYTES;

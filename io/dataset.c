@@ -17,10 +17,12 @@
  * raw image bytes and the label byte (rows*cols + 1 bytes: 785 for
  * Fashion-MNIST), adapted to the model input (scaled, padded, replicated,
  * one-hot) only when the slot is copied into a batch (slot_emit); for raw
- * and synthetic sources, whose samples are floats already, the float
- * features then the one-hot label ((c*h*w + num_classes) * 4 bytes). The
- * adaptation is the same arithmetic at either point, so batches do not
- * depend on whether a sample went through the buffer.
+ * and synthetic sources, whose samples are floats (600 KiB for a 224x224
+ * RGB image: 300 MiB for 512 slots), only the sample's index, 8 bytes: the
+ * sample is read back with pread (raw) or generated again (synthetic)
+ * when the slot is emitted. The adaptation is the same arithmetic at either
+ * point, so batches do not depend on whether a sample went through the
+ * buffer.
  *
  * Shuffling: the buffer is filled with the first B samples of the epoch;
  * every output takes a uniformly random occupied slot (nto_rng_below) and
@@ -604,11 +606,11 @@ int nto_dataset_open_synthetic(nto_dataset **out, size_t num_samples,
   return 0;
 }
 
-/* Sample ds->pos: x ~ N(0,1) from (seed, index); y = one-hot of
+/* Sample i: x ~ N(0,1) from (seed, index); y = one-hot of
  * argmax(proj . block_means(x)). */
-static void synth_read(nto_dataset *ds, float *x, float *y) {
+static void synth_gen(const nto_dataset *ds, uint64_t i, float *x, float *y) {
   nto_rng r;
-  nto_rng_seed(&r, synth_sample_seed(ds->synth_seed, ds->pos));
+  nto_rng_seed(&r, synth_sample_seed(ds->synth_seed, (size_t)i));
   for (size_t j = 0; j < ds->feat; j++)
     x[j] = (float)nto_rng_normal(&r);
   size_t d = (size_t)ds->synth_dims;
@@ -649,7 +651,7 @@ static int src_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
     rc = raw_read(ds, x, y, err);
     break;
   case SRC_SYNTH:
-    synth_read(ds, x, y);
+    synth_gen(ds, ds->pos, x, y);
     break;
   }
   if (rc == 0)
@@ -661,14 +663,34 @@ static int src_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
 static size_t slot_bytes(const nto_dataset *ds) {
   if (ds->kind == SRC_IDX)
     return (size_t)ds->rows * (size_t)ds->cols + 1;
-  return (ds->feat + (size_t)ds->num_classes) * sizeof(float);
+  return sizeof(uint64_t);
+}
+
+/* Raw sample i read with pread (the shuffle buffer's random access). */
+static int raw_pread(const nto_dataset *ds, uint64_t i, float *x, float *y,
+                     nto_err *err) {
+  uint64_t off = i * raw_record(ds);
+  size_t nx = ds->feat * sizeof *x, ny = (size_t)ds->num_classes * sizeof *y;
+  int fd = fileno(ds->raw);
+  ssize_t a = pread(fd, x, nx, (off_t)off);
+  ssize_t b = a == (ssize_t)nx ? pread(fd, y, ny, (off_t)(off + nx)) : 0;
+  if (a == (ssize_t)nx && b == (ssize_t)ny)
+    return 0;
+  if (a < 0 || b < 0)
+    return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
+                       ds->raw_path, off, strerror(errno));
+  return nto_err_set(err, NTO_EDATA,
+                     "%s: truncated at byte offset %" PRIu64
+                     " (file changed since open?)",
+                     ds->raw_path, off + (uint64_t)a + (uint64_t)b);
 }
 
 /* Read the next source sample (index ds->pos) into slot s; advance pos. */
 static int slot_fill(nto_dataset *ds, unsigned char *s, nto_err *err) {
-  if (ds->kind != SRC_IDX) {
-    float *f = (float *)(void *)s; /* slot_bytes is a multiple of 4 */
-    return src_read(ds, f, f + ds->feat, err);
+  if (ds->kind != SRC_IDX) { /* its index: read or generated when emitted */
+    uint64_t i = ds->pos++;
+    memcpy(s, &i, sizeof i);
+    return 0;
   }
   size_t npix = (size_t)ds->rows * (size_t)ds->cols;
   int rc = idx_fetch(ds, s, s + npix, err);
@@ -677,16 +699,21 @@ static int slot_fill(nto_dataset *ds, unsigned char *s, nto_err *err) {
   return rc;
 }
 
-/* Write the sample held in slot s into a batch row x (c, h, w), y. */
-static void slot_emit(const nto_dataset *ds, const unsigned char *s, float *x,
-                      float *y) {
+/* Write the sample held in slot s into a batch row x (c, h, w), y.
+ * Returns 0, or the raw file's read error. */
+static int slot_emit(const nto_dataset *ds, const unsigned char *s, float *x,
+                     float *y, nto_err *err) {
   if (ds->kind == SRC_IDX) {
     size_t npix = (size_t)ds->rows * (size_t)ds->cols;
     idx_adapt(ds, s, s[npix], x, y);
-    return;
+    return 0;
   }
-  memcpy(x, s, ds->feat * sizeof *x);
-  memcpy(y, s + ds->feat * sizeof *x, (size_t)ds->num_classes * sizeof *y);
+  uint64_t i;
+  memcpy(&i, s, sizeof i);
+  if (ds->kind == SRC_RAW)
+    return raw_pread(ds, i, x, y, err);
+  synth_gen(ds, i, x, y);
+  return 0;
 }
 
 size_t nto_dataset_size(const nto_dataset *ds) { return epoch_size(ds); }
@@ -774,8 +801,10 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
       ds->primed = 1;
     while (rc == 0 && k < batch && ds->fill > 0) {
       size_t j = nto_rng_below(&ds->rng, (uint32_t)ds->fill);
-      slot_emit(ds, ds->buf + j * slot, x + (size_t)k * feat,
-                y + (size_t)k * nc);
+      rc = slot_emit(ds, ds->buf + j * slot, x + (size_t)k * feat,
+                     y + (size_t)k * nc, err);
+      if (rc)
+        break;
       k++;
       if (ds->pos < end) {
         rc = slot_fill(ds, ds->buf + j * slot, err);

@@ -74,7 +74,8 @@ void nto_dataset_limit(nto_dataset *ds, size_t n);
  * fails with NTO_ENOMEM if it cannot). Memory per slot: IDX sources keep
  * the raw image and label, rows*cols + 1 bytes (785 for 28x28), and adapt
  * a sample when it is copied into a batch; raw and synthetic sources keep
- * (c*h*w + num_classes) * 4 bytes of floats.
+ * the sample's index (8 bytes) and read it back with pread (raw) or
+ * generate it again (synthetic) when it is copied into a batch.
  */
 void nto_dataset_shuffle(nto_dataset *ds, size_t buffer_samples, uint64_t seed);
 

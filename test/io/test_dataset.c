@@ -981,7 +981,8 @@ static void test_golden_fashion_mnist(void **state) {
   nto_dataset_close(ds);
 }
 
-/* Raw and synthetic sources keep float samples in the buffer: unchanged. */
+/* Raw and synthetic sources: the batches recorded when the buffer kept float
+ * samples are unchanged now that it keeps their indices. */
 static void test_golden_raw_synthetic(void **state) {
   fixture *fx = *state;
   enum { N = 23, FEAT = 2 * 3 * 4, NC = 3, REC = FEAT + NC };
