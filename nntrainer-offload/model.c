@@ -652,6 +652,13 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts,
   char b[32], need[32], w[32];
   *window = opts->window_mode == NTO_WINDOW_AUTO ? 1 : opts->offload.window;
   *max = S > 2 ? S - 1 : 1;
+  if (!budget && opts->window_mode == NTO_WINDOW_AUTO) {
+    /* no budget: windows that need as much as everything resident are
+     * pointless (resident would not stall at all) */
+    rc = largest_fit(m, total - 1, &fit, &min_need, err);
+    *max = fit > 0 ? fit : 1;
+    return rc;
+  }
   if (!budget)
     return 0;
   fmt_mib(b, sizeof b, budget);

@@ -48,7 +48,8 @@ typedef enum {
                         largest N whose tensor region + workspace fits */
   NTO_WINDOW_AUTO,   /* start at N = 1 and adapt after every training
                         iteration (autowin.h), up to the largest N within
-                        memory_budget (none: the whole pass) */
+                        memory_budget (none: the largest N that needs
+                        less than everything resident) */
 } nto_window_mode;
 
 /* Executor steps for a trace: step s of pass `pass` waited for its reads
