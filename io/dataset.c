@@ -52,6 +52,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,8 +258,8 @@ static int check_plain_size(gzFile f, const char *path, uint64_t need,
     return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(errno));
   if ((uint64_t)st.st_size < need)
     return nto_err_set(err, NTO_EDATA,
-                       "%s: truncated: %" PRIu64
-                       " bytes, the header announces %" PRIu64,
+                       "%s: truncated at byte offset %" PRIu64
+                       ": the header announces %" PRIu64 " bytes",
                        path, (uint64_t)st.st_size, need);
   return 0;
 }
@@ -431,8 +432,9 @@ static int open_idx_named(nto_dataset **out, const char *images,
     goto fail;
   if (nlabels != ds->count) {
     rc = nto_err_set(err, NTO_EDATA,
-                     "%s has %zu images but %s has %" PRIu32 " labels", images,
-                     ds->count, labels, nlabels);
+                     "%s: byte offset 4: %" PRIu32 " labels, but %s has %zu "
+                     "images",
+                     labels, nlabels, images, ds->count);
     goto fail;
   }
   if (ds->rows > sample.h || ds->cols > sample.w) {
@@ -535,12 +537,22 @@ int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
   }
   size_t rec = raw_record(ds);
   uint64_t size = (uint64_t)st.st_size;
-  if (size == 0 || size % rec != 0) {
+  if (size == 0) {
+    rc = nto_err_set(err, NTO_EDATA,
+                     "%s: size 0 bytes: empty, expected records of %zu bytes "
+                     "((%zu features + %d label values) x 4)",
+                     path, rec, ds->feat, num_classes);
+    goto fail;
+  }
+  if (size % rec != 0) {
+    uint64_t last = size - size % rec;
     rc = nto_err_set(err, NTO_EDATA,
                      "%s: size %" PRIu64
-                     " bytes is not a positive multiple of the record size "
-                     "%zu bytes ((%zu features + %d label values) x 4)",
-                     path, size, rec, ds->feat, num_classes);
+                     " bytes is not a multiple of the record size %zu bytes "
+                     "((%zu features + %d label values) x 4): the record at "
+                     "byte offset %" PRIu64 " has only %" PRIu64 " bytes",
+                     path, size, rec, ds->feat, num_classes, last,
+                     size - last);
     goto fail;
   }
   ds->count = (size_t)(size / rec);
@@ -553,6 +565,29 @@ fail:
   return rc;
 }
 
+/*
+ * Sample i of a raw file, read into x and y: every value must be finite (a
+ * NaN or infinity would only surface later as a non-finite loss, without
+ * naming the file). Returns 0 or NTO_EDATA naming the file and the offset.
+ */
+static int raw_check(const nto_dataset *ds, uint64_t i, const float *x,
+                     const float *y, nto_err *err) {
+  uint64_t off = i * raw_record(ds);
+  size_t nc = (size_t)ds->num_classes;
+  for (size_t j = 0; j < ds->feat + nc; j++) {
+    float v = j < ds->feat ? x[j] : y[j - ds->feat];
+    if (!isfinite(v))
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: byte offset %" PRIu64 ": %s %zu of sample %" PRIu64
+                         " is %s, expected a finite float32",
+                         ds->raw_path, off + j * sizeof(float),
+                         j < ds->feat ? "feature" : "label value",
+                         j < ds->feat ? j : j - ds->feat, i,
+                         isnan(v) ? "NaN" : "infinite");
+  }
+  return 0;
+}
+
 static int raw_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
   uint64_t off = (uint64_t)ds->pos * raw_record(ds);
   size_t nx = fread(x, sizeof *x, ds->feat, ds->raw);
@@ -560,7 +595,7 @@ static int raw_read(nto_dataset *ds, float *x, float *y, nto_err *err) {
                   ? fread(y, sizeof *y, (size_t)ds->num_classes, ds->raw)
                   : 0;
   if (nx == ds->feat && ny == (size_t)ds->num_classes)
-    return 0;
+    return raw_check(ds, ds->pos, x, y, err);
   if (ferror(ds->raw))
     return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
                        ds->raw_path, off, strerror(errno));
@@ -675,7 +710,7 @@ static int raw_pread(const nto_dataset *ds, uint64_t i, float *x, float *y,
   ssize_t a = pread(fd, x, nx, (off_t)off);
   ssize_t b = a == (ssize_t)nx ? pread(fd, y, ny, (off_t)(off + nx)) : 0;
   if (a == (ssize_t)nx && b == (ssize_t)ny)
-    return 0;
+    return raw_check(ds, i, x, y, err);
   if (a < 0 || b < 0)
     return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
                        ds->raw_path, off, strerror(errno));

@@ -16,6 +16,7 @@
 #include "layer.h"
 #include "registry.h"
 
+#include <limits.h>
 #include <string.h>
 
 typedef struct concat_priv {
@@ -69,7 +70,7 @@ static size_t outer_of(nto_shape s, int axis) {
 static int concat_plan(nto_layer *l, nto_err *err) {
   concat_priv *p = l->priv;
   nto_shape o = l->in_shape[0];
-  int total = 0;
+  long total = 0;
   for (int i = 0; i < l->n_in; i++) {
     nto_shape s = l->in_shape[i];
     for (int a = 0; a < 4; a++) {
@@ -85,12 +86,16 @@ static int concat_plan(nto_layer *l, nto_err *err) {
     }
     total += dim_of(s, p->axis);
   }
+  if (total > INT_MAX)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "concat along axis %d is too large (%ld)", p->axis,
+                       total);
   if (p->axis == 1)
-    o.c = total;
+    o.c = (int)total;
   else if (p->axis == 2)
-    o.h = total;
+    o.h = (int)total;
   else
-    o.w = total;
+    o.w = (int)total;
   l->out_shape = o;
   return 0;
 }

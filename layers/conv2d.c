@@ -43,6 +43,7 @@
 #include "registry.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <string.h>
 
 #define CONV_DIM_MAX (1L << 24) /* largest accepted size property */
@@ -169,7 +170,7 @@ static int conv_set_prop(nto_layer *l, const char *key, const char *value,
 /* TensorFlow's "same" padding along one axis of size in, kernel k,
  * stride s, dilation d: writes the leading and trailing padding. */
 static void same_padding(int in, int k, int s, int d, int *lead, int *trail) {
-  long out = (in + s - 1) / s;
+  long out = ((long)in + s - 1) / s;
   long total = (out - 1) * s + (long)d * (k - 1) + 1 - in;
   if (total < 0)
     total = 0;
@@ -213,8 +214,23 @@ static int conv_plan(nto_layer *l, nto_err *err) {
                        g->groups, g->c, g->f);
   g->cg = g->c / g->groups;
   g->fg = g->f / g->groups;
-  g->kcol = g->cg * g->kh * g->kw;
+  /* Sizes that int arithmetic (and BLAS) must hold: C/G*kh*kw (the rows of
+   * a column matrix, fan_in) and filters*kh*kw (fan_out). */
+  long long kcol = (long long)g->cg * g->kh * g->kw;
+  long long fan_out = (long long)g->f * g->kh * g->kw;
+  if (kcol > INT_MAX || fan_out > INT_MAX)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "kernel %dx%d is too large for %d input channels per "
+                       "group and %d filters (channels x kh x kw and filters "
+                       "x kh x kw must be at most %d)",
+                       g->kh, g->kw, g->cg, g->f, INT_MAX);
+  g->kcol = (int)kcol;
 
+  long ekh = (long)g->dh * (g->kh - 1) + 1; /* dilated kernel extent */
+  long ekw = (long)g->dw * (g->kw - 1) + 1;
+  if (ekh > INT_MAX || ekw > INT_MAX)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "kernel %ldx%ld (dilated) is too large", ekh, ekw);
   int pt, pb, pl, pr;
   switch (p->pad_mode) {
   case PAD_SAME:
@@ -225,8 +241,8 @@ static int conv_plan(nto_layer *l, nto_err *err) {
     pt = pb = pl = pr = 0;
     break;
   case PAD_FULL:
-    pt = pb = g->dh * (g->kh - 1);
-    pl = pr = g->dw * (g->kw - 1);
+    pt = pb = (int)(ekh - 1);
+    pl = pr = (int)(ekw - 1);
     break;
   default:
     pt = p->pad[0];
@@ -235,14 +251,16 @@ static int conv_plan(nto_layer *l, nto_err *err) {
     pr = p->pad[3];
     break;
   }
-  long ekh = (long)g->dh * (g->kh - 1) + 1; /* dilated kernel extent */
-  long ekw = (long)g->dw * (g->kw - 1) + 1;
   long ph = (long)g->h + pt + pb, pw = (long)g->w + pl + pr;
   if (ekh > ph || ekw > pw)
     return nto_err_set(err, NTO_ESHAPE,
                        "kernel %ldx%ld (dilated) larger than padded input "
                        "%ldx%ld",
                        ekh, ekw, ph, pw);
+  /* Input coordinates (oy*sh - pt + ky*dh) stay within the padded input. */
+  if (ph > INT_MAX || pw > INT_MAX)
+    return nto_err_set(err, NTO_ESHAPE, "padded input %ldx%ld is too large",
+                       ph, pw);
   g->pt = pt;
   g->pl = pl;
   g->oh = (int)((ph - ekh) / g->sh + 1);
@@ -256,8 +274,16 @@ static int conv_plan(nto_layer *l, nto_err *err) {
     p->path = PATH_1X1;
   else
     p->path = PATH_IM2COL;
-  if (p->path == PATH_IM2COL)
-    l->ws_bytes = (size_t)g->kcol * g->oh * g->ow * sizeof(float);
+  if (p->path == PATH_IM2COL) {
+    size_t ws;
+    if (__builtin_mul_overflow((size_t)g->kcol, (size_t)g->oh, &ws) ||
+        __builtin_mul_overflow(ws, (size_t)g->ow, &ws) ||
+        __builtin_mul_overflow(ws, sizeof(float), &ws))
+      return nto_err_set(err, NTO_ESHAPE,
+                         "im2col workspace of %d x %dx%d values is too large",
+                         g->kcol, g->oh, g->ow);
+    l->ws_bytes = ws;
+  }
 
   p->iw =
       nto_layer_add_weight(l, "weight", (nto_shape){g->f, g->cg, g->kh, g->kw},

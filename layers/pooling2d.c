@@ -29,6 +29,7 @@
 #include "layer.h"
 #include "registry.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -140,8 +141,8 @@ static int pool_set_prop(nto_layer *l, const char *key, const char *value,
 /* TF "same" padding of one dimension: total = max((ceil(in/s) - 1) * s +
  * k - in, 0); *before = total / 2, *after = the rest. */
 static void same_pad(int in, int k, int s, int *before, int *after) {
-  int out = (in + s - 1) / s;
-  int total = (out - 1) * s + k - in;
+  long out = ((long)in + s - 1) / s;
+  int total = (int)((out - 1) * s + k - in);
   if (total < 0)
     total = 0;
   *before = total / 2;
@@ -186,6 +187,10 @@ static int pool_plan(nto_layer *l, nto_err *err) {
                        "pool %dx%d larger than padded input %ldx%ld "
                        "(input %dx%d)",
                        g.kh, g.kw, ph, pw, in.h, in.w);
+  /* Window coordinates (oy*sh - pt + ky) stay within the padded input. */
+  if (ph > INT_MAX || pw > INT_MAX)
+    return nto_err_set(err, NTO_ESHAPE, "padded input %ldx%ld is too large",
+                       ph, pw);
   p->geom = g;
   l->out_shape = (nto_shape){.n = in.n,
                              .c = in.c,

@@ -46,6 +46,25 @@ __attribute__((format(printf, 1, 2))) static int ini_capture(const char *fmt,
   return 0;
 }
 
+/* Copy the offending line src into dst[cap] for a message: control
+ * characters other than tab become \xNN (a binary file must not drive the
+ * terminal) and a long line is cut to 80 characters and "...". */
+static void quote_line(char *dst, size_t cap, const char *src) {
+  size_t o = 0, shown = 0;
+  for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+    if (shown == 80 || o + 8 >= cap) {
+      snprintf(dst + o, cap - o, "...");
+      return;
+    }
+    if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+      o += (size_t)snprintf(dst + o, cap - o, "\\x%02X", *p);
+    else
+      dst[o++] = (char)*p;
+    shown++;
+  }
+  dst[o] = '\0';
+}
+
 /* Turn the captured iniparser message into an nto error. */
 static int ini_error(const char *file, nto_err *err) {
   char *arrow = strstr(ini_msg, "\n-> ");
@@ -63,10 +82,12 @@ static int ini_error(const char *file, nto_err *err) {
                          "%s: syntax error at line 1: the file starts with a "
                          "UTF-8 byte order mark; save it without one",
                          file);
+    char shown[256];
+    quote_line(shown, sizeof shown, text);
     return nto_err_set(err, NTO_ECONFIG,
                        "%s: syntax error at line %ld: expected '[section]' "
                        "or 'key = value', got '%s'",
-                       file, line, text);
+                       file, line, shown);
   }
   if (strstr(ini_msg, "line too long")) {
     char *open = strrchr(ini_msg, '(');
@@ -410,6 +431,42 @@ static int scan_duplicates(const char *file, nto_err *err) {
   }
   free(secs.v);
   free(keys.v);
+  fclose(f);
+  return rc;
+}
+
+/*
+ * A text file has no NUL byte. iniparser reads lines with fgets and strlen,
+ * so a NUL cuts a line short and it reports "line too long" (a binary file
+ * is usually one long "line"): find the first NUL and name its line and
+ * byte offset instead. Returns 0, NTO_EIO or NTO_ECONFIG.
+ */
+static int check_text(const char *file, nto_err *err) {
+  FILE *f = fopen(file, "rb");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", file,
+                       strerror(errno));
+  unsigned char buf[4096];
+  long long off = 0, line = 1;
+  size_t n;
+  int rc = 0;
+  while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+    for (size_t i = 0; i < n; i++) {
+      if (buf[i] == '\n') {
+        line++;
+      } else if (buf[i] == '\0') {
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: line %lld: NUL byte at byte offset %lld: not "
+                         "a text INI file",
+                         file, line, off + (long long)i);
+        break;
+      }
+    }
+    off += (long long)n;
+  }
+  if (rc == 0 && ferror(f))
+    rc = nto_err_set(err, NTO_EIO, "%s: read error: %s", file,
+                     strerror(errno));
   fclose(f);
   return rc;
 }
@@ -1066,6 +1123,10 @@ int nto_config_load(nto_config *c, const char *path, nto_err *err) {
   if (is_dir)
     return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
                        strerror(EISDIR));
+
+  int trc = check_text(path, err);
+  if (trc != 0)
+    return trc;
 
   ini_msg[0] = '\0';
   ini_nmsg = 0;

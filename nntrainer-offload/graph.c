@@ -3,6 +3,7 @@
 #include "registry.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@ typedef struct proto {
   int redirect;   /* 1: references to this name mean the next proto (its
                      realized activation) */
   int realized;   /* 1: a realized activation, reading its base layer */
+  const char *gen_key; /* the key of its section that added this layer
+                          ("input_shape", "activation"), NULL: the section */
 } proto;
 
 typedef struct builder {
@@ -137,6 +140,7 @@ static int add_section(builder *b, int si) {
       return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
     ip->section = si;
     ip->n_inputs = 0;
+    ip->gen_key = "input_shape";
     int rc = nto_input_layer.set_prop(&ip->l, "input_shape", shape, b->err);
     if (rc != 0)
       return nto_err_prefix(b->err, rc, "%s: [%s] key 'input_shape': ",
@@ -200,6 +204,7 @@ static int add_section(builder *b, int si) {
       return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
     ap->section = si;
     ap->realized = 1;
+    ap->gen_key = "activation";
     ap->n_inputs = 1;
     set_name(ap->inputs[0], p->l.name);
     int rc = nto_activation_layer.set_prop(&ap->l, "activation", act, b->err);
@@ -208,6 +213,32 @@ static int add_section(builder *b, int si) {
                             b->c->path, s->name);
     p->redirect = 1;
   }
+  return 0;
+}
+
+/* Layer names are unique (case-insensitive, as references are resolved):
+ * a section cannot take the name of a layer that another section's
+ * `activation` or `input_shape` key adds, e.g. [conv1/activation] next to
+ * [conv1] with activation = relu. */
+static int check_names(const builder *b) {
+  for (int j = 1; j < b->n; j++)
+    for (int i = 0; i < j; i++) {
+      if (!nto_streq(b->p[i].l.name, b->p[j].l.name))
+        continue;
+      const proto *sec = b->p[j].gen_key ? &b->p[i] : &b->p[j];
+      const proto *gen = sec == &b->p[i] ? &b->p[j] : &b->p[i];
+      const char *sname = b->c->layers[sec->section].name;
+      if (!gen->gen_key)
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s]: layer name '%s' given twice",
+                           b->c->path, sname, sec->l.name);
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s]: layer name '%s' is already the name of "
+                         "the %s layer that [%s] key '%s' adds",
+                         b->c->path, sname, sec->l.name,
+                         gen->realized ? "activation" : "input",
+                         b->c->layers[gen->section].name, gen->gen_key);
+    }
   return 0;
 }
 
@@ -247,6 +278,13 @@ static int wire(builder *b) {
       p->l.in[k] = j;
     }
     const nto_layer_ops *ops = p->l.ops;
+    if ((p->l.n_in < ops->min_inputs || p->l.n_in > ops->max_inputs) &&
+        ops->min_inputs == ops->max_inputs)
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'input_layers': layer type '%s' takes "
+                         "%d input%s, got %d",
+                         b->c->path, sec, ops->type, ops->min_inputs,
+                         ops->min_inputs == 1 ? "" : "s", p->l.n_in);
     if (p->l.n_in < ops->min_inputs || p->l.n_in > ops->max_inputs)
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s] key 'input_layers': layer type '%s' takes "
@@ -377,6 +415,66 @@ static int check_outputs(const nto_graph *g, const nto_config *c,
   return 0;
 }
 
+/*
+ * Largest tensor (output, weight, saved tensor) accepted, in values: the
+ * layers index tensors with int arithmetic (e.g. n*c planes, oh*ow cells),
+ * and 8 GiB is far beyond any device this trains on.
+ */
+#define TENSOR_VALUES_MAX INT_MAX
+
+/* Values of a tensor of shape s, or 0 if a dimension is < 1 or there are
+ * more than TENSOR_VALUES_MAX. */
+static size_t checked_numel(nto_shape s) {
+  if (s.n < 1 || s.c < 1 || s.h < 1 || s.w < 1)
+    return 0;
+  size_t v;
+  if (__builtin_mul_overflow((size_t)s.n, (size_t)s.c, &v) ||
+      __builtin_mul_overflow(v, (size_t)s.h, &v) ||
+      __builtin_mul_overflow(v, (size_t)s.w, &v) || v > TENSOR_VALUES_MAX)
+    return 0;
+  return v;
+}
+
+/* Every tensor layer l planned is of a size the model can handle. */
+static int check_sizes(const nto_layer *l, const nto_config *c,
+                       nto_err *err) {
+  char a[64];
+  nto_shape o = l->out_shape;
+  if (o.n < 1 || o.c < 1 || o.h < 1 || o.w < 1)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "%s: [%s]: invalid output shape %s (n:c:h:w)", c->path,
+                       l->name, nto_shape_str(o, 1, a, sizeof a));
+  if (checked_numel(l->out_shape) == 0)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "%s: [%s]: output shape %s (n:c:h:w) is too large (at "
+                       "most %d values per tensor)",
+                       c->path, l->name,
+                       nto_shape_str(l->out_shape, 1, a, sizeof a),
+                       TENSOR_VALUES_MAX);
+  for (int j = 0; j < l->n_w; j++)
+    if (checked_numel(l->w[j].shape) == 0)
+      return nto_err_set(err, NTO_ESHAPE,
+                         "%s: [%s]: weight '%s' of shape %s is too large (at "
+                         "most %d values per tensor)",
+                         c->path, l->name, l->w[j].name,
+                         nto_shape_str(l->w[j].shape, 1, a, sizeof a),
+                         TENSOR_VALUES_MAX);
+  for (int j = 0; j < l->n_saved; j++)
+    if (checked_numel(l->saved[j].shape) == 0)
+      return nto_err_set(err, NTO_ESHAPE,
+                         "%s: [%s]: saved tensor '%s' of shape %s is too large "
+                         "(at most %d values per tensor)",
+                         c->path, l->name, l->saved[j].name,
+                         nto_shape_str(l->saved[j].shape, 1, a, sizeof a),
+                         TENSOR_VALUES_MAX);
+  if (l->ws_bytes / sizeof(float) > TENSOR_VALUES_MAX)
+    return nto_err_set(err, NTO_ESHAPE,
+                       "%s: [%s]: workspace of %zu bytes is too large (at most "
+                       "%d values)",
+                       c->path, l->name, l->ws_bytes, TENSOR_VALUES_MAX);
+  return 0;
+}
+
 static int plan_all(nto_graph *g, const nto_config *c, nto_err *err) {
   for (int i = 0; i < g->n_layers; i++) {
     nto_layer *l = &g->layers[i];
@@ -386,9 +484,11 @@ static int plan_all(nto_graph *g, const nto_config *c, nto_err *err) {
     int rc = l->ops->plan(l, err);
     if (rc != 0)
       return nto_err_prefix(err, rc, "%s: [%s]: ", c->path, l->name);
-    if (l->out_shape.n != g->batch || nto_shape_numel(l->out_shape) == 0)
+    if (l->out_shape.n != g->batch)
       return nto_err_set(err, NTO_ESHAPE, "%s: [%s]: invalid output shape",
                          c->path, l->name);
+    if ((rc = check_sizes(l, c, err)) != 0)
+      return rc;
   }
   return 0;
 }
@@ -406,6 +506,8 @@ int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
   }
   for (int i = 0; i < c->n_layers && rc == 0; i++)
     rc = add_section(&b, i);
+  if (rc == 0)
+    rc = check_names(&b);
   if (rc == 0)
     rc = wire(&b);
   if (rc == 0) {

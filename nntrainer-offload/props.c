@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +155,14 @@ int nto_parse_shape(const char *v, struct nto_shape *s, nto_err *err) {
                          v);
     p++;
   }
+  long values = 1; /* stops past INT_MAX: at most 2^31 * 2^24, no overflow */
+  for (int i = n > 3 ? n - 3 : 0; i < n && values <= INT_MAX; i++)
+    values *= d[i];
+  if (values > INT_MAX)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "expected a shape c:h:w of at most %d values, got "
+                       "'%s'",
+                       INT_MAX, v);
   s->n = 1;
   s->c = n >= 3 ? (int)d[n - 3] : 1;
   s->h = n >= 2 ? (int)d[n - 2] : 1;
