@@ -237,6 +237,7 @@ typedef struct run {
   double trace_t0;              /* ms, CLOCK_MONOTONIC: ts 0 of the trace */
   const char *window_mode;      /* "fixed", "auto", "budget" or "all" */
   size_t budget;                /* bytes, 0: none */
+  char budget_src[256];         /* where the budget came from (errors) */
   uint64_t io_read, io_written; /* during training steps only */
   double stall_ms;              /* during training steps only */
   double busy_ms[2];            /* onloader, offloader busy time: the same */
@@ -778,6 +779,13 @@ static int offload_opts(run *r, nto_model_opts *mo) {
   if (budget_setting(r, &r->budget) != 0)
     return -1;
   mo->memory_budget = r->budget;
+  if (r->budget && r->o.budget) {
+    mo->budget_source = "--memory-budget";
+  } else if (r->budget) {
+    snprintf(r->budget_src, sizeof r->budget_src,
+             "%.200s: [Model] memory_budget", r->o.model);
+    mo->budget_source = r->budget_src;
+  }
   mo->window_mode = NTO_WINDOW_FIXED;
   r->window_mode = "all";
   if (!w && r->budget) {

@@ -595,8 +595,17 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void fmt_mib(char *buf, size_t len, size_t bytes) {
-  snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+/* "812.0 KiB", "26.5 MiB", "1.2 GiB": bytes in the unit that reads best
+ * (a budget of 1K must not print as 0.0 MiB). */
+static void fmt_size(char *buf, size_t len, size_t bytes) {
+  static const char *const unit[] = {"KiB", "MiB", "GiB"};
+  double v = bytes / 1024.0;
+  int u = 0;
+  while (u < 2 && v >= 1024.0) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, len, "%.1f %s", v, unit[u]);
 }
 
 /* The tensor region a window of n steps needs (the larger of the two
@@ -650,6 +659,8 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts,
   size_t ws = nto_round_page(m->ws_bytes), min_need = 0;
   int S = m->plan[NTO_PASS_TRAIN].n_steps, fit = 0, rc = 0;
   char b[32], need[32], w[32];
+  const char *src = opts->budget_source ? opts->budget_source
+                                        : "memory budget";
   *window = opts->window_mode == NTO_WINDOW_AUTO ? 1 : opts->offload.window;
   *max = S > 2 ? S - 1 : 1;
   if (!budget && opts->window_mode == NTO_WINDOW_AUTO) {
@@ -661,17 +672,16 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts,
   }
   if (!budget)
     return 0;
-  fmt_mib(b, sizeof b, budget);
-  fmt_mib(w, sizeof w, ws);
+  fmt_size(b, sizeof b, budget);
+  fmt_size(w, sizeof w, ws);
   if (opts->window_mode == NTO_WINDOW_FIXED && *window == 0) {
-    fmt_mib(need, sizeof need, total);
+    fmt_size(need, sizeof need, total);
     return total <= budget
                ? 0
                : nto_err_set(err, NTO_ECONFIG,
-                             "memory budget %s: training with everything "
-                             "resident needs %s; give a window or no "
-                             "window",
-                             b, need);
+                             "%s %s: training with everything resident "
+                             "needs %s; give a window or no window",
+                             src, b, need);
   }
   if (opts->window_mode == NTO_WINDOW_BUDGET && total <= budget) {
     *window = 0;
@@ -680,23 +690,23 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts,
   rc = largest_fit(m, budget, &fit, &min_need, err);
   if (rc != 0)
     return rc;
-  fmt_mib(need, sizeof need, min_need);
+  fmt_size(need, sizeof need, min_need);
   if (fit == 0)
     return nto_err_set(err, NTO_ECONFIG,
-                       "memory budget %s is below the minimum this model "
-                       "needs at batch %d: %s (window 1: tensor region + "
-                       "workspace %s)",
-                       b, m->g.batch, need, w);
+                       "%s %s is below the minimum this model needs at "
+                       "batch %d: %s (window 1's tensor region plus the "
+                       "im2col workspace of %s)",
+                       src, b, m->g.batch, need, w);
   if (opts->window_mode == NTO_WINDOW_FIXED) {
     size_t region = 0;
     rc = window_region(m, *window, &region, err);
-    fmt_mib(need, sizeof need, region + ws);
+    fmt_size(need, sizeof need, region + ws);
     if (rc == 0 && region + ws > budget)
       return nto_err_set(err, NTO_ECONFIG,
-                         "memory budget %s: window %d needs %s (tensor "
-                         "region + workspace %s); the largest window "
-                         "within the budget is %d",
-                         b, *window, need, w, fit);
+                         "%s %s: window %d needs %s (its tensor region "
+                         "plus the im2col workspace of %s); the largest "
+                         "window within the budget is %d",
+                         src, b, *window, need, w, fit);
     return rc;
   }
   if (opts->window_mode == NTO_WINDOW_BUDGET)

@@ -78,6 +78,8 @@ typedef struct nto_model_opts {
                            window or `all` above it is refused
                            (NTO_ECONFIG naming the largest window that
                            fits, or the minimum the model needs). */
+  const char *budget_source; /* names the budget's setting in errors, e.g.
+                               "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */
   void *step_trace_user;
 } nto_model_opts;
