@@ -16,7 +16,9 @@
  * retries prepared while draining) and blocks in io_uring_wait_cqe, then
  * drains again; before returning it refills the freed slots from the FIFO
  * and flushes. A request the fault hook fails never reaches the kernel: it
- * goes to a second FIFO, `ready`, reaped first. The psync backend keeps
+ * goes to a second FIFO, `ready`, reaped first. A read the flip fault
+ * chose (r->fault_flip) gets one byte inverted when it completes without
+ * error, in either backend, before it is reaped. The psync backend keeps
  * requests in `wait` and performs them, in order, inside nto_io_reap.
  * Invariant: pending == inflight + wait.len + ready.len.
  *
@@ -45,6 +47,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -116,21 +119,63 @@ static io_slot fifo_pop(slot_fifo *q) {
 
 /* ------------------------------------------------------ fault injection */
 
-static atomic_int fault_op, fault_fail, fault_errno, fault_short, fault_delay;
-static atomic_uint fault_count;
+static atomic_int fault_op, fault_fail, fault_errno, fault_short, fault_delay,
+    fault_flip;
+static atomic_size_t fault_flip_at;
+static atomic_uint fault_count, fault_fired;
 
 void nto_io_fault_set(const nto_io_fault *f) {
   atomic_store(&fault_fail, 0);
   atomic_store(&fault_short, 0);
+  atomic_store(&fault_flip, 0);
   atomic_store(&fault_count, 0u);
+  atomic_store(&fault_fired, 0u);
   atomic_store(&fault_delay, 0);
   if (f == NULL)
     return;
   atomic_store(&fault_op, (int)f->op);
   atomic_store(&fault_errno, f->errno_neg < 0 ? f->errno_neg : -EIO);
-  atomic_store(&fault_short, f->short_nth > 0 ? f->short_nth : 0);
+  atomic_store(&fault_flip_at, f->flip_at);
+  atomic_store(&fault_short, f->short_nth < 0 ? -1 : f->short_nth);
+  atomic_store(&fault_flip,
+               f->flip_nth > 0 && f->op == NTO_IO_READ ? f->flip_nth : 0);
   atomic_store(&fault_fail, f->fail_nth > 0 ? f->fail_nth : 0);
   atomic_store(&fault_delay, f->delay_us > 0 ? f->delay_us : 0);
+}
+
+unsigned nto_io_fault_fired(void) { return atomic_load(&fault_fired); }
+
+int nto_io_fault_parse(const char *s, nto_io_fault *f, nto_err *err) {
+  static const char *const kinds[] = {"eio", "enospc", "short", "flip"};
+  char op[8], kind[8];
+  int n = 0, used = 0;
+  memset(f, 0, sizeof *f);
+  if (s == NULL ||
+      sscanf(s, "%7[a-z]:%d:%7[a-z]%n", op, &n, kind, &used) != 3 ||
+      s[used] != '\0' || n < 1 ||
+      (strcmp(op, "read") != 0 && strcmp(op, "write") != 0))
+    goto bad;
+  f->op = op[0] == 'r' ? NTO_IO_READ : NTO_IO_WRITE;
+  int k = 0;
+  while (k < 4 && strcmp(kind, kinds[k]) != 0)
+    k++;
+  if (k == 4 || (k == 3 && f->op != NTO_IO_READ))
+    goto bad;
+  if (k <= 1) {
+    f->fail_nth = n;
+    f->errno_neg = k == 0 ? -EIO : -ENOSPC;
+  } else if (k == 2) {
+    f->short_nth = n;
+  } else {
+    f->flip_nth = n;
+  }
+  return 0;
+bad:
+  return nto_err_set(err, NTO_EINVAL,
+                     "fault specification '%s': expected OP:N:KIND with OP "
+                     "read or write, N >= 1, KIND eio, enospc, short or "
+                     "flip (flip: reads only)",
+                     s ? s : "(null)");
 }
 
 /* The slot for a newly submitted r, counting it for the fault hook. */
@@ -143,13 +188,29 @@ static io_slot slot_for(nto_io_req *r) {
       ;
   }
   int fail = atomic_load(&fault_fail), sh = atomic_load(&fault_short);
-  if ((fail == 0 && sh == 0) || (int)r->op != atomic_load(&fault_op))
+  int flip = atomic_load(&fault_flip);
+  if ((fail == 0 && sh == 0 && flip == 0) ||
+      (int)r->op != atomic_load(&fault_op))
     return s;
   unsigned n = atomic_fetch_add(&fault_count, 1u) + 1u;
-  if (n == (unsigned)fail)
+  if (n == (unsigned)fail) {
     s.fail = atomic_load(&fault_errno);
-  s.shorten = n == (unsigned)sh;
+    atomic_fetch_add(&fault_fired, 1u);
+  }
+  s.shorten = sh < 0 || n == (unsigned)sh;
+  r->fault_flip = n == (unsigned)flip && r->op == NTO_IO_READ;
   return s;
+}
+
+/* r completed: with the flip fault chosen for it and no error, invert
+ * one byte of the data that arrived (media corruption). */
+static void fault_complete(nto_io_req *r) {
+  if (!r->fault_flip || r->result != 0 || r->len == 0)
+    return;
+  size_t at = atomic_load(&fault_flip_at);
+  ((unsigned char *)r->buf)[at < r->len ? at : r->len - 1] ^= 0xff;
+  r->fault_flip = 0;
+  atomic_fetch_add(&fault_fired, 1u);
 }
 
 /* --------------------------------------------------------- requeue rules */
@@ -165,7 +226,10 @@ static size_t chunk(const nto_io *io, const nto_io_req *r, int shorten) {
   size_t half = r->len / 2;
   if (io->direct)
     half -= half % NTO_PAGE;
-  return shorten && half > 0 && half < c ? half : c;
+  if (!shorten || half == 0 || half >= c)
+    return c;
+  atomic_fetch_add(&fault_fired, 1u); /* really split */
+  return half;
 }
 
 /*
@@ -210,6 +274,7 @@ static void psync_run(const nto_io *io, io_slot s) {
   ssize_t res = psync_once(io, r, s.shorten);
   while (!advance(r, res))
     res = psync_once(io, r, 0);
+  fault_complete(r);
 }
 
 static int psync_reap(nto_io *io, nto_io_req **done, int max) {
@@ -282,6 +347,7 @@ static int uring_cqe(nto_io *io, const struct io_uring_cqe *cqe,
     }
     r->result = -EBUSY; /* cannot happen: this completion freed a slot */
   }
+  fault_complete(r);
   io->pending--;
   *out = r;
   return 1;
@@ -417,6 +483,7 @@ nto_io_kind nto_io_kind_of(const nto_io *io) { return io->kind; }
 int nto_io_submit(nto_io *io, nto_io_req *r) {
   r->done = 0;
   r->result = 0;
+  r->fault_flip = 0;
   io_slot s = slot_for(r);
   int failed = s.fail != 0 && io->kind == NTO_IO_URING;
   if (fifo_push(failed ? &io->ready : &io->wait, s) != 0)

@@ -31,6 +31,8 @@ typedef struct nto_io_req {
   void *user;     /* caller's cookie, untouched */
   int result;     /* on completion: 0, or a negative errno (-EIO, -ENOSPC) */
   size_t done;    /* bytes transferred so far (backend-internal progress) */
+  int fault_flip; /* backend-internal: the fault hook flips a byte of this
+                     read when it completes (nto_io_fault.flip_nth) */
 } nto_io_req;     /* owned by the caller; must stay valid until reaped */
 
 typedef struct nto_io nto_io;
@@ -106,11 +108,16 @@ void nto_io_destroy(nto_io *io);
  * Fault injection for tests. Process-global, thread-safe (atomics).
  * Requests of operation op are counted from 1 at nto_io_submit, across all
  * queues, since the last nto_io_fault_set. fail_nth: that request completes
- * with result errno_neg (-EIO if errno_neg >= 0) without any I/O. short_nth:
- * that request's first attempt transfers only half of its bytes
- * (rounded down to NTO_PAGE on an O_DIRECT file; not split when that is 0),
- * so the backend continues it with the rest. 0 = off. Counting is
- * exact when the hook is set while no other thread submits.
+ * with result errno_neg (-EIO if errno_neg >= 0; -ENOSPC models a full
+ * disk) without any I/O. short_nth: that request's first attempt transfers
+ * only half of its bytes (rounded down to NTO_PAGE on an O_DIRECT file;
+ * not split when that is 0), so the backend continues it with the rest;
+ * short_nth < 0 does this to every request of op.
+ * flip_nth (reads only; ignored when op is NTO_IO_WRITE): that request
+ * completes normally, but with the byte at flip_at of its buffer (clamped
+ * to len - 1) inverted after the data arrived: media corruption, which
+ * the offload engine's checksums must catch. 0 = off. Counting is exact
+ * when the hook is set while no other thread submits.
  */
 typedef struct nto_io_fault {
   nto_io_op op;
@@ -120,9 +127,26 @@ typedef struct nto_io_fault {
   int delay_us; /* every request of op: the submitting thread sleeps this
                    long first (a slow device; tests of the adaptive
                    window) */
+  int flip_nth;
+  size_t flip_at;
 } nto_io_fault;
 
 /* Set the fault injection (a copy is taken); NULL clears it. */
 void nto_io_fault_set(const nto_io_fault *f);
+
+/* Faults actually applied since the last nto_io_fault_set: failed
+ * requests, requests really split, bytes flipped. Lets a test check that
+ * its fault hit. Any thread. */
+unsigned nto_io_fault_fired(void);
+
+/*
+ * Parse a fault specification "OP:N:KIND" (the NTO_FAULT test hook of the
+ * offload engine): OP is read or write; N >= 1 is the request to hit,
+ * counted as above; KIND is eio (fail with EIO), enospc (fail with
+ * ENOSPC), short (a short transfer) or flip (a byte of the buffer flipped;
+ * reads only). Fills *f (flip_at 0). Returns 0, or NTO_EINVAL with a
+ * message quoting s. Any thread.
+ */
+int nto_io_fault_parse(const char *s, nto_io_fault *f, nto_err *err);
 
 #endif /* NTO_IOBACKEND_H */

@@ -18,10 +18,12 @@
  *     the pages of the planned buffer are free (a release the model placed
  *     earlier may still be in flight: an earlier write) and the tensor's
  *     own previous write is done, claims the pages, reads through its own
- *     queue (io/iobackend.h, created on that thread) or zero-fills, and
- *     publishes the tensor as resident;
- *   - the offloader pops WRITE jobs, submits writes from the tensor's
- *     buffer, and on completion releases the buffer (unless the schedule
+ *     queue (io/iobackend.h, created on that thread) or zero-fills,
+ *     verifies what it read against the tensor's checksum (when
+ *     checksums are on), and publishes the tensor as resident;
+ *   - the offloader pops WRITE jobs, computes the checksum of the
+ *     tensor's buffer (when on), submits the write, and on completion
+ *     records the checksum, releases the buffer (unless the schedule
  *     keeps it) and advances the writing step to SWAPPED.
  * Waits cannot deadlock: a load waits only for releases the model placed
  * before it, i.e. executor releases of steps already run, or writes,
@@ -29,8 +31,12 @@
  * Jobs are popped in batches and the I/O itself runs without the lock.
  * Ownership of a buffer moves with its job: the executor never touches a
  * tensor that is not RESIDENT, and an I/O thread touches a buffer only
- * between popping its job and completing it. The first I/O error is kept
- * in `ferr`; every later executor call returns it, and waits end on it.
+ * between popping its job and completing it. The first I/O error (or
+ * checksum mismatch) is kept in `ferr`; every later executor call returns
+ * it, and waits end on it. Checksums (`sum`, valid where `has_sum`) live
+ * in RAM only; the expected one travels with the LOAD job, read under the
+ * lock when the onloader claims the buffer (the tensor's previous write is
+ * done by then).
  * Each I/O thread ends when `stop` is set and it has nothing queued or in
  * flight. I/O threads block all signals.
  */
@@ -47,16 +53,21 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <zlib.h>
 
 #define BATCH 64 /* jobs popped / completions reaped per round */
 
 typedef struct job {
-  int t;      /* tensor */
-  int kind;   /* nto_act_kind: LOAD, ALLOC or WRITE */
-  int keep;   /* WRITE: keep the buffer afterwards */
-  int step;   /* WRITE: the step whose end decided it, -1 for a drain */
-  size_t off; /* LOAD/ALLOC: offset in the region */
-  double t0;  /* submission time, ms (trace) */
+  int t;         /* tensor */
+  int kind;      /* nto_act_kind: LOAD, ALLOC or WRITE */
+  int keep;      /* WRITE: keep the buffer afterwards */
+  int step;      /* WRITE: the step whose end decided it, -1 for a drain */
+  size_t off;    /* LOAD/ALLOC: offset in the region */
+  double t0;     /* submission time, ms (trace) */
+  int check;     /* WRITE: sum was computed; LOAD: verify against sum */
+  uint64_t sum;  /* WRITE: checksum of the bytes written; LOAD: the one
+                    stored for the swap copy being read */
+  double sum_ms; /* time spent computing it */
 } job;
 
 typedef struct fifo {
@@ -77,7 +88,7 @@ struct nto_offload {
   char note[160];
   char *region; /* tensor buffers, at planned offsets */
   size_t region_bytes;
-  size_t region_max; /* the largest region mapped (window changes) */
+  size_t region_max;      /* the largest region mapped (window changes) */
   int *owner;             /* per region page: tensor holding it, or -1 */
   size_t in_use, peak;    /* bytes of claimed pages */
   nto_io_req *req;        /* per tensor: at most one I/O in flight per tensor */
@@ -86,6 +97,11 @@ struct nto_offload {
   unsigned char *zero;    /* per tensor: content is zeros, nothing on disk */
   unsigned char *writing; /* per tensor: a write is in flight */
   unsigned char *loading; /* per tensor: a LOAD/ALLOC is queued */
+  uint64_t *sum;          /* per tensor: checksum of its swap copy */
+  unsigned char *has_sum; /* per tensor: sum is valid (a write with
+                             checksums completed since the last one
+                             that failed) */
+  int checksum;           /* checksums on (opts, NTO_SWAP_CHECKSUM) */
   uint64_t swap_bytes;
 
   unsigned char *step_state; /* per step of the current plan */
@@ -106,10 +122,11 @@ struct nto_offload {
 
   double stall_ms, prime_stall_ms;
   double prime_ms, prime_t0; /* executor time in the priming steps */
-  double busy_ms[2];    /* per I/O thread: time with jobs queued or in
-                           flight, closed busy periods */
-  double busy_since[2]; /* start of the open busy period, or -1 */
+  double busy_ms[2];         /* per I/O thread: time with jobs queued or in
+                                flight, closed busy periods */
+  double busy_since[2];      /* start of the open busy period, or -1 */
   uint64_t read_bytes, written_bytes;
+  double sum_ms; /* I/O threads and sync I/O: computing checksums */
 };
 
 const char *nto_step_state_name(nto_step_state s) {
@@ -164,13 +181,56 @@ static void set_state(nto_offload *o, int s, nto_step_state to) {
     o->opts.log_state(o->opts.log_user, o->mode, s, from, to);
 }
 
-/* The first I/O error wins; wakes everyone. Lock held. */
-static void record_error(nto_offload *o, int t, const char *what, int res) {
-  if (!o->failed)
-    nto_err_set(&o->ferr, NTO_EIO,
-                "swap %s of tensor %s (%zu bytes at offset %lld) failed: %s",
-                what, o->t[t].name, o->t[t].bytes, (long long)o->offset[t],
-                strerror(-res));
+/* "tensor L:W (layer L, N bytes at offset O)" for messages: tensor names
+ * are "<layer>:<what>". */
+static void describe(const nto_offload *o, int t, char *buf, size_t n) {
+  const char *name = o->t[t].name, *colon = strchr(name, ':');
+  if (colon)
+    snprintf(buf, n, "tensor %s (layer %.*s, %zu bytes at offset %lld)", name,
+             (int)(colon - name), name, o->t[t].bytes, (long long)o->offset[t]);
+  else
+    snprintf(buf, n, "tensor %s (%zu bytes at offset %lld)", name,
+             o->t[t].bytes, (long long)o->offset[t]);
+}
+
+/* The message of a failed swap transfer of t (res: a negative errno). */
+static int io_error(const nto_offload *o, nto_err *err, int t, const char *what,
+                    int res) {
+  char d[200];
+  describe(o, t, d, sizeof d);
+  if (res == -ENOSPC || res == -EDQUOT)
+    return nto_err_set(err, NTO_EIO,
+                       "swap %s of %s failed: %s (swap file of %llu bytes in "
+                       "%s: free space there or choose another --swap-dir)",
+                       what, d, strerror(-res),
+                       (unsigned long long)o->swap_bytes,
+                       o->swap ? nto_swap_dir(o->swap) : "?");
+  return nto_err_set(err, NTO_EIO, "swap %s of %s failed: %s", what, d,
+                     strerror(-res));
+}
+
+/* The message of a swap read of t whose checksum does not match. */
+static int sum_error(const nto_offload *o, nto_err *err, int t, uint64_t stored,
+                     uint64_t got) {
+  char d[200];
+  describe(o, t, d, sizeof d);
+  return nto_err_set(err, NTO_EIO,
+                     "swap read of %s: checksum mismatch (stored 0x%016llx, "
+                     "read 0x%016llx): the swap file's content changed",
+                     d, (unsigned long long)stored, (unsigned long long)got);
+}
+
+/* The first I/O error wins (a failed transfer: res a negative errno; a
+ * checksum mismatch: res 0, sums stored and got); wakes everyone. Lock
+ * held. */
+static void record_error(nto_offload *o, int t, const char *what, int res,
+                         uint64_t stored, uint64_t got) {
+  if (!o->failed) {
+    if (res < 0)
+      io_error(o, &o->ferr, t, what, res);
+    else
+      sum_error(o, &o->ferr, t, stored, got);
+  }
   o->failed = 1;
   pthread_cond_broadcast(&o->cv_exec);
   pthread_cond_broadcast(&o->cv_mem);
@@ -237,7 +297,8 @@ static void queue_loads(nto_offload *o, const nto_sched_act *a, int n) {
     }
     o->loading[t] = 1;
     o->t[t].state = NTO_RES_NONE; /* not ready */
-    fifo_push(&o->load_q, (job){t, a[i].kind, 0, -1, a[i].offset, 0});
+    fifo_push(&o->load_q,
+              (job){.t = t, .kind = a[i].kind, .step = -1, .off = a[i].offset});
     o->loads_inflight++;
     queued++;
   }
@@ -251,7 +312,11 @@ static void queue_write(nto_offload *o, int t, int keep, int step) {
   o->writing[t] = 1;
   o->dirty[t] = 0;
   size_t off = (size_t)((char *)o->t[t].data - o->region);
-  fifo_push(&o->write_q, (job){t, NTO_ACT_WRITE, keep, step, off, 0});
+  fifo_push(&o->write_q, (job){.t = t,
+                               .kind = NTO_ACT_WRITE,
+                               .keep = keep,
+                               .step = step,
+                               .off = off});
   o->writes_inflight++;
   if (step >= 0)
     o->step_writes[step]++;
@@ -290,12 +355,14 @@ static void apply_end(nto_offload *o, const nto_sched_act *a, int n, int step) {
 
 /* ---- I/O threads ---- */
 
-/* A LOAD/ALLOC of j->t finished (res 0 or -errno). */
-static void complete_load(nto_offload *o, const job *j, int res) {
+/* A LOAD/ALLOC of j->t finished (res 0 or -errno; 1: the bytes read do
+ * not match the stored checksum, which was got). */
+static void complete_load(nto_offload *o, const job *j, int res, uint64_t got) {
   pthread_mutex_lock(&o->mu);
   o->loading[j->t] = 0;
-  if (res < 0) {
-    record_error(o, j->t, "read", res);
+  o->sum_ms += j->sum_ms;
+  if (res != 0) {
+    record_error(o, j->t, "read", res < 0 ? res : 0, j->sum, got);
   } else {
     o->t[j->t].state = NTO_RES_RESIDENT;
     if (j->kind == NTO_ACT_LOAD && !o->zero[j->t])
@@ -311,9 +378,13 @@ static void complete_write(nto_offload *o, const job *j, int res) {
   pthread_mutex_lock(&o->mu);
   int t = j->t;
   o->writing[t] = 0;
+  o->sum_ms += j->sum_ms;
+  o->has_sum[t] = 0; /* a failed write leaves the swap copy unknown */
   if (res < 0) {
-    record_error(o, t, "write", res);
+    record_error(o, t, "write", res, 0, 0);
   } else {
+    o->sum[t] = j->sum;
+    o->has_sum[t] = (unsigned char)j->check;
     o->written_bytes += o->t[t].bytes;
     o->zero[t] = 0;
     if (!j->keep) { /* a load may already wait for it with a new buffer */
@@ -338,7 +409,7 @@ static void complete_write(nto_offload *o, const job *j, int res) {
  * write is done, then claim the pages. Returns 0, or -1 after a failure
  * elsewhere. Decides what fills the buffer: *how = 0 nothing (a transient
  * about to be written), 1 zeros, 2 a read. */
-static int claim(nto_offload *o, const job *j, int *how) {
+static int claim(nto_offload *o, job *j, int *how) {
   int t = j->t;
   size_t bytes = o->t[t].bytes;
   pthread_mutex_lock(&o->mu);
@@ -348,9 +419,21 @@ static int claim(nto_offload *o, const job *j, int *how) {
   if (rc == 0) {
     claim_pages(o, t, j->off);
     *how = o->zero[t] ? 1 : j->kind == NTO_ACT_LOAD ? 2 : 0;
+    j->check = *how == 2 && o->checksum && o->has_sum[t];
+    j->sum = o->sum[t];
   }
   pthread_mutex_unlock(&o->mu);
   return rc;
+}
+
+/* ---- checksums ---- */
+
+/* zlib's CRC-32 of n bytes (zlib is a dependency already; a faster hash
+ * would be a new one, and checksums are off by default: they cost more
+ * than 2% of an iteration with any hash measured, docs/design-offload.md,
+ * "Checksums and I/O faults"). */
+static uint64_t checksum(const void *buf, size_t n) {
+  return crc32_z(crc32_z(0L, Z_NULL, 0), buf, n);
 }
 
 /* Start job j on queue io: returns 1 if a request was submitted, 0 if the
@@ -358,18 +441,25 @@ static int claim(nto_offload *o, const job *j, int *how) {
 static int start_job(nto_offload *o, nto_io *io, job *j) {
   size_t bytes = o->t[j->t].bytes;
   void *buf = o->region + j->off;
+  j->check = 0;
+  j->sum_ms = 0;
   if (j->kind != NTO_ACT_WRITE) {
     int how = 0;
     if (claim(o, j, &how) != 0) {
-      complete_load(o, j, -ECANCELED);
+      complete_load(o, j, -ECANCELED, 0);
       return 0;
     }
     if (how < 2) {
       if (how == 1)
         memset(buf, 0, bytes);
-      complete_load(o, j, 0);
+      complete_load(o, j, 0, 0);
       return 0;
     }
+  } else if (o->checksum) { /* the buffer is ours until the write is done */
+    double t0 = now_ms();
+    j->sum = checksum(buf, bytes);
+    j->check = 1;
+    j->sum_ms = now_ms() - t0;
   }
   nto_io_req *r = &o->req[j->t];
   memset(r, 0, sizeof *r);
@@ -383,15 +473,25 @@ static int start_job(nto_offload *o, nto_io *io, job *j) {
   return 1;
 }
 
-/* Complete job j with its request's result. */
+/* Complete job j with its request's result. A read is verified against
+ * the checksum of its swap copy first, before the tensor is published
+ * resident. */
 static void finish(nto_offload *o, int writer, job *j, nto_io_req *r) {
-  if (o->opts.trace && r && r->result == 0)
+  int res = r ? r->result : -EIO;
+  uint64_t got = 0;
+  if (!writer && res == 0 && j->check) {
+    double t0 = now_ms();
+    got = checksum(r->buf, r->len);
+    j->sum_ms += now_ms() - t0;
+    res = got == j->sum ? 0 : 1;
+  }
+  if (o->opts.trace && res == 0)
     o->opts.trace(o->opts.trace_user, writer ? NTO_TRACE_WRITE : NTO_TRACE_READ,
                   j->t, j->t0, now_ms());
   if (writer)
-    complete_write(o, j, r ? r->result : -EIO);
+    complete_write(o, j, res);
   else
-    complete_load(o, j, r ? r->result : -EIO);
+    complete_load(o, j, res, got);
 }
 
 typedef struct thread_arg {
@@ -669,24 +769,44 @@ static int sync_io(nto_offload *o, int t, int writing, float *data,
   }
   float *buf = (float *)o->region; /* >= every tensor, unused when drained */
   release_region(o, bytes);
+  uint64_t sum = 0;
+  double ms = 0, t0;
   if (writing) {
     memset(buf, 0, bytes);
     memcpy(buf, data, n * sizeof(float));
+    if (o->checksum) {
+      t0 = now_ms();
+      sum = checksum(buf, bytes);
+      ms = now_ms() - t0;
+    }
   }
+  pthread_mutex_lock(&o->mu); /* drained: no I/O thread touches t */
+  int check = !writing && o->checksum && o->has_sum[t];
+  uint64_t stored = o->sum[t];
+  o->has_sum[t] = writing ? 0 : o->has_sum[t];
+  pthread_mutex_unlock(&o->mu);
   int res = transfer_all(o, writing, buf, bytes, o->offset[t]);
-  if (res == 0 && !writing)
-    memcpy(data, buf, n * sizeof(float));
-  if (res < 0)
-    return nto_err_set(err, NTO_EIO, "swap %s of tensor %s failed: %s",
-                       writing ? "write" : "read", o->t[t].name,
-                       strerror(-res));
-  if (writing) {
-    pthread_mutex_lock(&o->mu);
+  if (res == 0 && check) {
+    t0 = now_ms();
+    sum = checksum(buf, bytes);
+    ms += now_ms() - t0;
+  }
+  pthread_mutex_lock(&o->mu);
+  o->sum_ms += ms;
+  if (res == 0 && writing) {
     o->zero[t] = 0;
     o->dirty[t] = 0;
     o->t[t].state = NTO_RES_SWAPPED;
-    pthread_mutex_unlock(&o->mu);
+    o->sum[t] = sum;
+    o->has_sum[t] = (unsigned char)o->checksum;
   }
+  pthread_mutex_unlock(&o->mu);
+  if (res < 0)
+    return io_error(o, err, t, writing ? "write" : "read", res);
+  if (check && sum != stored)
+    return sum_error(o, err, t, stored, sum);
+  if (!writing)
+    memcpy(data, buf, n * sizeof(float));
   return 0;
 }
 
@@ -736,8 +856,7 @@ static uint64_t assign_slots(nto_offload *o, const nto_schedule sc[2],
 
 /* (Re)map the tensor region at the larger of the schedules' regions.
  * Only while drained: no buffer lives in the old one. */
-static int map_region(nto_offload *o, const nto_schedule sc[2],
-                      nto_err *err) {
+static int map_region(nto_offload *o, const nto_schedule sc[2], nto_err *err) {
   size_t bytes = sc[0].region > sc[1].region ? sc[0].region : sc[1].region;
   if (o->region && bytes == o->region_bytes)
     return 0;
@@ -835,15 +954,42 @@ static int alloc_tables(nto_offload *o) {
   o->zero = calloc(nt, 1);
   o->writing = calloc(nt, 1);
   o->loading = calloc(nt, 1);
+  o->sum = calloc(nt, sizeof *o->sum);
+  o->has_sum = calloc(nt, 1);
   o->step_state = calloc((size_t)S + 1, 1);
   o->step_writes = calloc((size_t)S + 1, sizeof *o->step_writes);
   o->jobs[0] = calloc(nt, sizeof(job));
   o->jobs[1] = calloc(nt, sizeof(job));
   if (!o->req || !o->offset || !o->dirty || !o->zero || !o->writing ||
-      !o->loading || !o->step_state || !o->step_writes || !o->jobs[0] ||
-      !o->jobs[1] || fifo_init(&o->load_q, (int)nt) != 0 ||
+      !o->loading || !o->sum || !o->has_sum || !o->step_state ||
+      !o->step_writes || !o->jobs[0] || !o->jobs[1] ||
+      fifo_init(&o->load_q, (int)nt) != 0 ||
       fifo_init(&o->write_q, (int)nt) != 0)
     return NTO_ENOMEM;
+  return 0;
+}
+
+/* The debugging and test hooks of the environment: NTO_SWAP_CHECKSUM=0|1
+ * overrides opts.checksum; NTO_FAULT=OP:N:KIND sets the I/O fault
+ * injection (nto_io_fault_parse) for the process, counting from here. */
+static int env_hooks(nto_offload *o, nto_err *err) {
+  o->checksum =
+      o->opts.checksum ? o->opts.checksum > 0 : NTO_OFFLOAD_CHECKSUM_DEFAULT;
+  const char *v = getenv("NTO_SWAP_CHECKSUM");
+  if (v && v[0]) {
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+      return nto_err_set(err, NTO_EINVAL,
+                         "NTO_SWAP_CHECKSUM: expected 0 or 1, got '%s'", v);
+    o->checksum = v[0] == '1';
+  }
+  v = getenv("NTO_FAULT");
+  if (v && v[0]) {
+    nto_io_fault f;
+    int rc = nto_io_fault_parse(v, &f, err);
+    if (rc != 0)
+      return nto_err_prefix(err, rc, "NTO_FAULT: ");
+    nto_io_fault_set(&f);
+  }
   return 0;
 }
 
@@ -897,8 +1043,9 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
   pthread_cond_init(&o->cv_off, NULL);
   pthread_cond_init(&o->cv_mem, NULL);
   o->busy_since[0] = o->busy_since[1] = -1;
-  int rc =
-      alloc_tables(o) == 0 ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  int rc = env_hooks(o, err);
+  if (rc == 0 && alloc_tables(o) != 0)
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   for (int t = 0; rc == 0 && t < o->n_t; t++) {
     o->offset[t] = -1;
     o->zero[t] = plans[0]->persistent[t]; /* zeros until stored */
@@ -952,6 +1099,8 @@ void nto_offload_free(nto_offload *o) {
   free(o->zero);
   free(o->writing);
   free(o->loading);
+  free(o->sum);
+  free(o->has_sum);
   free(o->step_state);
   free(o->step_writes);
   free(o->jobs[0]);
@@ -988,6 +1137,8 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   }
   st->read_bytes = o->read_bytes;
   st->written_bytes = o->written_bytes;
+  st->checksum = o->checksum;
+  st->checksum_ms = o->sum_ms;
   st->planned_peak =
       o->sched[0].peak > o->sched[1].peak ? o->sched[0].peak : o->sched[1].peak;
   st->region = o->region_bytes;
@@ -1008,6 +1159,7 @@ void nto_offload_reset_stats(nto_offload *o) {
       o->busy_since[w] = now_ms();
   }
   o->read_bytes = o->written_bytes = 0;
+  o->sum_ms = 0;
   o->peak = o->in_use;
   pthread_mutex_unlock(&o->mu);
 }

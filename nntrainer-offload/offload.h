@@ -23,9 +23,24 @@
  * s) While passes of the same mode follow each other, the window runs on into
  * the next pass without a pause; a change of mode first drains the window.
  *
- * Errors: the first I/O error is recorded by the I/O thread and returned
- * by the next nto_offload_begin/end/drain as NTO_EIO with a message naming
- * the tensor; the engine then refuses further steps.
+ * Checksums: every write of a tensor to the swap file records a checksum
+ * of its bytes (computed by the offloader before it submits the write, or
+ * by nto_offload_store), and every read is verified against it on the
+ * onloader before the tensor is published resident. Tensors still "zero"
+ * (never written) have none. opts.checksum chooses; NTO_SWAP_CHECKSUM=0|1
+ * in the environment overrides it (a debugging knob).
+ *
+ * Errors: the first I/O error (a failed or short-ended transfer, or a
+ * checksum mismatch) is recorded by the I/O thread and returned by the
+ * next nto_offload_begin/end/drain as NTO_EIO with a message naming the
+ * tensor, its layer, size and offset, e.g. "swap read of tensor
+ * conv1:weight (layer conv1, 4096 bytes at offset 0): checksum mismatch
+ * (stored 0x..., read 0x...)"; the engine then refuses further steps.
+ *
+ * Test hook: NTO_FAULT=OP:N:KIND in the environment (iobackend.h,
+ * nto_io_fault_parse; e.g. read:5:flip, write:3:enospc) sets the I/O
+ * fault injection when the engine is created; a malformed value is an
+ * NTO_EINVAL error of nto_offload_create.
  */
 #ifndef NTO_OFFLOAD_H
 #define NTO_OFFLOAD_H
@@ -70,6 +85,11 @@ typedef enum {
 typedef void (*nto_trace_fn)(void *user, nto_trace_kind kind, int id,
                              double t0_ms, double t1_ms);
 
+/* Whether swapped tensors carry a checksum when opts.checksum is 0: off,
+ * because hashing every transfer costs about 5% of a ResNet-18 iteration
+ * at window 1 (docs/design-offload.md, "Checksums and I/O faults"). */
+#define NTO_OFFLOAD_CHECKSUM_DEFAULT 0
+
 typedef struct nto_offload_opts {
   int window;                 /* N >= 1 */
   const char *swap_dir;       /* NULL or "": $TMPDIR, else /tmp */
@@ -80,6 +100,9 @@ typedef struct nto_offload_opts {
   void *log_user;
   nto_trace_fn trace; /* NULL: off */
   void *trace_user;
+  int checksum; /* checksums of swapped tensors: 1 on, -1 off, 0 the
+                   default (NTO_OFFLOAD_CHECKSUM_DEFAULT); the environment
+                   variable NTO_SWAP_CHECKSUM=0|1 overrides this */
 } nto_offload_opts;
 
 /* Counters since creation (or the last nto_offload_reset_stats). */
@@ -101,6 +124,9 @@ typedef struct nto_offload_stats {
   double write_busy_ms;     /* offloader: the same */
   uint64_t read_bytes;      /* read from the swap file */
   uint64_t written_bytes;   /* written to the swap file */
+  int checksum;             /* swapped tensors carry a checksum */
+  double checksum_ms;       /* time spent computing checksums (both I/O
+                               threads and synchronous store/fetch) */
   size_t peak_resident;     /* peak bytes of tensor buffers in use */
   size_t planned_peak;      /* the schedule's peak (schedule.h) */
   size_t region;            /* bytes of the tensor region: every buffer
@@ -153,8 +179,10 @@ int nto_offload_drain(nto_offload *o, nto_err *err);
 /*
  * Synchronous access to a persistent tensor's content while the engine is
  * drained (they drain first): store writes n floats from src to the swap
- * file; fetch reads them into dst; zero makes the content zeros without
- * I/O. Returns 0, NTO_EIO or NTO_ENOMEM. Executor thread.
+ * file (with its checksum); fetch reads them into dst (verified against
+ * the checksum); zero makes the content zeros without I/O. Returns 0,
+ * NTO_EIO (a failed transfer or a checksum mismatch, the message naming
+ * the tensor) or NTO_ENOMEM. Executor thread.
  */
 int nto_offload_store(nto_offload *o, int t, const float *src, nto_err *err);
 int nto_offload_fetch(nto_offload *o, int t, float *dst, nto_err *err);

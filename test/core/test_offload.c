@@ -5,7 +5,10 @@
  * everything resident (the reference), then with the offload engine at
  * windows 1, 2, 3 and one larger than the pass, over both I/O backends.
  * Losses, outputs and every weight must be equal bit for bit, and no swap
- * file may be left in the swap directory. With NTO_TEST_QUICK=1 (the
+ * file may be left in the swap directory. Window 2 runs with checksums of
+ * the swapped tensors on (the others with the default). Injected I/O
+ * faults (EIO, ENOSPC, a flipped byte, short transfers) either stop
+ * training with a clear error or change nothing. With NTO_TEST_QUICK=1 (the
  * ThreadSanitizer run) only the small nets run. This is the test that catches a
  * lost update or a stale buffer anywhere in the scheduler.
  */
@@ -128,10 +131,13 @@ static void session_close(session *ss) {
 
 /* Train nc->steps steps and evaluate once with the model options o; swap
  * files go to dir. switch_to (NULL: none): before training step s, change
- * the window to switch_to[s] when that is > 0. The engine's counters at
- * the end go to *st when it offloads (else st->window = 0). */
-static void run_with(const net_case *nc, nto_model_opts o, const char *dir,
-                     const int *switch_to, result *r, nto_offload_stats *st) {
+ * the window to switch_to[s] when that is > 0. fault (NULL: none): set
+ * after the model is created (its weights stored), cleared at the end;
+ * the faults it fired go to *fired. The engine's counters at the end go to
+ * *st when it offloads (else st->window = 0). */
+static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
+                        const int *switch_to, const nto_io_fault *fault,
+                        unsigned *fired, result *r, nto_offload_stats *st) {
   session ss;
   nto_err err = {0};
   o.batch = nc->batch;
@@ -139,6 +145,8 @@ static void run_with(const net_case *nc, nto_model_opts o, const char *dir,
   o.update_chunk = nc->chunk;
   o.offload.swap_dir = dir;
   session_open(&ss, nc->ini, &o);
+  if (fault)
+    nto_io_fault_set(fault);
   nto_step_stats sst;
   for (int s = 0; s <= nc->steps; s++) {
     int eval = s == nc->steps; /* then one inference pass */
@@ -155,9 +163,18 @@ static void run_with(const net_case *nc, nto_model_opts o, const char *dir,
   r->out = malloc(r->n_out * sizeof(float));
   memcpy(r->out, nto_model_output(ss.m), r->n_out * sizeof(float));
   collect_weights(ss.m, r);
+  if (fault) {
+    *fired = nto_io_fault_fired();
+    nto_io_fault_set(NULL);
+  }
   if (st && nto_model_offload_stats(ss.m, st) != 0)
     st->window = 0;
   session_close(&ss);
+}
+
+static void run_with(const net_case *nc, nto_model_opts o, const char *dir,
+                     const int *switch_to, result *r, nto_offload_stats *st) {
+  run_faulted(nc, o, dir, switch_to, NULL, NULL, r, st);
 }
 
 /* Train and evaluate with a fixed window (0: all resident) and backend. */
@@ -212,7 +229,11 @@ static void check_net(const net_case *nc) {
   for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
     for (size_t i = 0; i < 2; i++) {
       result r = {0};
-      run(nc, windows[w], ios[i], dir, &r);
+      nto_model_opts o = {0};
+      o.offload.window = windows[w];
+      o.offload.io = ios[i];
+      o.offload.checksum = windows[w] == 2 ? 1 : 0; /* 2: with checksums */
+      run_with(nc, o, dir, NULL, &r, NULL);
       check_equal(nc, &ref, &r, windows[w], ios[i]);
       result_free(&r);
       if (dir_entries(dir) != 0)
@@ -354,6 +375,214 @@ static void test_io_error_surfaces(void **state) {
   }
 }
 
+/* The message of an I/O error names a tensor "L:W" and its layer L:
+ * "... tensor L:W (layer L, ...". */
+static void check_names_tensor(const char *msg) {
+  const char *t = strstr(msg, " of tensor ");
+  const char *l = strstr(msg, " (layer ");
+  if (!t || !l || l < t)
+    fail_msg("no tensor and layer named: %s", msg);
+  t += strlen(" of tensor ");
+  l += strlen(" (layer ");
+  size_t n = strcspn(l, ",");
+  if (strncmp(t, l, n) != 0 || t[n] != ':')
+    fail_msg("the layer is not the tensor's: %s", msg);
+}
+
+/* Train up to `steps` steps of tiny_resnet at window 1 over backend io
+ * with fault f set after model creation (checksums 1 on, 0 off). Returns the
+ * first error (0 if none), its message in *err; the faults fired in *fired. The
+ * model is freed (must not hang) and the swap directory must be empty
+ * afterwards. */
+static int faulty_run(nto_io_kind io, int checksum, const nto_io_fault *f,
+                      int steps, nto_err *err, unsigned *fired) {
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "fault"), 0);
+  session ss;
+  nto_model_opts o = {.batch = 2, .seed = 3};
+  o.offload = (nto_offload_opts){
+      .window = 1, .swap_dir = dir, .io = io, .checksum = checksum ? 1 : -1};
+  session_open(&ss, "test/data/nets/tiny_resnet.ini", &o);
+  nto_offload_stats st;
+  assert_int_equal(nto_model_offload_stats(ss.m, &st), 0);
+  assert_int_equal(st.checksum, checksum);
+  nto_io_fault_set(f);
+  nto_step_stats sst;
+  int rc = 0;
+  for (int s = 0; s < steps && rc == 0; s++)
+    rc = session_step(&ss, s, 0, &sst, err);
+  if (rc == 0) { /* the fault may hit the writes of the final drain */
+    nto_named_tensor *ts;
+    int n;
+    if (nto_model_weights(ss.m, &ts, &n, err) == 0) {
+      float *buf = malloc(nto_named_numel(&ts[0]) * sizeof(float));
+      rc = ts[0].fetch(ts[0].ctx, ts[0].index, buf, err);
+      free(buf);
+      nto_model_weights_free(ts, n);
+    }
+  }
+  *fired = nto_io_fault_fired();
+  nto_io_fault_set(NULL);
+  session_close(&ss);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+  return rc;
+}
+
+static const nto_io_kind both_ios[] = {NTO_IO_PSYNC, NTO_IO_AUTO};
+
+/* A byte flipped in the k-th read (media corruption) is caught by the
+ * checksum: NTO_EIO naming the tensor and its layer, "checksum mismatch",
+ * at the next step boundary; freeing the model does not hang and leaves
+ * no file. Without checksums the same flip goes unnoticed. Both backends,
+ * several k. */
+static void test_checksum_flip(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++) {
+    for (int k = 1; k <= 9; k += 4) {
+      nto_io_fault f = {.op = NTO_IO_READ, .flip_nth = k};
+      nto_err err = {0};
+      unsigned fired = 0;
+      int rc = faulty_run(both_ios[i], 1, &f, 5, &err, &fired);
+      assert_int_equal(fired, 1);
+      if (rc != NTO_EIO || !strstr(err.msg, "swap read of tensor ") ||
+          !strstr(err.msg, ": checksum mismatch (stored 0x"))
+        fail_msg("%s, flip of read %d: %d %s", nto_io_kind_name(both_ios[i]), k,
+                 rc, err.msg);
+      check_names_tensor(err.msg);
+      if (i == 0 && k == 1)
+        print_message("%s\n", err.msg);
+      rc = faulty_run(both_ios[i], 0, &f, 5, &err, &fired);
+      assert_int_equal(fired, 1);
+      if (rc != 0)
+        fail_msg("without checksums: %s", err.msg);
+    }
+  }
+}
+
+/* The synchronous path: a weight stored with nto_offload_store and
+ * fetched with a byte flipped is refused the same way. */
+static void test_checksum_fetch(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "fetch"), 0);
+  session ss;
+  nto_err err = {0};
+  nto_model_opts o = {.batch = 2, .seed = 3};
+  o.offload = (nto_offload_opts){.window = 1, .swap_dir = dir, .checksum = 1};
+  session_open(&ss, "test/data/nets/lenet.ini", &o);
+  nto_named_tensor *ts;
+  int n;
+  assert_int_equal(nto_model_weights(ss.m, &ts, &n, &err), 0);
+  float *buf = malloc(nto_named_numel(&ts[n - 1]) * sizeof(float));
+  assert_int_equal(ts[n - 1].fetch(ts[n - 1].ctx, ts[n - 1].index, buf, &err),
+                   0);
+  nto_io_fault f = {.op = NTO_IO_READ, .flip_nth = 1, .flip_at = 8};
+  nto_io_fault_set(&f);
+  int rc = ts[n - 1].fetch(ts[n - 1].ctx, ts[n - 1].index, buf, &err);
+  assert_int_equal(nto_io_fault_fired(), 1);
+  nto_io_fault_set(NULL);
+  if (rc != NTO_EIO || !strstr(err.msg, "checksum mismatch"))
+    fail_msg("fetch with a flipped byte: %d %s", rc, err.msg);
+  check_names_tensor(err.msg);
+  /* The swap copy itself is intact: fetching again works. */
+  assert_int_equal(ts[n - 1].fetch(ts[n - 1].ctx, ts[n - 1].index, buf, &err),
+                   0);
+  free(buf);
+  nto_model_weights_free(ts, n);
+  session_close(&ss);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
+/* A full disk on the k-th write (ENOSPC): NTO_EIO with "No space left on
+ * device", naming the tensor, its layer and the swap directory; no hang,
+ * no file left. Both backends. */
+static void test_enospc_write(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++) {
+    for (int k = 2; k <= 10; k += 4) {
+      nto_io_fault f = {
+          .op = NTO_IO_WRITE, .fail_nth = k, .errno_neg = -ENOSPC};
+      nto_err err = {0};
+      unsigned fired = 0;
+      int rc = faulty_run(both_ios[i], 1, &f, 5, &err, &fired);
+      assert_int_equal(fired, 1);
+      if (rc != NTO_EIO || !strstr(err.msg, "swap write of tensor ") ||
+          !strstr(err.msg, "No space left on device") ||
+          !strstr(err.msg, "--swap-dir"))
+        fail_msg("%s, write %d: %d %s", nto_io_kind_name(both_ios[i]), k, rc,
+                 err.msg);
+      check_names_tensor(err.msg);
+      if (i == 0 && k == 2)
+        print_message("%s\n", err.msg);
+    }
+  }
+}
+
+/* Short transfers (every read, or every write, returns half its bytes
+ * at first and the backend continues it) change nothing: weights, losses
+ * and outputs stay bit-identical to the all-resident run, over both
+ * backends, with checksums on. */
+static void test_short_transfers(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "short"), 0);
+  const net_case nc = {"test/data/nets/tiny_resnet.ini", 4, 3, 0};
+  result ref = {0};
+  run(&nc, 0, NTO_IO_AUTO, dir, &ref);
+  for (int i = 0; i < 2; i++) {
+    for (int op = 0; op < 2; op++) {
+      nto_io_fault f = {.op = op ? NTO_IO_READ : NTO_IO_WRITE, .short_nth = -1};
+      nto_model_opts o = {0};
+      o.offload.window = 1;
+      o.offload.io = both_ios[i];
+      o.offload.checksum = 1;
+      result r = {0};
+      unsigned fired = 0;
+      run_faulted(&nc, o, dir, NULL, &f, &fired, &r, NULL);
+      check_equal(&nc, &ref, &r, 1, both_ios[i]);
+      result_free(&r);
+      if (fired == 0) /* some requests were large enough to be split */
+        fail_msg("%s %s: no transfer was split", nto_io_kind_name(both_ios[i]),
+                 op ? "reads" : "writes");
+    }
+  }
+  result_free(&ref);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
+/* Checksums on and off give the same bit-identical results as the
+ * all-resident run, over both backends and two windows; with them on
+ * the engine reports time spent computing them. */
+static void test_checksum_identical(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "sums"), 0);
+  const net_case nc = {"test/data/nets/tiny_resnet.ini", 2, 3, 0};
+  result ref = {0};
+  run(&nc, 0, NTO_IO_AUTO, dir, &ref);
+  for (int i = 0; i < 2; i++)
+    for (int w = 1; w <= 2; w++)
+      for (int sum = 0; sum <= 1; sum++) {
+        nto_model_opts o = {0};
+        o.offload.window = w;
+        o.offload.io = both_ios[i];
+        o.offload.checksum = sum ? 1 : -1;
+        result r = {0};
+        nto_offload_stats st;
+        run_with(&nc, o, dir, NULL, &r, &st);
+        assert_int_equal(st.checksum, sum);
+        assert_true(sum ? st.checksum_ms > 0 : st.checksum_ms == 0);
+        check_equal(&nc, &ref, &r, w, both_ios[i]);
+        result_free(&r);
+      }
+  result_free(&ref);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 /* A plan-only model of nc: what window 1 needs (region + workspace) and
  * what everything resident needs. */
 static void needs(const net_case *nc, size_t *need1, size_t *total,
@@ -387,8 +616,8 @@ static void expect_refused(const net_case *nc, nto_model_opts o,
   nto_model_free(m);
   nto_config_free(&c);
   if (rc != NTO_ECONFIG || !strstr(err.msg, what))
-    fail_msg("%s: expected a refusal with '%s', got %d: %s", nc->ini, what,
-             rc, err.msg);
+    fail_msg("%s: expected a refusal with '%s', got %d: %s", nc->ini, what, rc,
+             err.msg);
 }
 
 /* --memory-budget: for budgets from below the minimum to everything, the
@@ -410,11 +639,8 @@ static void test_memory_budget(void **state) {
     assert_true(need1 < total);
     result ref = {0};
     run(nc, 0, NTO_IO_AUTO, dir, &ref);
-    const size_t budgets[] = {need1,
-                              need1 + (total - need1) / 4,
-                              need1 + (total - need1) / 2,
-                              total - 1,
-                              total};
+    const size_t budgets[] = {need1, need1 + (total - need1) / 4,
+                              need1 + (total - need1) / 2, total - 1, total};
     nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET};
     o.memory_budget = need1 - NTO_PAGE;
     expect_refused(nc, o, dir, "below the minimum");
@@ -569,6 +795,11 @@ int main(void) {
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_state_machine),
       cmocka_unit_test(test_io_error_surfaces),
+      cmocka_unit_test(test_checksum_flip),
+      cmocka_unit_test(test_checksum_fetch),
+      cmocka_unit_test(test_enospc_write),
+      cmocka_unit_test(test_short_transfers),
+      cmocka_unit_test(test_checksum_identical),
       cmocka_unit_test(test_memory_budget),
       cmocka_unit_test(test_window_changes),
       cmocka_unit_test(test_auto_window_grows),

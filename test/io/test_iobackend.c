@@ -3,10 +3,11 @@
  * buffered and an O_DIRECT swap file: random blocks written and read back
  * with more requests than the depth (checked with plain pread too), fault
  * injection (the nth request of an op fails with its errno, across queues;
- * the nth request is split and continued), reads past end of file, and
- * destroying a queue with requests pending. io_uring cases are skipped
- * where the kernel refuses io_uring, O_DIRECT cases where the temporary
- * directory does not support it.
+ * the nth request, or every one, is split and continued; the nth read
+ * arrives with a byte flipped; NTO_FAULT specifications), reads past end
+ * of file, and destroying a queue with requests pending. io_uring cases
+ * are skipped where the kernel refuses io_uring, O_DIRECT cases where the
+ * temporary directory does not support it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -293,7 +294,7 @@ static void test_fault_fail(void **state) {
   int fd = nto_swap_fd(fx->swap);
   enum { N = 12 };
   block w[N], r[N];
-  nto_io_fault f = {NTO_IO_WRITE, 5, -ENOSPC, 0, 0};
+  nto_io_fault f = {.op = NTO_IO_WRITE, .fail_nth = 5, .errno_neg = -ENOSPC};
   nto_io_fault_set(&f);
   write_blocks(fx, w, N, 2, 7);
   for (int i = 0; i < N; i++) {
@@ -309,7 +310,7 @@ static void test_fault_fail(void **state) {
     }
   }
   /* Counting restarts with each set, and only requests of the op count. */
-  f = (nto_io_fault){NTO_IO_READ, 3, -EIO, 0, 0};
+  f = (nto_io_fault){.op = NTO_IO_READ, .fail_nth = 3, .errno_neg = -EIO};
   nto_io_fault_set(&f);
   block x; /* a write: not counted */
   block_init(&x, NTO_IO_WRITE, 2, w[4].r.offset, 0);
@@ -349,7 +350,7 @@ static void test_fault_across_queues(void **state) {
   block w[N];
   for (int i = 0; i < N; i++)
     block_init(&w[i], NTO_IO_WRITE, 1, (int64_t)i * NTO_PAGE, i);
-  nto_io_fault f = {NTO_IO_WRITE, 3, -EDQUOT, 0, 0};
+  nto_io_fault f = {.op = NTO_IO_WRITE, .fail_nth = 3, .errno_neg = -EDQUOT};
   nto_io_fault_set(&f);
   /* Alternate queues: the third submission is the second on fx->io. */
   for (int i = 0; i < N; i++)
@@ -389,7 +390,7 @@ static void test_fault_short(void **state) {
                  (int64_t)i * SLOT_PAGES * NTO_PAGE, i);
       fill_random(w[i].buf, w[i].r.len, &rng);
     }
-    nto_io_fault f = {NTO_IO_WRITE, 0, 0, nth, 0};
+    nto_io_fault f = {.op = NTO_IO_WRITE, .short_nth = nth};
     nto_io_fault_set(&f);
     run_all(fx->io, w, N, DEPTH);
     for (int i = 0; i < N; i++) {
@@ -398,7 +399,7 @@ static void test_fault_short(void **state) {
       assert_memory_equal(p, w[i].buf, w[i].r.len);
       nto_free_aligned((float *)p);
     }
-    f = (nto_io_fault){NTO_IO_READ, 0, 0, nth, 0};
+    f = (nto_io_fault){.op = NTO_IO_READ, .short_nth = nth};
     nto_io_fault_set(&f);
     read_blocks(fx, w, r, N);
     for (int i = 0; i < N; i++) {
@@ -407,6 +408,81 @@ static void test_fault_short(void **state) {
       block_free(&r[i]);
       block_free(&w[i]);
     }
+  }
+}
+
+/* Byte flip: the nth read completes without error but with the byte at
+ * flip_at inverted (clamped to the last byte); nothing else changes, the
+ * file keeps the right bytes, and a flip asked for writes is ignored. */
+static void test_fault_flip(void **state) {
+  fixture *fx = begin(state);
+  enum { N = 6 };
+  block w[N], r[N];
+  write_blocks(fx, w, N, 2, 11);
+  nto_io_fault f = {.op = NTO_IO_READ, .flip_nth = 4, .flip_at = 5000};
+  nto_io_fault_set(&f);
+  read_blocks(fx, w, r, N);
+  assert_int_equal(nto_io_fault_fired(), 1);
+  for (int i = 0; i < N; i++) {
+    assert_ok(&r[i], i);
+    if (i == 3) {
+      assert_int_equal(r[i].buf[5000], w[i].buf[5000] ^ 0xff);
+      r[i].buf[5000] ^= 0xff;
+    }
+    assert_memory_equal(r[i].buf, w[i].buf, r[i].r.len);
+    block_free(&r[i]);
+  }
+  /* Beyond the end: the last byte. Combined with a short first attempt. */
+  f = (nto_io_fault){
+      .op = NTO_IO_READ, .flip_nth = 1, .short_nth = 1, .flip_at = 1 << 30};
+  nto_io_fault_set(&f);
+  read_blocks(fx, w, r, 1);
+  assert_ok(&r[0], 0);
+  size_t last = r[0].r.len - 1;
+  assert_int_equal(r[0].buf[last], w[0].buf[last] ^ 0xff);
+  assert_memory_equal(r[0].buf, w[0].buf, last);
+  block_free(&r[0]);
+  /* Writes are never flipped. */
+  f = (nto_io_fault){.op = NTO_IO_WRITE, .flip_nth = 1};
+  nto_io_fault_set(&f);
+  block x;
+  block_init(&x, NTO_IO_WRITE, 2, w[0].r.offset, 0);
+  memcpy(x.buf, w[0].buf, x.r.len);
+  run_all(fx->io, &x, 1, 1);
+  assert_ok(&x, 0);
+  assert_memory_equal(x.buf, w[0].buf, x.r.len);
+  assert_int_equal(nto_io_fault_fired(), 0);
+  block_free(&x);
+  nto_io_fault_set(NULL);
+  read_blocks(fx, w, r, N);
+  for (int i = 0; i < N; i++) {
+    assert_ok(&r[i], i);
+    assert_memory_equal(r[i].buf, w[i].buf, r[i].r.len);
+    block_free(&r[i]);
+    block_free(&w[i]);
+  }
+}
+
+/* short_nth < 0: every request is split (if it can be), and still
+ * transfers all its bytes. */
+static void test_fault_short_all(void **state) {
+  fixture *fx = begin(state);
+  enum { N = 5 };
+  block w[N], r[N];
+  nto_io_fault f = {.op = NTO_IO_WRITE, .short_nth = -1};
+  nto_io_fault_set(&f);
+  write_blocks(fx, w, N, 3, 13);
+  assert_int_equal(nto_io_fault_fired(), N);
+  f.op = NTO_IO_READ;
+  nto_io_fault_set(&f);
+  read_blocks(fx, w, r, N);
+  assert_int_equal(nto_io_fault_fired(), N);
+  for (int i = 0; i < N; i++) {
+    assert_ok(&w[i], i);
+    assert_ok(&r[i], i);
+    assert_memory_equal(r[i].buf, w[i].buf, r[i].r.len);
+    block_free(&r[i]);
+    block_free(&w[i]);
   }
 }
 
@@ -494,6 +570,33 @@ static void test_api(void **state) {
   }
   close(fd);
   print_message("auto picks %s\n", nto_io_kind_name(got));
+
+  /* NTO_FAULT specifications. */
+  nto_io_fault f;
+  assert_int_equal(nto_io_fault_parse("read:5:eio", &f, &err), 0);
+  assert_int_equal(f.op, NTO_IO_READ);
+  assert_int_equal(f.fail_nth, 5);
+  assert_int_equal(f.errno_neg, -EIO);
+  assert_int_equal(nto_io_fault_parse("write:12:enospc", &f, &err), 0);
+  assert_int_equal(f.op, NTO_IO_WRITE);
+  assert_int_equal(f.fail_nth, 12);
+  assert_int_equal(f.errno_neg, -ENOSPC);
+  assert_int_equal(nto_io_fault_parse("write:3:short", &f, &err), 0);
+  assert_int_equal(f.short_nth, 3);
+  assert_int_equal(f.fail_nth, 0);
+  assert_int_equal(nto_io_fault_parse("read:1:flip", &f, &err), 0);
+  assert_int_equal(f.flip_nth, 1);
+  assert_int_equal(f.flip_at, 0);
+  const char *bad[] = {
+      "",         "read",         "read:5",       "read:0:eio", "read:-1:eio",
+      "rd:5:eio", "read:5:eio:x", "write:5:flip", "read:x:eio", "read:5:oops",
+      NULL};
+  for (int i = 0; i <= 10; i++) {
+    if (nto_io_fault_parse(bad[i], &f, &err) != NTO_EINVAL)
+      fail_msg("accepted '%s'", bad[i] ? bad[i] : "(null)");
+    if (!strstr(err.msg, "expected OP:N:KIND"))
+      fail_msg("message: %s", err.msg);
+  }
 }
 
 typedef void (*test_fn)(void **);
@@ -508,6 +611,8 @@ int main(void) {
       {"fault_fail", test_fault_fail},
       {"fault_across_queues", test_fault_across_queues},
       {"fault_short", test_fault_short},
+      {"fault_flip", test_fault_flip},
+      {"fault_short_all", test_fault_short_all},
       {"read_past_eof", test_read_past_eof},
       {"destroy_pending", test_destroy_pending},
   };
