@@ -1,5 +1,6 @@
 /* train.c - `nntrainer-offload train`: the training loop with progress,
  * per-epoch evaluation, end-of-run report and weight saving. */
+#include "checkpoint.h"
 #include "cli.h"
 #include "dataset.h"
 #include "memstat.h"
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +45,16 @@ static const char usage[] =
     "                        report's times and traffic (default 0)\n"
     "  --report-json FILE    also write the report as JSON to FILE\n"
     "\n"
+    "Checkpoints (SIGINT/SIGTERM: finish the iteration, write a checkpoint\n"
+    "when --checkpoint is given, exit 130/143):\n"
+    "  --checkpoint FILE     write the training state (weights, optimizer\n"
+    "                        state, iteration, RNGs, data position) to FILE\n"
+    "                        atomically, at the end and on a signal\n"
+    "  --checkpoint-every K  also every K iterations (default: every epoch)\n"
+    "  --resume FILE         continue from a checkpoint; --iterations and\n"
+    "                        --epochs count from the start of the run, so\n"
+    "                        the result equals an uninterrupted run's\n"
+    "\n"
     "Offloading (default: the INI's memory_swap* / fsu* keys, else all\n"
     "resident):\n"
     "  --window N|auto|all   keep the tensors of N steps in RAM, the rest in\n"
@@ -76,7 +88,29 @@ typedef struct opts {
   const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */
   int no_direct;
+  const char *checkpoint;  /* --checkpoint, NULL: off */
+  long checkpoint_every;   /* 0: once per epoch */
+  const char *resume;      /* --resume, NULL: a new run */
 } opts;
+
+/* The signal that asks the run to stop (SIGINT, SIGTERM), 0: none. Set by
+ * the handler; the loop checks it between iterations. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+/* SA_RESETHAND: a second signal of the same kind kills at once (the swap
+ * file is unnamed; a checkpoint being written stays in FILE.tmp). The
+ * offload engine's I/O threads block all signals. */
+static void install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -103,7 +137,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
                !strcmp(a, "--window") || !strcmp(a, "--swap-dir") ||
                !strcmp(a, "--io") || !strcmp(a, "--log-states") ||
                !strcmp(a, "--report-json") || !strcmp(a, "--memory-budget") ||
-               !strcmp(a, "--trace")) {
+               !strcmp(a, "--trace") || !strcmp(a, "--checkpoint") ||
+               !strcmp(a, "--resume")) {
       const char **dst = !strcmp(a, "--data")         ? &o->data
                          : !strcmp(a, "--save")       ? &o->save
                          : !strcmp(a, "--window")     ? &o->window
@@ -112,6 +147,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
                          : !strcmp(a, "--log-states") ? &o->log_states
                          : !strcmp(a, "--memory-budget") ? &o->budget
                          : !strcmp(a, "--trace")         ? &o->trace
+                         : !strcmp(a, "--checkpoint")    ? &o->checkpoint
+                         : !strcmp(a, "--resume")        ? &o->resume
                                                          : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
@@ -138,6 +175,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
       target = &o->log_every;
     } else if (!strcmp(a, "--warmup")) {
       target = &o->warmup, min = 0;
+    } else if (!strcmp(a, "--checkpoint-every")) {
+      target = &o->checkpoint_every;
     } else if (a[0] == '-') {
       cli_error("train: unknown option '%s' (try train --help)", a);
       return -1;
@@ -153,6 +192,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
   }
   if (!o->model) {
     fputs(usage, stderr);
+    return -1;
+  }
+  if (o->checkpoint_every && !o->checkpoint) {
+    cli_error("--checkpoint-every needs --checkpoint FILE");
     return -1;
   }
   return 0;
@@ -238,6 +281,15 @@ typedef struct run {
   const char *window_mode;      /* "fixed", "auto", "budget" or "all" */
   size_t budget;                /* bytes, 0: none */
   char budget_src[256];         /* where the budget came from (errors) */
+  long it0;                     /* iterations done before this process
+                                   (--resume), 0 for a new run */
+  long epoch, ie;               /* the loop's epoch and iterations in it
+                                   (checkpoints) */
+  long ckpt_it;                 /* iteration of the last checkpoint in
+                                   --checkpoint's file, -1: none */
+  int n_ckpt;                   /* checkpoints written */
+  double ckpt_s;                /* time spent writing them */
+  int stopped;                  /* a signal stopped the loop */
   uint64_t io_read, io_written; /* during training steps only */
   double stall_ms;              /* during training steps only */
   double busy_ms[2];            /* onloader, offloader busy time: the same */
@@ -247,7 +299,7 @@ static void progress(run *r, long epoch, long it, long it_in_epoch,
                      long per_epoch, double elapsed, int final) {
   double acc = r->seen ? 100.0 * r->correct / r->seen : 0;
   double loss = r->seen ? r->loss_sum / ((double)r->seen / r->batch) : 0;
-  double ips = elapsed > 0 ? it / elapsed : 0;
+  double ips = elapsed > 0 ? (it - r->it0) / elapsed : 0;
   char eta[32], rss[32];
   fmt_eta(ips > 0 ? (r->planned - it) / ips : 0, eta, sizeof eta);
   cli_bytes(nto_peak_rss_bytes(), rss, sizeof rss);
@@ -275,6 +327,10 @@ static int evaluate(run *r, long epoch, nto_err *err) {
   for (;;) {
     int got = 0;
     nto_step_stats st;
+    if (stop_signal) { /* the checkpoint is from before the evaluation */
+      r->stopped = 1;
+      return rc;
+    }
     if (rc == 0)
       rc = nto_dataset_next(r->test, r->x, r->y, r->batch, &got, err);
     if (rc != 0 || got == 0)
@@ -295,6 +351,90 @@ static int evaluate(run *r, long epoch, nto_err *err) {
   return 0;
 }
 
+/* A double as the 64 bits a checkpoint value holds, and back. */
+static uint64_t dbits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+static double bitsd(uint64_t u) {
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+/* Write --checkpoint (unless it already holds this iteration): the model
+ * and data state (io/checkpoint.h) plus the loop's position and the
+ * progress window's sums, so that a resumed run reports the same. */
+static int write_checkpoint(run *r, nto_err *err) {
+  if (!r->o.checkpoint || r->ckpt_it == r->n_steps)
+    return 0;
+  nto_ckpt_value v[8];
+  int n = 0;
+  nto_ckpt_set(&v[n++], "loop.epoch", (uint64_t)r->epoch);
+  nto_ckpt_set(&v[n++], "loop.iter_in_epoch", (uint64_t)r->ie);
+  nto_ckpt_set(&v[n++], "loop.loss_sum", dbits(r->loss_sum));
+  nto_ckpt_set(&v[n++], "loop.correct", (uint64_t)r->correct);
+  nto_ckpt_set(&v[n++], "loop.seen", (uint64_t)r->seen);
+  nto_ckpt_set(&v[n++], "loop.last_loss", dbits(r->last_loss));
+  nto_ckpt_set(&v[n++], "loop.last_acc", dbits(r->last_acc));
+  double t = now_s();
+  int rc = nto_checkpoint_save(r->o.checkpoint, r->o.model, r->m, r->train,
+                               v, n, err);
+  if (rc != 0)
+    return rc;
+  t = now_s() - t;
+  r->ckpt_s += t;
+  r->n_ckpt++;
+  r->ckpt_it = r->n_steps;
+  if (!r->tty) {
+    printf("checkpoint: iteration %ld written to %s (%.2f s)\n", r->n_steps,
+           r->o.checkpoint, t);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* --resume: restore the model, the data position and the loop's state.
+ * Returns 0 or the checkpoint's error (NTO_ECONFIG: another model). */
+static int resume(run *r, nto_err *err) {
+  nto_ckpt_value v[32];
+  int n = 0;
+  int rc = nto_checkpoint_load(r->o.resume, r->m, r->train, v, 32, &n, err);
+  if (rc != 0)
+    return rc;
+  static const char *const need[] = {"loop.epoch", "loop.iter_in_epoch"};
+  for (int i = 0; i < 2; i++)
+    if (nto_ckpt_get(v, n, need[i], UINT64_MAX) == UINT64_MAX)
+      return nto_err_set(err, NTO_EDATA,
+                         "checkpoint %s has no value %s: it was not written "
+                         "by train",
+                         r->o.resume, need[i]);
+  r->it0 = r->n_steps = nto_model_iteration(r->m);
+  r->epoch = (long)nto_ckpt_get(v, n, "loop.epoch", 0);
+  r->ie = (long)nto_ckpt_get(v, n, "loop.iter_in_epoch", 0);
+  r->loss_sum = bitsd(nto_ckpt_get(v, n, "loop.loss_sum", 0));
+  r->correct = (long)nto_ckpt_get(v, n, "loop.correct", 0);
+  r->seen = (long)nto_ckpt_get(v, n, "loop.seen", 0);
+  r->last_loss = bitsd(nto_ckpt_get(v, n, "loop.last_loss", 0));
+  r->last_acc = bitsd(nto_ckpt_get(v, n, "loop.last_acc", 0));
+  /* The file at --checkpoint already holds this state when it is the one
+   * resumed from. */
+  r->ckpt_it =
+      r->o.checkpoint && !strcmp(r->o.checkpoint, r->o.resume) ? r->it0 : -1;
+  return 0;
+}
+
+/*
+ * The training loop: epochs of full batches (the last partial batch of an
+ * epoch is dropped), an evaluation after each epoch, --checkpoint every K
+ * iterations (counted from the start of the run, also across --resume).
+ * A stop signal ends the loop between iterations (or during an
+ * evaluation) with r->stopped set; the caller writes the checkpoint.
+ * Resumed, the loop starts at the checkpoint's epoch and iteration, with
+ * the dataset already positioned by nto_checkpoint_load.
+ */
 static int train_loop(run *r, nto_err *err) {
   long epochs = r->o.epochs ? r->o.epochs : r->c.model.epochs;
   long per_epoch = (long)(nto_dataset_size(r->train) / (size_t)r->batch);
@@ -305,17 +445,32 @@ static int train_loop(run *r, nto_err *err) {
   r->planned = epochs * per_epoch;
   if (r->o.iterations && r->o.iterations < r->planned)
     r->planned = r->o.iterations;
-  r->step_s = calloc((size_t)r->planned, sizeof *r->step_s);
+  r->step_s = calloc((size_t)(r->planned > 0 ? r->planned : 1),
+                     sizeof *r->step_s);
   if (!r->step_s)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   long log_every = r->o.log_every ? r->o.log_every
                                   : (per_epoch / 20 > 0 ? per_epoch / 20 : 1);
+  long every = r->o.checkpoint_every ? r->o.checkpoint_every : per_epoch;
+  if (r->it0 >= r->planned)
+    printf("nothing left to train: the checkpoint is at iteration %ld of "
+           "%ld\n",
+           r->it0, r->planned);
   double t0 = now_s();
-  long it = 0;
-  for (long e = 1; e <= epochs && it < r->planned; e++) {
-    int rc = nto_dataset_rewind(r->train, err);
+  long it = r->it0;
+  long e0 = r->it0 > 0 && r->epoch >= 1 ? r->epoch : 1;
+  for (long e = e0; e <= epochs && it < r->planned && !r->stopped; e++) {
+    int rc = 0;
     long ie = 0;
+    if (e == e0 && r->it0 > 0)
+      ie = r->ie; /* positioned by the checkpoint */
+    else
+      rc = nto_dataset_rewind(r->train, err);
     while (rc == 0 && it < r->planned) {
+      if (stop_signal) {
+        r->stopped = 1;
+        break;
+      }
       int got = 0;
       rc = nto_dataset_next(r->train, r->x, r->y, r->batch, &got, err);
       if (rc != 0 || got < r->batch)
@@ -327,7 +482,7 @@ static int train_loop(run *r, nto_err *err) {
       rc = nto_model_train_step(r->m, r->x, r->y, &st, err);
       r->step_s[it] = now_s() - s0;
       nto_model_offload_stats(r->m, &after);
-      if (it >= r->o.warmup) {
+      if (it >= r->it0 + r->o.warmup) {
         r->io_read += after.read_bytes - before.read_bytes;
         r->io_written += after.written_bytes - before.written_bytes;
         r->stall_ms += after.stall_ms - before.stall_ms;
@@ -338,15 +493,21 @@ static int train_loop(run *r, nto_err *err) {
         break;
       it++, ie++;
       r->n_steps = it;
+      r->epoch = e;
+      r->ie = ie;
       r->loss_sum += st.loss;
       r->correct += st.correct;
       r->seen += st.samples;
       int last = it == r->planned || ie == per_epoch;
       if (r->tty || it % log_every == 0 || last)
         progress(r, e, it, ie, per_epoch, now_s() - t0, last);
+      if (r->o.checkpoint && it % every == 0)
+        rc = write_checkpoint(r, err);
     }
     if (rc != 0)
       return rc;
+    if (r->stopped)
+      break;
     rc = evaluate(r, e, err);
     if (rc != 0)
       return rc;
@@ -388,8 +549,10 @@ typedef struct metrics {
 
 static void measure(run *r, metrics *mx) {
   memset(mx, 0, sizeof *mx);
-  /* Too few iterations for the warm-up: measure them all (and say so). */
-  mx->from = r->o.warmup < r->n_steps ? r->o.warmup : 0;
+  /* Too few iterations for the warm-up: measure them all (and say so).
+   * Resumed: only this process's iterations (from it0) were timed. */
+  mx->from = r->it0 + r->o.warmup < r->n_steps ? r->it0 + r->o.warmup
+                                                : r->it0;
   mx->n = r->n_steps - mx->from;
   double n = mx->n > 0 ? (double)mx->n : 1;
   mx->median_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.5) * 1e3;
@@ -412,12 +575,14 @@ static void report_offload(run *r, const metrics *mx) {
     printf("window            all (every tensor resident)\n");
     return;
   }
-  printf("window            %d steps%s (%s, swap %s%s)\n", st->window,
+  printf("window            %d steps%s (%s, swap %s%s, checksums %s)\n",
+         st->window,
          !strcmp(r->window_mode, "auto")     ? ", adaptive (auto)"
          : !strcmp(r->window_mode, "budget") ? ", the largest within the "
                                                "memory budget"
                                              : "",
-         st->io, st->swap_dir, st->direct ? ", O_DIRECT" : ", page cache");
+         st->io, st->swap_dir, st->direct ? ", O_DIRECT" : ", page cache",
+         st->checksum ? "on (NTO_SWAP_CHECKSUM=1)" : "off");
   printf("resident tensors  peak %s in a region of %s (planned peak %s) + "
          "workspace %s\n",
          cli_bytes(st->peak_resident, a, sizeof a),
@@ -474,13 +639,17 @@ static void report(run *r, const metrics *mx, double total_s) {
   printf("\n== report: %s ==\n", r->o.model);
   printf("iterations        %ld (batch %d, %ld samples) in %.1f s\n",
          r->n_steps, r->batch, r->n_steps * r->batch, total_s);
-  if (mx->from > 0)
+  if (r->it0 > 0)
+    printf("resumed           from %s at iteration %ld: %ld iterations in "
+           "this run\n",
+           r->o.resume, r->it0, r->n_steps - r->it0);
+  if (mx->from > r->it0)
     printf("measured          iterations %ld-%ld (after a warm-up of %ld)\n",
-           mx->from + 1, r->n_steps, mx->from);
+           mx->from + 1, r->n_steps, mx->from - r->it0);
   else if (r->o.warmup > 0)
     printf("measured          all %ld iterations (too few for a warm-up of "
            "%ld)\n",
-           r->n_steps, r->o.warmup);
+           r->n_steps - r->it0, r->o.warmup);
   printf("train             loss %.4f accuracy %.1f%% (last progress "
          "window)\n",
          r->last_loss, r->last_acc);
@@ -501,6 +670,10 @@ static void report(run *r, const metrics *mx, double total_s) {
   if (r->budget)
     printf("memory budget     %s for resident tensors + workspace\n",
            cli_bytes(r->budget, a, sizeof a));
+  if (r->o.checkpoint)
+    printf("checkpoint        %s: %d written (%.2f s in all), the last at "
+           "iteration %ld\n",
+           r->o.checkpoint, r->n_ckpt, r->ckpt_s, r->ckpt_it);
   report_offload(r, mx);
   report_window_trace(r);
 }
@@ -567,9 +740,10 @@ static int report_json(run *r, const metrics *mx, double total_s,
           mx->offload ? st->planned_read / 1048576.0 : 0.0);
   fprintf(f, "  \"planned_written_mib_per_iteration\": %.3f,\n",
           mx->offload ? st->planned_written / 1048576.0 : 0.0);
+  fprintf(f, "  \"resumed_at_iteration\": %ld,\n", r->it0);
   fprintf(f, "  \"iteration_ms\": [");
-  for (long i = 0; i < r->n_steps; i++)
-    fprintf(f, "%s%.3f", i ? ", " : "", r->step_s[i] * 1e3);
+  for (long i = r->it0; i < r->n_steps; i++)
+    fprintf(f, "%s%.3f", i > r->it0 ? ", " : "", r->step_s[i] * 1e3);
   fprintf(f, "],\n  \"window_trace\": [");
   int nw = 0;
   const nto_window_sample *v = nto_model_window_trace(r->m, &nw);
@@ -862,6 +1036,7 @@ int cmd_train(int argc, char **argv) {
     return prc > 0 ? CLI_OK : CLI_USAGE;
   nto_err err = {0};
   double t0 = now_s();
+  install_signals();
   openblas_set_num_threads((int)r.o.threads);
   int rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
@@ -900,6 +1075,14 @@ int cmd_train(int argc, char **argv) {
     if (!r.x || !r.y)
       rc = nto_err_set(&err, NTO_ENOMEM, "out of memory");
   }
+  if (rc == 0 && r.o.resume) {
+    rc = resume(&r, &err);
+    if (rc != 0) { /* another model: usage error; corrupt file: runtime */
+      cli_error("%s", err.msg);
+      cleanup(&r, &err);
+      return cli_status(rc);
+    }
+  }
   if (rc == 0) {
     printf("model %s: %d layers, %zu parameters, batch %d, %ld BLAS "
            "threads\n",
@@ -909,9 +1092,38 @@ int cmd_train(int argc, char **argv) {
     if (r.test)
       printf("test: %s\n", nto_dataset_describe(r.test));
     print_plan(&r);
+    if (r.o.resume)
+      printf("resumed from %s at iteration %ld (epoch %ld, iteration %ld of "
+             "that epoch)\n",
+             r.o.resume, r.it0, r.epoch, r.ie);
     fflush(stdout);
     rc = train_loop(&r, &err);
   }
+  if (rc == 0 && r.stopped) {
+    /* SIGINT/SIGTERM: checkpoint, free the model (its swap file goes with
+     * it), exit 128 + the signal. */
+    int sig = stop_signal;
+    rc = write_checkpoint(&r, &err);
+    const char *sn = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (rc == 0 && r.o.checkpoint && r.ckpt_it == r.n_steps && r.n_steps > 0)
+      cli_error("interrupted by %s after iteration %ld; checkpoint %s holds "
+                "it (continue with --resume %s)",
+                sn, r.n_steps, r.o.checkpoint, r.o.checkpoint);
+    else if (rc == 0 && r.n_steps > r.it0)
+      cli_error("interrupted by %s after iteration %ld (no --checkpoint: "
+                "iterations %ld-%ld are lost)",
+                sn, r.n_steps, r.it0 + 1, r.n_steps);
+    else if (rc == 0)
+      cli_error("interrupted by %s before the first iteration of this run",
+                sn);
+    else
+      cli_error("%s", err.msg);
+    nto_err cerr = {0};
+    cleanup(&r, &cerr);
+    return rc == 0 ? 128 + sig : cli_status(rc);
+  }
+  if (rc == 0)
+    rc = write_checkpoint(&r, &err); /* the final state */
   if (rc == 0) {
     /* Save before the report so that its peak RSS covers saving too. */
     double total_s = now_s() - t0;

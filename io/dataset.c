@@ -104,6 +104,7 @@ struct nto_dataset {
   size_t buf_alloc;   /* slots allocated */
   size_t fill;        /* occupied slots */
   int primed;         /* buffer filled for this epoch */
+  size_t taken;       /* samples handed out (or skipped) this epoch */
 
   char name[160];
   char desc[400];
@@ -768,6 +769,7 @@ void nto_dataset_shuffle(nto_dataset *ds, size_t buffer_samples,
 int nto_dataset_rewind(nto_dataset *ds, nto_err *err) {
   ds->started = 0;
   ds->pos = 0;
+  ds->taken = 0;
   ds->fill = 0;
   ds->primed = 0;
   int rc = 0;
@@ -807,25 +809,47 @@ int nto_dataset_rewind(nto_dataset *ds, nto_err *err) {
   return 0;
 }
 
-int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
-                     nto_err *err) {
-  if (got)
-    *got = 0;
-  if (ds == NULL || x == NULL || y == NULL || got == NULL || batch < 1)
-    return nto_err_set(err, NTO_EINVAL, "dataset: invalid next() arguments");
-  size_t feat = ds->feat, nc = (size_t)ds->num_classes;
+/* Skip source sample ds->pos without a shuffle buffer (file order):
+ * advance pos. IDX streams are read through (gzip cannot seek without
+ * decompressing); raw files seek; synthetic samples need nothing. */
+static int src_skip(nto_dataset *ds, nto_err *err) {
   int rc = 0;
-  if (!ds->started)
-    rc = nto_dataset_rewind(ds, err);
+  if (ds->kind == SRC_IDX) {
+    unsigned char lab;
+    rc = idx_fetch(ds, ds->pix, &lab, err);
+  } else if (ds->kind == SRC_RAW &&
+             fseek(ds->raw, (long)raw_record(ds), SEEK_CUR) != 0) {
+    rc = nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
+                     ds->raw_path, (uint64_t)ds->pos * raw_record(ds),
+                     strerror(errno));
+  }
+  if (rc == 0)
+    ds->pos++;
+  return rc;
+}
+
+/*
+ * Take up to want samples of the current epoch: into rows of x and y, or,
+ * with x NULL, skip them (nto_dataset_seek). Skipping does everything
+ * taking does except writing the rows (the shuffle generator draws, the
+ * buffer is refilled from the stream), so the samples after a skip are
+ * the ones that would have followed. *k: samples taken.
+ */
+static int take(nto_dataset *ds, float *x, float *y, size_t want, size_t *k,
+                nto_err *err) {
+  size_t feat = ds->feat, nc = (size_t)ds->num_classes;
   size_t end = epoch_size(ds);
-  int k = 0;
-  if (rc == 0 && ds->cap <= 1) {
-    while (k < batch && ds->pos < end) {
-      if ((rc = src_read(ds, x + (size_t)k * feat, y + (size_t)k * nc, err)))
+  int rc = 0;
+  *k = 0;
+  if (ds->cap <= 1) {
+    while (*k < want && ds->pos < end) {
+      rc = x ? src_read(ds, x + *k * feat, y + *k * nc, err)
+             : src_skip(ds, err);
+      if (rc)
         break;
-      k++;
+      (*k)++;
     }
-  } else if (rc == 0) {
+  } else {
     size_t slot = slot_bytes(ds);
     while (!ds->primed && ds->fill < ds->cap && ds->pos < end) {
       if ((rc = slot_fill(ds, ds->buf + ds->fill * slot, err)))
@@ -834,13 +858,14 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
     }
     if (rc == 0)
       ds->primed = 1;
-    while (rc == 0 && k < batch && ds->fill > 0) {
+    while (rc == 0 && *k < want && ds->fill > 0) {
       size_t j = nto_rng_below(&ds->rng, (uint32_t)ds->fill);
-      rc = slot_emit(ds, ds->buf + j * slot, x + (size_t)k * feat,
-                     y + (size_t)k * nc, err);
+      if (x)
+        rc = slot_emit(ds, ds->buf + j * slot, x + *k * feat, y + *k * nc,
+                       err);
       if (rc)
         break;
-      k++;
+      (*k)++;
       if (ds->pos < end) {
         rc = slot_fill(ds, ds->buf + j * slot, err);
       } else {
@@ -851,11 +876,119 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
       }
     }
   }
+  ds->taken += *k;
+  return rc;
+}
+
+int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
+                     nto_err *err) {
+  if (got)
+    *got = 0;
+  if (ds == NULL || x == NULL || y == NULL || got == NULL || batch < 1)
+    return nto_err_set(err, NTO_EINVAL, "dataset: invalid next() arguments");
+  size_t feat = ds->feat, nc = (size_t)ds->num_classes;
+  int rc = 0;
+  if (!ds->started)
+    rc = nto_dataset_rewind(ds, err);
+  size_t k = 0;
+  if (rc == 0)
+    rc = take(ds, x, y, (size_t)batch, &k, err);
   if (rc)
     k = 0;
-  memset(x + (size_t)k * feat, 0, (size_t)(batch - k) * feat * sizeof *x);
-  memset(y + (size_t)k * nc, 0, (size_t)(batch - k) * nc * sizeof *y);
-  *got = k;
+  memset(x + k * feat, 0, ((size_t)batch - k) * feat * sizeof *x);
+  memset(y + k * nc, 0, ((size_t)batch - k) * nc * sizeof *y);
+  *got = (int)k;
+  return rc;
+}
+
+/* What fixes the source's samples: kind, count, shape, classes, and for
+ * synthetic data its seed (FNV-1a over the values). */
+static uint64_t source_id(const nto_dataset *ds) {
+  uint64_t v[6] = {(uint64_t)ds->kind, (uint64_t)ds->count,
+                   (uint64_t)ds->feat, (uint64_t)ds->num_classes,
+                   ds->kind == SRC_SYNTH ? ds->synth_seed : 0,
+                   ds->kind == SRC_IDX ? (uint64_t)ds->rows << 32 | (uint64_t)ds->cols
+                                       : 0};
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < 6; i++)
+    for (int b = 0; b < 8; b++) {
+      h ^= (v[i] >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  return h;
+}
+
+/* The shuffle buffer an epoch uses (0: file order). */
+static uint64_t shuffle_cap(const nto_dataset *ds) {
+  size_t cap = ds->shuf_req;
+  if (cap > epoch_size(ds))
+    cap = epoch_size(ds);
+  if (cap > UINT32_MAX)
+    cap = UINT32_MAX;
+  return cap > 1 ? cap : 0;
+}
+
+void nto_dataset_tell(const nto_dataset *ds, nto_dataset_pos *p) {
+  memset(p, 0, sizeof *p);
+  p->epoch = ds->started ? ds->epoch : 0;
+  p->taken = ds->started ? ds->taken : 0;
+  p->rng[0] = ds->rng.s[0];
+  p->rng[1] = ds->rng.s[1];
+  p->size = epoch_size(ds);
+  p->shuffle = shuffle_cap(ds);
+  p->seed = ds->shuf_seed;
+  p->source = source_id(ds);
+}
+
+int nto_dataset_seek(nto_dataset *ds, const nto_dataset_pos *p, nto_err *err) {
+  uint64_t cap = shuffle_cap(ds);
+  if (p->source != source_id(ds))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "data position: the training data differs from the "
+                       "one it was taken on (%s)",
+                       ds->desc);
+  if (p->size != epoch_size(ds))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "data position: it was taken on epochs of %" PRIu64
+                       " samples, this dataset has %zu",
+                       p->size, epoch_size(ds));
+  if (p->shuffle != cap)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "data position: it was taken with a shuffle buffer of "
+                       "%" PRIu64 " samples, this dataset has %" PRIu64
+                       " (0: file order)",
+                       p->shuffle, cap);
+  if (cap && p->seed != ds->shuf_seed)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "data position: it was taken with shuffle seed %" PRIu64
+                       ", this dataset has %" PRIu64,
+                       p->seed, ds->shuf_seed);
+  if (p->taken > epoch_size(ds))
+    return nto_err_set(err, NTO_EDATA,
+                       "data position: %" PRIu64
+                       " samples taken from an epoch of %zu",
+                       p->taken, epoch_size(ds));
+  if (p->epoch == 0) { /* not started: the next read starts epoch 1 */
+    ds->epoch = 0;
+    ds->started = 0;
+    return 0;
+  }
+  ds->epoch = p->epoch - 1; /* the rewind reseeds with seed + epoch - 1 */
+  int rc = nto_dataset_rewind(ds, err);
+  size_t k = 0;
+  if (rc == 0)
+    rc = take(ds, NULL, NULL, (size_t)p->taken, &k, err);
+  if (rc == 0 && k != p->taken)
+    rc = nto_err_set(err, NTO_EDATA,
+                     "data position: only %zu of %" PRIu64
+                     " samples could be skipped",
+                     k, p->taken);
+  if (rc == 0 && cap && (ds->rng.s[0] != p->rng[0] || ds->rng.s[1] != p->rng[1]))
+    rc = nto_err_set(err, NTO_EDATA,
+                     "data position: the shuffle generator does not reach "
+                     "the recorded state after %" PRIu64
+                     " samples of epoch %" PRIu64,
+                     p->taken, p->epoch);
   return rc;
 }
 

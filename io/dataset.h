@@ -91,6 +91,40 @@ int nto_dataset_rewind(nto_dataset *ds, nto_err *err);
 int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
                      nto_err *err);
 
+/*
+ * Data position, for checkpoints: where the current epoch stands, exactly.
+ * The order of an epoch is a function of (shuffle seed, epoch) and of how
+ * many samples were taken (dataset.c, DESIGN), so the position is the
+ * epoch count and the samples taken; seeking rewinds to that epoch and
+ * takes that many samples again without writing them (the shuffle
+ * generator draws the same numbers, the buffer is refilled from the same
+ * stream), which costs reading them but no more RAM than the shuffle
+ * buffer. The other fields check that the dataset is the same one.
+ */
+typedef struct nto_dataset_pos {
+  uint64_t epoch;   /* rewinds since nto_dataset_shuffle (or open); 0: no
+                       epoch started */
+  uint64_t taken;   /* samples returned by nto_dataset_next this epoch */
+  uint64_t rng[2];  /* the shuffle generator after them (checked) */
+  uint64_t size;    /* samples per epoch (checked) */
+  uint64_t shuffle; /* shuffle buffer in use, 0: file order (checked) */
+  uint64_t seed;    /* shuffle seed (checked when shuffling) */
+  uint64_t source;  /* hash of the source's kind, sample count, shape,
+                       classes and synthetic seed (checked) */
+} nto_dataset_pos;
+
+/* The current position (between nto_dataset_next calls). */
+void nto_dataset_tell(const nto_dataset *ds, nto_dataset_pos *p);
+
+/*
+ * Continue from position p (taken by nto_dataset_tell on a dataset opened,
+ * limited and shuffled the same way): the next nto_dataset_next returns
+ * what it returned after the tell. Returns 0; NTO_ECONFIG when the dataset
+ * differs (source, epoch size, shuffle buffer, seed: the message says
+ * which); NTO_EDATA when the position cannot be reached; or a read error.
+ */
+int nto_dataset_seek(nto_dataset *ds, const nto_dataset_pos *p, nto_err *err);
+
 /* One line describing the source and the adaptation, e.g.
  * "fashion-mnist train (60000 samples, 1x28x28 zero-padded to 32x32,
  *  channel replicated to 3)". Owned by ds. */

@@ -1244,6 +1244,74 @@ void nto_model_weights_free(nto_named_tensor *ts, int n) {
   free(ts);
 }
 
+int nto_model_state_tensors(nto_model *m, nto_named_tensor **out, int *n,
+                            nto_err *err) {
+  int count = 0;
+  for (int t = 0; t < m->n_t; t++)
+    count += m->t[t].role == NTO_ROLE_WEIGHT ||
+             m->t[t].role == NTO_ROLE_OPT_STATE;
+  nto_named_tensor *ts = calloc((size_t)(count ? count : 1), sizeof *ts);
+  if (!ts)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  int c = 0;
+  for (int t = 0; t < m->n_t; t++) {
+    const nto_tensor *d = &m->t[t];
+    if (d->role != NTO_ROLE_WEIGHT && d->role != NTO_ROLE_OPT_STATE)
+      continue;
+    size_t len = strlen(d->name) + 1;
+    char *name = malloc(len);
+    if (!name) {
+      nto_model_weights_free(ts, c);
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+    }
+    memcpy(name, d->name, len);
+    ts[c] = (nto_named_tensor){
+        .name = name,
+        .ndim = 4,
+        .dims = {d->shape.n, d->shape.c, d->shape.h, d->shape.w}};
+    if (m->off) { /* in the swap file: moved through callbacks */
+      ts[c].fetch = fetch_weight;
+      ts[c].store = store_weight;
+      ts[c].ctx = m;
+      ts[c].index = t;
+    } else {
+      ts[c].data = d->data;
+    }
+    c++;
+  }
+  *out = ts;
+  *n = count;
+  return 0;
+}
+
+void nto_model_get_train_state(const nto_model *m, nto_model_train_state *s) {
+  s->iteration = m->iteration;
+  s->rng[0] = m->rng.s[0];
+  s->rng[1] = m->rng.s[1];
+}
+
+void nto_model_set_train_state(nto_model *m, const nto_model_train_state *s) {
+  m->iteration = s->iteration;
+  m->rng.s[0] = s->rng[0];
+  m->rng.s[1] = s->rng[1];
+}
+
+const char *nto_model_optimizer_name(const nto_model *m) {
+  switch (m->opt.kind) {
+  case NTO_OPT_SGD:
+    return "sgd";
+  case NTO_OPT_ADAM:
+    return "adam";
+  case NTO_OPT_ADAMW:
+    return "adamw";
+  }
+  return "unknown";
+}
+
+size_t nto_model_update_chunk(const nto_model *m) {
+  return m->chunk_elems * sizeof(float);
+}
+
 int nto_model_offload_stats(nto_model *m, nto_offload_stats *st) {
   if (!m->off) {
     memset(st, 0, sizeof *st);

@@ -193,6 +193,37 @@ void nto_model_weights_free(nto_named_tensor *ts, int n);
 long nto_model_iteration(const nto_model *m);
 
 /*
+ * Checkpoints (io/checkpoint.h). The full training state is
+ *  - every persistent tensor, as named tensors in tensor-table order and
+ *    with the table's names and 4-d shapes (n, c, h, w): the weights,
+ *    batch-norm running statistics ("<layer>:<weight>") and the optimizer
+ *    state ("<layer>:<weight>:opt<q>", or ":opt<q>.<k>" per update chunk
+ *    k of a large weight). All resident: data points into the model;
+ *    offloading: data is NULL and fetch/store go through the swap file one
+ *    tensor at a time (nto_offload_fetch/store, which drain the window
+ *    first), as in nto_model_weights. Free with nto_model_weights_free;
+ *  - nto_model_train_state: the update count and the model's generator.
+ * Restoring both into a model built from the same config (any window)
+ * continues training bit for bit. Executor thread, between steps.
+ */
+int nto_model_state_tensors(nto_model *m, nto_named_tensor **out, int *n,
+                            nto_err *err);
+
+typedef struct nto_model_train_state {
+  long iteration;  /* optimizer updates done: drives the LR scheduler and
+                      Adam's bias correction */
+  uint64_t rng[2]; /* the model's generator (dropout masks) */
+} nto_model_train_state;
+
+void nto_model_get_train_state(const nto_model *m, nto_model_train_state *s);
+void nto_model_set_train_state(nto_model *m, const nto_model_train_state *s);
+
+/* Besides the layers, what fixes the state tensors: the optimizer ("sgd",
+ * "adam", "adamw") and the update chunk in bytes (nto_model_opts). */
+const char *nto_model_optimizer_name(const nto_model *m);
+size_t nto_model_update_chunk(const nto_model *m);
+
+/*
  * What a window of n steps (n >= 1) keeps in RAM for this model: the
  * offload schedule's tensor region (the larger of training and inference)
  * plus the im2col workspace, in bytes, into *bytes; what a memory budget

@@ -1,0 +1,96 @@
+/*
+ * checkpoint.h - training checkpoints: everything needed to continue a run
+ * bit for bit (`train --checkpoint FILE` / `--resume FILE`).
+ *
+ * A checkpoint holds every persistent tensor of the model (weights,
+ * batch-norm running statistics, optimizer state: nto_model_state_tensors),
+ * the update count and the model's generator (nto_model_train_state), the
+ * data position of the training set (nto_dataset_tell), and named 64-bit
+ * values of the caller's (e.g. the training loop's counters).
+ *
+ * File format (version 1; integers little-endian, floats IEEE binary32
+ * little-endian):
+ *   header   "NTO-CKPT", u32 version, u32 tensor count, u32 value count,
+ *            u32 model path length, u64 fingerprint, u64 update chunk
+ *            (bytes), char optimizer[16] (NUL-padded), the model path
+ *            (informative only), u32 CRC-32 of the header
+ *   tensors  per tensor: u32 name length, name, u32 ndim (4), u32 dims[4]
+ *            (n, c, h, w), u64 element count, the float32 data, u32 CRC-32
+ *            of the record
+ *   values   per value: char name[32] (NUL-padded), u64 value; then u32
+ *            CRC-32 of the section
+ *   trailer  "NTO-END\n", u64 file size, u32 CRC-32 (zlib) of every byte
+ *            before it
+ * The fingerprint is a 64-bit FNV-1a hash of the optimizer name, the update
+ * chunk and every tensor's name and shape: what fixes the tensors a model
+ * has. The library's own values are "model.iteration", "model.rng0/1",
+ * "model.batch" and "data.*" (nto_dataset_pos); the caller's must not
+ * start with "model." or "data.".
+ *
+ * Writing is atomic: FILE.tmp in the same directory, fsync, rename over
+ * FILE, fsync of the directory; a crash at any point leaves the old or the
+ * new checkpoint, never a torn one (at worst a stale FILE.tmp, replaced by
+ * the next write). Tensors of an offloading model are fetched from the
+ * swap file one at a time into a bounce buffer of that tensor's size, so
+ * the state never needs to be in RAM at once; loading stores them back the
+ * same way. Executor thread, between training steps.
+ */
+#ifndef NTO_CHECKPOINT_H
+#define NTO_CHECKPOINT_H
+
+#include "dataset.h"
+#include "error.h"
+#include "model.h"
+
+#include <stdint.h>
+
+#define NTO_CKPT_FORMAT_VERSION 1
+#define NTO_CKPT_VALUE_NAME 32 /* bytes of a value's name, NUL included */
+
+/* A named 64-bit value (signed numbers are stored as their two's
+ * complement, doubles as their bit pattern). */
+typedef struct nto_ckpt_value {
+  char name[NTO_CKPT_VALUE_NAME];
+  uint64_t v;
+} nto_ckpt_value;
+
+/*
+ * Write the training state of m (and the position of data, when not NULL)
+ * with the caller's values vals[0..n_vals) to path, atomically. model_path
+ * (may be NULL) is recorded for messages only. Returns 0, NTO_EINVAL (a
+ * bad value name), NTO_ENOMEM, NTO_EIO naming the path, or a swap read
+ * error; on any error path is untouched and the temp file removed.
+ */
+int nto_checkpoint_save(const char *path, const char *model_path,
+                        nto_model *m, const nto_dataset *data,
+                        const nto_ckpt_value *vals, int n_vals, nto_err *err);
+
+/*
+ * Read path, check it whole, check that it belongs to this model, then
+ * restore it into m (built from the same config: any window, any I/O
+ * backend) and data (when not NULL: opened, limited and shuffled as when
+ * it was written; positioned as then). The caller's values are copied to
+ * vals[0..max_vals) and counted in *n_vals (may be NULL).
+ * Returns 0;
+ *  NTO_EIO: the file cannot be opened or read (names it);
+ *  NTO_EDATA: not a checkpoint, corrupt or truncated (names the file and
+ *    the byte offset, and the tensor whose record fails its checksum);
+ *  NTO_ECONFIG: written for another model ("checkpoint F was written for a
+ *    different model: tensor b4:filter has shape 512:512:3:3 here,
+ *    256:256:3:3 in the file"), another optimizer or update chunk, another
+ *    batch size, or the training data differs;
+ *  NTO_ENOMEM, or a swap write error.
+ * Nothing is changed unless the whole file checked out and matched.
+ */
+int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
+                        nto_ckpt_value *vals, int max_vals, int *n_vals,
+                        nto_err *err);
+
+/* The value called name among v[0..n), or def. */
+uint64_t nto_ckpt_get(const nto_ckpt_value *v, int n, const char *name,
+                      uint64_t def);
+
+/* Set v's name (truncated to fit) and value. */
+void nto_ckpt_set(nto_ckpt_value *v, const char *name, uint64_t value);
+
+#endif /* NTO_CHECKPOINT_H */
