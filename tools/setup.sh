@@ -3,11 +3,19 @@
 # missing), then configure and build into ./build. Safe to run repeatedly.
 # python3 and gnuplot-nox are for `bench` (its test checks the --json output
 # with python3's json module; --plot runs gnuplot).
+# With --ci it also installs the tools of .ci/run's extra steps: clang with
+# its compiler-rt (libFuzzer, for tools/fuzz.sh) and cppcheck (for
+# tools/cppcheck.sh). tools/test.sh's sanitizer runs need only gcc.
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="gcc libc6-dev meson ninja-build pkg-config liburing-dev libopenblas-dev \
 libiniparser-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist \
 python3 gnuplot-nox"
+case "${1:-}" in
+  --ci) PKGS="$PKGS clang libclang-rt-dev cppcheck" ;;
+  "") ;;
+  *) echo "usage: sh tools/setup.sh [--ci]" >&2; exit 2 ;;
+esac
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -18,6 +26,7 @@ if [ -n "$missing" ]; then
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   echo "setup: installing$missing"
   $SUDO apt-get update -qq
+  # shellcheck disable=SC2086 # $missing is a list of package names
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
     --no-install-recommends $missing
 fi

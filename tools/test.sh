@@ -1,33 +1,67 @@
 #!/bin/sh
-# Run the whole test suite (after tools/setup.sh), then the threaded tests
-# again under ThreadSanitizer (build-tsan; NTO_TEST_QUICK=1 keeps them to
-# the small networks), and print a closing line
-# "tests: N passed, N failed, N skipped" over both runs.
-# NTO_NO_TSAN=1 skips the ThreadSanitizer run. Exit status: non-zero if
-# any test failed.
+# Run the whole test suite (after tools/setup.sh), then
+#  - the threaded tests again under ThreadSanitizer (build-tsan), and
+#  - the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer
+#    with leak checking (build-asan; any report fails the test),
+# both with NTO_TEST_QUICK=1 (small networks only) and single-threaded BLAS,
+# and print a closing line "tests: N passed, N failed, N skipped" over all
+# runs. NTO_NO_TSAN=1 / NTO_NO_ASAN=1 skip a sanitizer run; NTO_JOBS=J
+# limits the sanitizer builds to J compile jobs. Arguments are passed to the
+# first `meson test`. Exit status: non-zero if any test (or build) failed.
+# The fuzzer (tools/fuzz.sh) and cppcheck (tools/cppcheck.sh) are separate
+# steps of .ci/run.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+J=${NTO_JOBS:+-j$NTO_JOBS}
 meson test -C build --print-errorlogs "$@"
 status=$?
 logs=build/meson-logs/testlog.json
+
+# OpenBLAS's own threads are not instrumented: keep BLAS single-threaded.
 if [ "${NTO_NO_TSAN:-0}" != 1 ]; then
-  if [ ! -d build-tsan ]; then
+  if [ ! -f build-tsan/build.ninja ]; then
+    rm -rf build-tsan
     meson setup build-tsan -Db_sanitize=thread -Dbuildtype=debugoptimized \
       >/dev/null || status=1
   fi
   tsan_targets="test/test_core_offload test/test_io_iobackend"
-  # OpenBLAS's own threads are not instrumented: keep BLAS single-threaded.
-  if ninja -C build-tsan $tsan_targets >/dev/null; then
+  # shellcheck disable=SC2086
+  if out=$(ninja -C build-tsan $J $tsan_targets 2>&1); then
+    echo "== ThreadSanitizer: threaded tests (build-tsan)"
     OPENBLAS_NUM_THREADS=1 NTO_TEST_QUICK=1 \
       TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
       meson test -C build-tsan --no-rebuild --suite threads --print-errorlogs \
       || status=1
     logs="$logs build-tsan/meson-logs/testlog.json"
   else
+    echo "$out" | tail -n 40 >&2
     echo "ThreadSanitizer build failed" >&2
     status=1
   fi
 fi
+
+if [ "${NTO_NO_ASAN:-0}" != 1 ]; then
+  if [ ! -f build-asan/build.ninja ]; then
+    rm -rf build-asan
+    meson setup build-asan -Db_sanitize=address,undefined \
+      -Dbuildtype=debugoptimized >/dev/null || status=1
+  fi
+  # shellcheck disable=SC2086
+  if out=$(ninja -C build-asan $J 2>&1); then
+    echo "== AddressSanitizer + UndefinedBehaviorSanitizer: whole suite (build-asan)"
+    OPENBLAS_NUM_THREADS=1 NTO_TEST_QUICK=1 \
+      ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" \
+      UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+      meson test -C build-asan --no-rebuild --print-errorlogs \
+      || status=1
+    logs="$logs build-asan/meson-logs/testlog.json"
+  else
+    echo "$out" | tail -n 40 >&2
+    echo "AddressSanitizer build failed" >&2
+    status=1
+  fi
+fi
+
 pass=0 fail=0 skip=0
 for log in $logs; do
   [ -f "$log" ] || continue
