@@ -26,14 +26,54 @@
  * "bias" (1, filters, 1, 1), export rank 1, unless disable_bias.
  *
  * Three kernels, chosen at plan:
- *   - im2col + cblas_sgemm per image and per group (the general case);
- *   - 1x1 kernel, stride 1, no padding: the input slice of one image and
- *     group already is the column matrix, so no im2col and no workspace;
- *   - depthwise (G == C > 1): a direct loop, no workspace.
- * Workspace (im2col path only): ONE column matrix of one group of one
- * image, (C/G*kh*kw) x (OH*OW) floats; it does not grow with the batch or
- * the number of groups. Backward reuses it: first as the column matrix of
- * the input (for dW), then as d(columns) (for dX, scattered by col2im).
+ *   - im2col + cblas_sgemm (the general case), several images per GEMM;
+ *   - 1x1 kernel, stride 1, no padding: the input of one image and group
+ *     already is its column matrix (C/G, H*W), so a chunk of one image
+ *     needs no im2col and no workspace; a chunk of several images gathers
+ *     their inputs side by side (a plain copy) like im2col would;
+ *   - depthwise (G == C > 1): a direct loop per image, no workspace,
+ *     kernel taps outside and output rows inside, so that the valid
+ *     columns of a tap are computed once and the inner loop has no bounds
+ *     tests.
+ *
+ * Chunks (im2col and 1x1 paths). One GEMM per group covers a chunk of k
+ * consecutive images: the column matrix of the chunk is
+ *   col (K, k*OHW), K = C/G*kh*kw, image j in columns [j*OHW, (j+1)*OHW),
+ * so the GEMM's N is k*OHW instead of OHW (ResNet-18's last stage at 32x32
+ * has OHW = 16: per-image GEMMs that small are dominated by OpenBLAS's
+ * packing and thread start-up, not by arithmetic). NCHW keeps images apart,
+ * so a chunk's output (F/G, k*OHW) is computed into a buffer and scattered
+ * (with the bias) into the images, and in backward dY of the chunk is
+ * gathered into that buffer first:
+ *   forward:  tmp (F/G, k*OHW) = Wg (F/G, K) . col; y <- scatter(tmp) + b
+ *   backward: tmp <- gather(dY); dWg (+)= tmp . col^T (one GEMM per chunk);
+ *             col <- Wg^T . tmp, then col2im per image into dX.
+ * A chunk of one image skips the buffer: it computes into y (and reads dY)
+ * in place, exactly like the per-image kernel.
+ *
+ * Workspace bound. The workspace is one buffer shared by all layers (the
+ * model allocates the largest request), so whatever one layer asks for
+ * every run pays, resident or offloaded. It therefore never grows with the
+ * batch: a chunk holds k = floor(CONV_CHUNK_BYTES / ((K + F/G) * OHW * 4))
+ * images (at least 1, at most the batch), and the batch is split into
+ * ceil(N / k) chunks of nearly equal size (sizes differ by at most one).
+ *   workspace = (K + F/G) * k * OHW floats  if k > 1,
+ *               K * OHW floats (one image's column matrix, 0 for 1x1) if
+ *               k == 1.
+ * So the workspace is at most max(CONV_CHUNK_BYTES, one image's column
+ * matrix): a layer whose single image already exceeds the bound keeps the
+ * per-image kernel (its GEMMs are large anyway), and the whole batch is one
+ * chunk only when it fits the bound. CONV_CHUNK_BYTES (2 MiB) is below the
+ * largest single-image column matrix of ResNet-18 at 32x32 (2.25 MiB, the
+ * 64-channel stage), so chunking costs ResNet-18 no extra memory, while
+ * the small GEMMs of its last two stages (OHW = 64 and 16) get 3 and 6
+ * images each (5 and 11 for the stride-2 convolutions entering them).
+ * Backward reuses the same buffers: col first as the chunk's column matrix
+ * (for dW), then as d(columns) (for dX, scattered by col2im).
+ *
+ * Summation order: dW sums over the images of a chunk inside the GEMM and
+ * across chunks by GEMM accumulation (beta = 1); results differ from the
+ * per-image kernel by rounding only.
  *
  * Backward needs the forward input (bwd_needs_input = 1), nothing saved.
  * dW and db are written with "=" (summed over the batch within the call);
@@ -47,6 +87,12 @@
 #include <string.h>
 
 #define CONV_DIM_MAX (1L << 24) /* largest accepted size property */
+/* Workspace bound of a chunk of several images (see the top). */
+#define CONV_CHUNK_BYTES ((size_t)2 << 20)
+
+/* Test hook: when nonzero, plan uses it instead of CONV_CHUNK_BYTES (tests
+ * force small chunks with it). Read by plan only; not for production. */
+size_t nto_conv2d_chunk_bytes_for_tests;
 
 enum { PAD_EXPLICIT, PAD_SAME, PAD_VALID, PAD_FULL };
 enum { PATH_IM2COL, PATH_1X1, PATH_DEPTHWISE };
@@ -78,9 +124,10 @@ typedef struct conv_priv {
   int disable_bias;
   /* set by plan */
   conv_geom g;
-  int path; /* PATH_* */
-  int iw;   /* index of "weight" */
-  int ib;   /* index of "bias", -1 with disable_bias */
+  int path;  /* PATH_* */
+  int chunk; /* images per GEMM (>= 1; 1 = per image) */
+  int iw;    /* index of "weight" */
+  int ib;    /* index of "bias", -1 with disable_bias */
 } conv_priv;
 
 static void conv_defaults(nto_layer *l) {
@@ -274,15 +321,36 @@ static int conv_plan(nto_layer *l, nto_err *err) {
     p->path = PATH_1X1;
   else
     p->path = PATH_IM2COL;
-  if (p->path == PATH_IM2COL) {
-    size_t ws;
-    if (__builtin_mul_overflow((size_t)g->kcol, (size_t)g->oh, &ws) ||
-        __builtin_mul_overflow(ws, (size_t)g->ow, &ws) ||
-        __builtin_mul_overflow(ws, sizeof(float), &ws))
+  p->chunk = 1;
+  if (p->path != PATH_DEPTHWISE) {
+    /* One image's column matrix, and one image's share of a chunk (its
+     * columns plus its part of the output/dY buffer), in bytes. */
+    size_t ohw = (size_t)g->oh * g->ow, col1, per_img;
+    if (__builtin_mul_overflow((size_t)g->kcol, ohw, &col1) ||
+        __builtin_mul_overflow(col1, sizeof(float), &col1) ||
+        __builtin_mul_overflow((size_t)g->kcol + (size_t)g->fg, ohw,
+                               &per_img) ||
+        __builtin_mul_overflow(per_img, sizeof(float), &per_img))
       return nto_err_set(err, NTO_ESHAPE,
                          "im2col workspace of %d x %dx%d values is too large",
                          g->kcol, g->oh, g->ow);
-    l->ws_bytes = ws;
+    size_t bound = nto_conv2d_chunk_bytes_for_tests
+                       ? nto_conv2d_chunk_bytes_for_tests
+                       : CONV_CHUNK_BYTES;
+    size_t k = bound / per_img;
+    if (k > (size_t)l->batch)
+      k = (size_t)l->batch;
+    if (k > INT_MAX / ohw) /* k*OHW is a BLAS int */
+      k = INT_MAX / ohw;
+    if (k > 1) {
+      /* balance: the fewest chunks of at most k images, evenly filled */
+      size_t nch = ((size_t)l->batch + k - 1) / k;
+      k = ((size_t)l->batch + nch - 1) / nch;
+      p->chunk = (int)k;
+      l->ws_bytes = k * per_img;
+    } else if (p->path == PATH_IM2COL) {
+      l->ws_bytes = col1;
+    }
   }
 
   p->iw =
@@ -295,29 +363,71 @@ static int conv_plan(nto_layer *l, nto_err *err) {
   return 0;
 }
 
+/* Output columns ox in [*lo, *hi) read input columns ix = x0 + ox*s
+ * inside [0, w); the others are padding. Callers index an input row as
+ * row[x0 + ox*s], never forming a pointer before the row. */
+static void valid_cols(long x0, int s, int w, int ow, int *lo, int *hi) {
+  long a = x0 >= 0 ? 0 : (-x0 + s - 1) / s;
+  long b = x0 >= w ? 0 : ((long)w - x0 + s - 1) / s;
+  if (a > ow)
+    a = ow;
+  if (b > ow)
+    b = ow;
+  if (b < a)
+    b = a;
+  *lo = (int)a;
+  *hi = (int)b;
+}
+
+/* True when im2col is the identity (1x1, stride 1, no padding): column
+ * row ci is input channel ci. */
+static int im2col_is_copy(const conv_geom *g) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 &&
+         g->pl == 0 && g->oh == g->h && g->ow == g->w;
+}
+
 /*
- * col: (cg*kh*kw, oh*ow) <- x: (cg, h, w), one image and group.
- * Row (ci*kh + ky)*kw + kx, column oy*ow + ox holds
+ * col: (cg*kh*kw, oh*ow) with row stride ld <- x: (cg, h, w), one image
+ * and group. Row (ci*kh + ky)*kw + kx, column oy*ow + ox holds
  * x[ci, oy*sh - pt + ky*dh, ox*sw - pl + kx*dw], or 0 outside x.
  */
-static void im2col(const conv_geom *g, const float *x, float *col) {
-  size_t ohw = (size_t)g->oh * g->ow;
+static void im2col(const conv_geom *g, const float *x, float *col, size_t ld) {
+  size_t hw = (size_t)g->h * g->w;
+  if (im2col_is_copy(g)) {
+    for (int ci = 0; ci < g->cg; ci++)
+      memcpy(col + (size_t)ci * ld, x + (size_t)ci * hw, hw * sizeof *col);
+    return;
+  }
+  /* Loops rather than memset/memcpy calls: most pieces are empty or a
+   * few floats long (a 3x3 kernel with padding 1 has one zero column at
+   * either end of a row, and ResNet-18's last stage has OW = 4). */
   for (int ci = 0; ci < g->cg; ci++) {
-    const float *xc = x + (size_t)ci * g->h * g->w;
+    const float *xc = x + (size_t)ci * hw;
     for (int ky = 0; ky < g->kh; ky++) {
       for (int kx = 0; kx < g->kw; kx++) {
-        float *row = col + ((size_t)(ci * g->kh + ky) * g->kw + kx) * ohw;
+        float *row = col + (size_t)((ci * g->kh + ky) * g->kw + kx) * ld;
+        long x0 = (long)kx * g->dw - g->pl; /* ix at ox = 0 */
+        int lo, hi;
+        valid_cols(x0, g->sw, g->w, g->ow, &lo, &hi);
         for (int oy = 0; oy < g->oh; oy++) {
           float *r = row + (size_t)oy * g->ow;
           int iy = oy * g->sh - g->pt + ky * g->dh;
           if (iy < 0 || iy >= g->h) {
-            memset(r, 0, (size_t)g->ow * sizeof *r);
+            for (int ox = 0; ox < g->ow; ox++)
+              r[ox] = 0.0f;
             continue;
           }
-          const float *xr = xc + (size_t)iy * g->w;
-          int ix = kx * g->dw - g->pl;
-          for (int ox = 0; ox < g->ow; ox++, ix += g->sw)
-            r[ox] = (ix >= 0 && ix < g->w) ? xr[ix] : 0.0f;
+          const float *xr = xc + (size_t)iy * g->w; /* input row */
+          for (int ox = 0; ox < lo; ox++)
+            r[ox] = 0.0f;
+          if (g->sw == 1)
+            for (int ox = lo; ox < hi; ox++)
+              r[ox] = xr[x0 + ox];
+          else
+            for (int ox = lo; ox < hi; ox++)
+              r[ox] = xr[x0 + (long)ox * g->sw];
+          for (int ox = hi; ox < g->ow; ox++)
+            r[ox] = 0.0f;
         }
       }
     }
@@ -325,27 +435,33 @@ static void im2col(const conv_geom *g, const float *x, float *col) {
 }
 
 /*
- * dx: (cg, h, w) += col2im(dcol: (cg*kh*kw, oh*ow)), the adjoint of im2col:
- * every column entry is added to the input element it was copied from.
+ * dx: (cg, h, w) += col2im(dcol: (cg*kh*kw, oh*ow) with row stride ld),
+ * the adjoint of im2col: every column entry is added to the input element
+ * it was copied from.
  */
-static void col2im_add(const conv_geom *g, const float *dcol, float *dx) {
-  size_t ohw = (size_t)g->oh * g->ow;
+static void col2im_add(const conv_geom *g, const float *dcol, size_t ld,
+                       float *dx) {
+  size_t hw = (size_t)g->h * g->w;
   for (int ci = 0; ci < g->cg; ci++) {
-    float *xc = dx + (size_t)ci * g->h * g->w;
+    float *xc = dx + (size_t)ci * hw;
     for (int ky = 0; ky < g->kh; ky++) {
       for (int kx = 0; kx < g->kw; kx++) {
-        const float *row =
-            dcol + ((size_t)(ci * g->kh + ky) * g->kw + kx) * ohw;
+        const float *row = dcol + (size_t)((ci * g->kh + ky) * g->kw + kx) * ld;
+        long x0 = (long)kx * g->dw - g->pl;
+        int lo, hi;
+        valid_cols(x0, g->sw, g->w, g->ow, &lo, &hi);
         for (int oy = 0; oy < g->oh; oy++) {
           int iy = oy * g->sh - g->pt + ky * g->dh;
           if (iy < 0 || iy >= g->h)
             continue;
           const float *r = row + (size_t)oy * g->ow;
           float *xr = xc + (size_t)iy * g->w;
-          int ix = kx * g->dw - g->pl;
-          for (int ox = 0; ox < g->ow; ox++, ix += g->sw)
-            if (ix >= 0 && ix < g->w)
-              xr[ix] += r[ox];
+          if (g->sw == 1)
+            for (int ox = lo; ox < hi; ox++)
+              xr[x0 + ox] += r[ox];
+          else
+            for (int ox = lo; ox < hi; ox++)
+              xr[x0 + (long)ox * g->sw] += r[ox];
         }
       }
     }
@@ -365,7 +481,10 @@ static void fill_bias(float *y, const float *bias, int fg, size_t ohw) {
 /*
  * Depthwise forward, one image: y: (C*m, oh, ow) <- x: (C, h, w),
  * w: (C*m, 1, kh, kw), bias: (C*m) or NULL; m = fg (channel multiplier),
- * filter f reads input channel f / m.
+ * filter f reads input channel f / m. Loops run over kernel taps outside
+ * and output rows inside, with the valid columns of each tap computed once,
+ * so the inner loop has no bounds tests; each output still sums its taps in
+ * (ky, kx) order from 0, then adds the bias.
  */
 static void depthwise_forward(const conv_geom *g, const float *x,
                               const float *w, const float *bias, float *y) {
@@ -375,32 +494,40 @@ static void depthwise_forward(const conv_geom *g, const float *x,
     const float *xc = x + (size_t)(f / g->fg) * hw;
     const float *wf = w + (size_t)f * kk;
     float *yf = y + (size_t)f * ohw;
-    float b = bias ? bias[f] : 0.0f;
-    for (int oy = 0; oy < g->oh; oy++) {
-      for (int ox = 0; ox < g->ow; ox++) {
-        float s = 0.0f;
-        for (int ky = 0; ky < g->kh; ky++) {
+    for (size_t i = 0; i < ohw; i++)
+      yf[i] = 0.0f;
+    for (int ky = 0; ky < g->kh; ky++) {
+      for (int kx = 0; kx < g->kw; kx++) {
+        float wv = wf[(size_t)ky * g->kw + kx];
+        long x0 = (long)kx * g->dw - g->pl;
+        int lo, hi;
+        valid_cols(x0, g->sw, g->w, g->ow, &lo, &hi);
+        for (int oy = 0; oy < g->oh; oy++) {
           int iy = oy * g->sh - g->pt + ky * g->dh;
           if (iy < 0 || iy >= g->h)
             continue;
           const float *xr = xc + (size_t)iy * g->w;
-          const float *wr = wf + (size_t)ky * g->kw;
-          for (int kx = 0; kx < g->kw; kx++) {
-            int ix = ox * g->sw - g->pl + kx * g->dw;
-            if (ix >= 0 && ix < g->w)
-              s += wr[kx] * xr[ix];
-          }
+          float *yr = yf + (size_t)oy * g->ow;
+          if (g->sw == 1)
+            for (int ox = lo; ox < hi; ox++)
+              yr[ox] += wv * xr[x0 + ox];
+          else
+            for (int ox = lo; ox < hi; ox++)
+              yr[ox] += wv * xr[x0 + (long)ox * g->sw];
         }
-        yf[(size_t)oy * g->ow + ox] = s + b;
       }
     }
+    float b = bias ? bias[f] : 0.0f;
+    for (size_t i = 0; i < ohw; i++)
+      yf[i] += b;
   }
 }
 
 /*
  * Depthwise backward, one image: dx: (C, h, w) += W^T dy (dx may be NULL),
  * dw: (C*m, 1, kh, kw) += dy * x (dw may be NULL); shapes as in
- * depthwise_forward. The caller zeroes dx and dw before the first image.
+ * depthwise_forward, loops in the same order. The caller zeroes dx and dw
+ * before the first image.
  */
 static void depthwise_backward(const conv_geom *g, const float *x,
                                const float *w, const float *dy, float *dx,
@@ -414,27 +541,51 @@ static void depthwise_backward(const conv_geom *g, const float *x,
     const float *wf = w + (size_t)f * kk;
     float *dwf = dw ? dw + (size_t)f * kk : NULL;
     const float *dyf = dy + (size_t)f * ohw;
-    for (int oy = 0; oy < g->oh; oy++) {
-      for (int ox = 0; ox < g->ow; ox++) {
-        float d = dyf[(size_t)oy * g->ow + ox];
-        for (int ky = 0; ky < g->kh; ky++) {
+    for (int ky = 0; ky < g->kh; ky++) {
+      for (int kx = 0; kx < g->kw; kx++) {
+        size_t wi = (size_t)ky * g->kw + kx;
+        float wv = wf[wi], s = 0.0f;
+        long x0 = (long)kx * g->dw - g->pl;
+        int lo, hi;
+        valid_cols(x0, g->sw, g->w, g->ow, &lo, &hi);
+        for (int oy = 0; oy < g->oh; oy++) {
           int iy = oy * g->sh - g->pt + ky * g->dh;
           if (iy < 0 || iy >= g->h)
             continue;
-          for (int kx = 0; kx < g->kw; kx++) {
-            int ix = ox * g->sw - g->pl + kx * g->dw;
-            if (ix < 0 || ix >= g->w)
-              continue;
-            size_t xi = (size_t)iy * g->w + ix, wi = (size_t)ky * g->kw + kx;
-            if (dxc)
-              dxc[xi] += wf[wi] * d;
-            if (dwf)
-              dwf[wi] += xc[xi] * d;
+          const float *dyr = dyf + (size_t)oy * g->ow;
+          size_t row = (size_t)iy * g->w; /* input row */
+          if (dwf) {
+            const float *xr = xc + row;
+            if (g->sw == 1)
+              for (int ox = lo; ox < hi; ox++)
+                s += xr[x0 + ox] * dyr[ox];
+            else
+              for (int ox = lo; ox < hi; ox++)
+                s += xr[x0 + (long)ox * g->sw] * dyr[ox];
+          }
+          if (dxc) {
+            float *dxr = dxc + row;
+            if (g->sw == 1)
+              for (int ox = lo; ox < hi; ox++)
+                dxr[x0 + ox] += wv * dyr[ox];
+            else
+              for (int ox = lo; ox < hi; ox++)
+                dxr[x0 + (long)ox * g->sw] += wv * dyr[ox];
           }
         }
+        if (dwf)
+          dwf[wi] += s;
       }
     }
   }
+}
+
+/* Chunk c of nch over a batch of n: its first image and size (sizes
+ * differ by at most one). */
+static void chunk_range(int n, int nch, int c, int *n0, int *k) {
+  int base = n / nch, rem = n % nch;
+  *n0 = c * base + (c < rem ? c : rem);
+  *k = base + (c < rem);
 }
 
 /* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top. */
@@ -446,27 +597,53 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-  for (int n = 0; n < l->batch; n++) {
-    const float *x = f->in[0] + (size_t)n * in_img;
-    float *y = f->out + (size_t)n * out_img;
-    if (p->path == PATH_DEPTHWISE) {
-      depthwise_forward(g, x, w, bias, y);
-      continue;
-    }
+  if (p->path == PATH_DEPTHWISE) {
+    for (int n = 0; n < l->batch; n++)
+      depthwise_forward(g, f->in[0] + (size_t)n * in_img, w, bias,
+                        f->out + (size_t)n * out_img);
+    return;
+  }
+  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  for (int c = 0; c < nch; c++) {
+    int n0, k;
+    chunk_range(l->batch, nch, c, &n0, &k);
+    const float *x = f->in[0] + (size_t)n0 * in_img;
+    float *y = f->out + (size_t)n0 * out_img;
+    size_t ld = (size_t)k * ohw; /* columns of the chunk */
+    float *col = f->ws, *tmp = f->ws + (size_t)g->kcol * ld;
     for (int gi = 0; gi < g->groups; gi++) {
-      const float *xg = x + (size_t)gi * g->cg * hw;
-      float *yg = y + (size_t)gi * g->fg * ohw;
       const float *wg = w + (size_t)gi * g->fg * g->kcol;
-      const float *col = xg;
-      if (p->path == PATH_IM2COL) {
-        im2col(g, xg, f->ws);
-        col = f->ws;
+      const float *bg = bias ? bias + (size_t)gi * g->fg : NULL;
+      if (k == 1) {
+        /* one image: compute in place, 1x1 reads the input directly */
+        const float *xg = x + (size_t)gi * g->cg * hw, *src = xg;
+        float *yg = y + (size_t)gi * g->fg * ohw;
+        if (p->path == PATH_IM2COL) {
+          im2col(g, xg, col, ohw);
+          src = col;
+        }
+        fill_bias(yg, bg, g->fg, ohw);
+        /* yg (fg, ohw) += wg (fg, kcol) . col (kcol, ohw) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->fg, (int)ohw,
+                    g->kcol, 1.0f, wg, g->kcol, src, (int)ohw, 1.0f, yg,
+                    (int)ohw);
+        continue;
       }
-      fill_bias(yg, bias ? bias + (size_t)gi * g->fg : NULL, g->fg, ohw);
-      /* yg (fg, ohw) += wg (fg, kcol) . col (kcol, ohw) */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->fg, (int)ohw,
-                  g->kcol, 1.0f, wg, g->kcol, col, (int)ohw, 1.0f, yg,
-                  (int)ohw);
+      for (int j = 0; j < k; j++)
+        im2col(g, x + (size_t)j * in_img + (size_t)gi * g->cg * hw,
+               col + (size_t)j * ohw, ld);
+      /* tmp (fg, k*ohw) = wg (fg, kcol) . col (kcol, k*ohw) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->fg, (int)ld,
+                  g->kcol, 1.0f, wg, g->kcol, col, (int)ld, 0.0f, tmp, (int)ld);
+      for (int j = 0; j < k; j++) {
+        float *yg = y + (size_t)j * out_img + (size_t)gi * g->fg * ohw;
+        for (int fi = 0; fi < g->fg; fi++) {
+          const float *t = tmp + (size_t)fi * ld + (size_t)j * ohw;
+          float *r = yg + (size_t)fi * ohw, v = bg ? bg[fi] : 0.0f;
+          for (size_t i = 0; i < ohw; i++)
+            r[i] = t[i] + v;
+        }
+      }
     }
   }
 }
@@ -488,14 +665,20 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 
   if (db) {
+    /* in double, four partial sums (one chain of dependent adds would
+     * run at the latency of an add) */
     for (int fi = 0; fi < g->f; fi++) {
-      double s = 0.0;
+      double s[4] = {0.0, 0.0, 0.0, 0.0};
       for (int n = 0; n < l->batch; n++) {
         const float *d = b->dout + (size_t)n * out_img + (size_t)fi * ohw;
-        for (size_t i = 0; i < ohw; i++)
-          s += d[i];
+        size_t i = 0;
+        for (; i + 4 <= ohw; i += 4)
+          for (int j = 0; j < 4; j++)
+            s[j] += d[i + j];
+        for (; i < ohw; i++)
+          s[0] += d[i];
       }
-      db[fi] = (float)s;
+      db[fi] = (float)((s[0] + s[1]) + (s[2] + s[3]));
     }
   }
   if (!dw && !din)
@@ -511,35 +694,54 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
                          din ? din + (size_t)n * in_img : NULL, dw);
     return;
   }
-  for (int n = 0; n < l->batch; n++) {
-    const float *x = b->in[0] + (size_t)n * in_img;
-    const float *dy = b->dout + (size_t)n * out_img;
+  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  for (int c = 0; c < nch; c++) {
+    int n0, k;
+    chunk_range(l->batch, nch, c, &n0, &k);
+    const float *x = b->in[0] + (size_t)n0 * in_img;
+    const float *dy = b->dout + (size_t)n0 * out_img;
+    float *dx = din ? din + (size_t)n0 * in_img : NULL;
+    size_t ld = (size_t)k * ohw; /* columns of the chunk */
+    float *col = b->ws, *tmp = b->ws + (size_t)g->kcol * ld;
+    float beta = n0 == 0 ? 0.0f : 1.0f; /* dW: first chunk writes */
     for (int gi = 0; gi < g->groups; gi++) {
-      const float *xg = x + (size_t)gi * g->cg * hw;
-      const float *dyg = dy + (size_t)gi * g->fg * ohw;
       const float *wg = w + (size_t)gi * g->fg * g->kcol;
-      if (dw) {
-        const float *col = xg;
-        if (p->path == PATH_IM2COL) {
-          im2col(g, xg, b->ws);
-          col = b->ws;
-        }
-        /* dWg (fg, kcol) (+)= dyg (fg, ohw) . col^T (ohw, kcol) */
+      float *dwg = dw ? dw + (size_t)gi * g->fg * g->kcol : NULL;
+      size_t xoff = (size_t)gi * g->cg * hw, yoff = (size_t)gi * g->fg * ohw;
+      /* dyc (fg, ld): dY of the chunk's images side by side; xc (kcol, ld):
+       * their column matrix; a single 1x1 image reads x in place. */
+      const float *dyc = dy + yoff, *xc = col;
+      if (k > 1) {
+        for (int j = 0; j < k; j++)
+          for (int fi = 0; fi < g->fg; fi++)
+            memcpy(tmp + (size_t)fi * ld + (size_t)j * ohw,
+                   dy + (size_t)j * out_img + yoff + (size_t)fi * ohw,
+                   ohw * sizeof *tmp);
+        dyc = tmp;
+      }
+      if (dwg) {
+        if (k == 1 && p->path == PATH_1X1)
+          xc = x + xoff;
+        else
+          for (int j = 0; j < k; j++)
+            im2col(g, x + (size_t)j * in_img + xoff, col + (size_t)j * ohw, ld);
+        /* dWg (fg, kcol) (+)= dyc (fg, ld) . xc^T (ld, kcol) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->fg, g->kcol,
-                    (int)ohw, 1.0f, dyg, (int)ohw, col, (int)ohw,
-                    n == 0 ? 0.0f : 1.0f, dw + (size_t)gi * g->fg * g->kcol,
+                    (int)ld, 1.0f, dyc, (int)ld, xc, (int)ld, beta, dwg,
                     g->kcol);
       }
-      if (din) {
-        float *dxg = din + (size_t)n * in_img + (size_t)gi * g->cg * hw;
-        /* dcol (kcol, ohw) = wg^T (kcol, fg) . dyg (fg, ohw); for 1x1 the
-         * column matrix is dxg itself. */
-        float *dcol = p->path == PATH_IM2COL ? b->ws : dxg;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->kcol, (int)ohw,
-                    g->fg, 1.0f, wg, g->kcol, dyg, (int)ohw, 0.0f, dcol,
-                    (int)ohw);
-        if (p->path == PATH_IM2COL)
-          col2im_add(g, dcol, dxg);
+      if (dx) {
+        /* dcol (kcol, ld) = wg^T (kcol, fg) . dyc (fg, ld); for a single
+         * 1x1 image the column matrix is dx itself. */
+        int in_place = k == 1 && p->path == PATH_1X1;
+        float *dcol = in_place ? dx + xoff : col;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->kcol, (int)ld,
+                    g->fg, 1.0f, wg, g->kcol, dyc, (int)ld, 0.0f, dcol,
+                    (int)ld);
+        if (!in_place)
+          for (int j = 0; j < k; j++)
+            col2im_add(g, col + (size_t)j * ohw, ld,
+                       dx + (size_t)j * in_img + xoff);
       }
     }
   }

@@ -1,7 +1,9 @@
 /*
  * test_conv2d.c - conv2d layer: finite-difference gradient checks, forward
- * and backward against a naive direct convolution (in double), workspace
- * bounds, weight requests, and property/plan errors.
+ * and backward against a naive direct convolution (in double), per-image
+ * and chunked (several images per GEMM) kernels alike, chunked against
+ * per-image results, workspace bounds, weight requests, and property/plan
+ * errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,11 @@
 
 #define GUARD 64 /* canary floats after the workspace */
 #define CANARY 12345.0f
+
+/* conv2d.c's test hook: when nonzero, plan bounds a chunk's workspace by
+ * this many bytes instead of its default. 1 forces one image per GEMM. */
+extern size_t nto_conv2d_chunk_bytes_for_tests;
+#define DEFAULT_CHUNK_BYTES ((size_t)2 << 20) /* CONV_CHUNK_BYTES */
 
 /* A test configuration: INI properties plus the geometry the reference
  * implementation must assume (padding resolved by hand). */
@@ -232,10 +239,14 @@ static void ws_check(const float *ws, size_t bytes) {
 
 /* Forward and backward of every case against the naive reference;
  * din and dw are prefilled with garbage to prove "=" semantics, and
- * backward is repeated with NULL din / NULL dw. */
+ * backward is repeated with NULL din / NULL dw. Runs with the default
+ * chunk bound (these small batches are one chunk) and with one image per
+ * GEMM. */
 static void test_against_reference(void **state) {
   (void)state;
-  for (int ci = 0; ci < N_CASES; ci++) {
+  for (int run = 0; run < 2 * N_CASES; run++) {
+    int ci = run % N_CASES;
+    nto_conv2d_chunk_bytes_for_tests = run < N_CASES ? 0 : 1;
     const conv_case *k = &cases[ci];
     nto_layer l;
     assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
@@ -320,13 +331,17 @@ static void test_against_reference(void **state) {
     free(db), free(ry), free(rdx), free(rdw), free(rdb), free(ws);
     gc_layer_free(&l);
   }
+  nto_conv2d_chunk_bytes_for_tests = 0;
 }
 
-/* Finite-difference gradient check of every case. */
+/* Finite-difference gradient check of every case, with the default chunk
+ * bound and with one image per GEMM. */
 static void test_gradcheck(void **state) {
   (void)state;
   int failed = 0;
-  for (int ci = 0; ci < N_CASES; ci++) {
+  for (int run = 0; run < 2 * N_CASES; run++) {
+    int ci = run % N_CASES;
+    nto_conv2d_chunk_bytes_for_tests = run < N_CASES ? 0 : 1;
     gc_case c = {.ops = &nto_conv2d_layer,
                  .props = cases[ci].props,
                  .n_in = 1,
@@ -334,11 +349,133 @@ static void test_gradcheck(void **state) {
                  .training = 1,
                  .seed = 7 + ci};
     if (gc_run(&c) != 0) {
-      fprintf(stderr, "gradcheck failed: %s\n", cases[ci].name);
+      fprintf(stderr, "gradcheck failed: %s (%s)\n", cases[ci].name,
+              run < N_CASES ? "chunked" : "per image");
       failed++;
     }
   }
+  nto_conv2d_chunk_bytes_for_tests = 0;
   assert_int_equal(failed, 0);
+}
+
+/* One forward + backward (din, dw, db) of a layer planned for in_shape
+ * with the chunk bound `bound`; outputs into y, dx, dw, db. Returns the
+ * planned workspace bytes. The workspace is guarded by canaries. */
+static size_t run_once(const conv_case *k, size_t bound, const float *x,
+                       const float *w, const float *b, const float *dy,
+                       float *y, float *dx, float *dw, float *db) {
+  nto_layer l;
+  nto_conv2d_chunk_bytes_for_tests = bound;
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
+                   0);
+  nto_conv2d_chunk_bytes_for_tests = 0;
+  float *ws = ws_alloc(l.ws_bytes);
+  nto_fwd f = {.out = y, .ws = ws, .training = 1};
+  f.in[0] = x;
+  f.w[0] = (float *)w;
+  f.w[1] = k->bias ? (float *)b : NULL;
+  l.ops->forward(&l, &f);
+  ws_check(ws, l.ws_bytes);
+  for (size_t i = 0; i < l.ws_bytes / sizeof(float); i++)
+    ws[i] = CANARY; /* backward must not depend on forward's leftovers */
+  nto_bwd bw = {.dout = dy, .ws = ws};
+  bw.in[0] = x;
+  bw.din[0] = dx;
+  bw.w[0] = w;
+  bw.w[1] = k->bias ? b : NULL;
+  bw.dw[0] = dw;
+  bw.dw[1] = k->bias ? db : NULL;
+  l.ops->backward(&l, &bw);
+  ws_check(ws, l.ws_bytes);
+  size_t bytes = l.ws_bytes;
+  free(ws);
+  gc_layer_free(&l);
+  return bytes;
+}
+
+/* Normwise max|a - r| / max|r| of two float tensors. */
+static double rel_err_f(const float *a, const float *r, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    num = fmax(num, fabs((double)a[i] - r[i]));
+    den = fmax(den, fabs((double)r[i]));
+  }
+  return den > 0.0 ? num / den : num;
+}
+
+/* A batch of 5 split into chunks of 2 (2+2+1), 3 (3+2) and one chunk of 5
+ * gives the results of one image per GEMM (forward, dX, dW, db) within
+ * rounding, for groups, stride, padding, dilation and 1x1 variants; the
+ * planned workspace is that of the chunk size. */
+static void test_chunks_match_per_image(void **state) {
+  (void)state;
+  /* clang-format off */
+  static const conv_case cc[] = {
+      {.name = "groups 2 stride 2 dilation 2 pad 2",
+       .props = {"filters", "6", "kernel_size", "3", "groups", "2",
+                 "stride", "2", "dilation", "2", "padding", "2", NULL},
+       .in = {5, 4, 9, 8}, .f = 6, .groups = 2, .bias = 1},
+      {.name = "groups 3 same stride 2,1",
+       .props = {"filters", "6", "kernel_size", "3,2", "groups", "3",
+                 "stride", "2,1", "padding", "same", NULL},
+       .in = {5, 6, 7, 6}, .f = 6, .groups = 3, .bias = 1},
+      {.name = "stride 1 pad 0,2,1,0 dilation 1,2 no bias",
+       .props = {"filters", "5", "kernel_size", "3", "dilation", "1,2",
+                 "padding", "0,2,1,0", "disable_bias", "true", NULL},
+       .in = {5, 3, 6, 7}, .f = 5, .groups = 1, .bias = 0},
+      {.name = "1x1 groups 2",
+       .props = {"filters", "4", "kernel_size", "1", "groups", "2", NULL},
+       .in = {5, 6, 5, 3}, .f = 4, .groups = 2, .bias = 1},
+      {.name = "1x1 stride 2",
+       .props = {"filters", "3", "kernel_size", "1", "stride", "2", NULL},
+       .in = {5, 4, 5, 6}, .f = 3, .groups = 1, .bias = 1},
+  };
+  /* clang-format on */
+  for (size_t ci = 0; ci < sizeof cc / sizeof *cc; ci++) {
+    const conv_case *k = &cc[ci];
+    nto_layer l;
+    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
+                     0);
+    nto_shape os = l.out_shape;
+    size_t nw = nto_shape_numel(l.w[0].shape);
+    /* one image's share of a chunk: K + F/G rows of OH*OW columns */
+    size_t kcol = nw / k->f, ohw = (size_t)os.h * os.w;
+    size_t per_img = (kcol + (size_t)(k->f / k->groups)) * ohw * 4;
+    gc_layer_free(&l);
+    size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
+    nto_rng rng;
+    nto_rng_seed(&rng, 500 + (unsigned)ci);
+    float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(k->f * 4);
+    float *dy = malloc(ny * 4);
+    fill(x, nx, &rng);
+    fill(w, nw, &rng);
+    fill(b, k->f, &rng);
+    fill(dy, ny, &rng);
+    float *y1 = malloc(ny * 4), *dx1 = malloc(nx * 4), *dw1 = malloc(nw * 4);
+    float *db1 = calloc(k->f, 4);
+    run_once(k, 1, x, w, b, dy, y1, dx1, dw1, db1);
+    /* bound -> images per chunk: 2 (chunks 2,2,1), 3 (3,2), 5 (one) */
+    const size_t bounds[] = {2 * per_img + per_img / 2, 3 * per_img,
+                             100 * per_img};
+    const size_t chunk[] = {2, 3, 5};
+    for (int bi = 0; bi < 3; bi++) {
+      float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4);
+      float *db = calloc(k->f, 4);
+      size_t ws = run_once(k, bounds[bi], x, w, b, dy, y, dx, dw, db);
+      assert_int_equal(ws, chunk[bi] * per_img);
+      double ey = rel_err_f(y, y1, ny), edx = rel_err_f(dx, dx1, nx);
+      double edw = rel_err_f(dw, dw1, nw), edb = rel_err_f(db, db1, k->f);
+      if (ey > 1e-6 || edx > 1e-6 || edw > 1e-6 || edb > 0.0) {
+        fprintf(stderr,
+                "%s, %zu images per chunk: rel err y %g dx %g dw %g db %g\n",
+                k->name, chunk[bi], ey, edx, edw, edb);
+        fail();
+      }
+      free(y), free(dx), free(dw), free(db);
+    }
+    free(x), free(w), free(b), free(dy), free(y1), free(dx1), free(dw1);
+    free(db1);
+  }
 }
 
 /* Weight requests: names, shapes, export rank, fans, order; plan twice
@@ -387,29 +524,70 @@ static void test_weights(void **state) {
   gc_layer_free(&l);
 }
 
-/* The workspace is one group's column matrix of one image: it does not
- * grow with the batch; 1x1 and depthwise need none. */
+/* Planned workspace of props on in with chunk bound `bound` (0: the
+ * default). */
+static size_t ws_of(const char *const *props, nto_shape in, size_t bound) {
+  nto_layer l;
+  nto_conv2d_chunk_bytes_for_tests = bound;
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, props, 1, &in), 0);
+  nto_conv2d_chunk_bytes_for_tests = 0;
+  size_t ws = l.ws_bytes;
+  gc_layer_free(&l);
+  return ws;
+}
+
+/* The workspace never grows with the batch beyond max(chunk bound, one
+ * image's column matrix): one image per GEMM needs one group's column
+ * matrix of one image (nothing for 1x1); a chunk of k images needs
+ * k * (K + F/G) * OH*OW floats, with k the most images the bound holds,
+ * evenly balanced over the chunks. Depthwise needs none. */
 static void test_workspace(void **state) {
   (void)state;
   const char *const props[] = {
       "filters", "8", "kernel_size", "3", "padding", "1", "groups", "2", NULL};
-  nto_layer l;
-  for (int n = 1; n <= 16; n *= 4) {
-    nto_shape in = {n, 4, 10, 12};
-    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, props, 1, &in), 0);
-    assert_int_equal(l.ws_bytes, (size_t)(2 * 3 * 3) * 10 * 12 * 4);
-    gc_layer_free(&l);
+  const size_t col1 = (size_t)(2 * 3 * 3) * 10 * 12 * 4; /* K * OHW */
+  const size_t per = (size_t)(2 * 3 * 3 + 4) * 10 * 12 * 4;
+  /* one image per GEMM: one column matrix whatever the batch */
+  for (int n = 1; n <= 64; n *= 4)
+    assert_int_equal(ws_of(props, (nto_shape){n, 4, 10, 12}, 1), col1);
+  /* a bound of 3 images: batch 1 -> 1 image, 2 -> 2, 5 -> 3 (3+2),
+   * 7 -> 3 (3+2+2), 16 -> 3 (6 chunks: 3+3+3+3+2+2) */
+  const int batch[] = {1, 2, 5, 7, 16};
+  const size_t k3[] = {0, 2, 3, 3, 3};
+  for (int i = 0; i < 5; i++) {
+    size_t ws = ws_of(props, (nto_shape){batch[i], 4, 10, 12}, 3 * per + 7);
+    assert_int_equal(ws, k3[i] ? k3[i] * per : col1);
   }
+  /* a bound of 4 images, batch 5: 2 chunks of 3 and 2, not 4 and 1 */
+  assert_int_equal(ws_of(props, (nto_shape){5, 4, 10, 12}, 4 * per), 3 * per);
+  /* default bound: small images batch up to it, never past it */
+  for (int n = 1; n <= 1024; n *= 4) {
+    size_t ws = ws_of(props, (nto_shape){n, 4, 10, 12}, 0);
+    size_t k = DEFAULT_CHUNK_BYTES / per < (size_t)n ? DEFAULT_CHUNK_BYTES / per
+                                                     : (size_t)n;
+    size_t nch = (n + k - 1) / k;
+    k = (n + nch - 1) / nch;
+    assert_int_equal(ws, k > 1 ? k * per : col1);
+    assert_true(ws <= DEFAULT_CHUNK_BYTES);
+  }
+  /* an image whose column matrix exceeds the bound: per image, at every
+   * batch size (ResNet-18's 64-channel stage at 32x32: 2.25 MiB) */
+  const char *const big[] = {"filters", "64", "kernel_size", "3",
+                             "padding", "1",  NULL};
+  for (int n = 1; n <= 64; n *= 2)
+    assert_int_equal(ws_of(big, (nto_shape){n, 64, 32, 32}, 0),
+                     (size_t)64 * 9 * 32 * 32 * 4);
+  /* 1x1: nothing for one image per GEMM, the chunk's gathered input and
+   * output otherwise */
   const char *const p1[] = {"filters", "8", "kernel_size", "1", NULL};
   nto_shape in = {4, 4, 10, 12};
-  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, p1, 1, &in), 0);
-  assert_int_equal(l.ws_bytes, 0);
-  gc_layer_free(&l);
+  assert_int_equal(ws_of(p1, in, 1), 0);
+  assert_int_equal(ws_of(p1, (nto_shape){1, 4, 10, 12}, 0), 0);
+  assert_int_equal(ws_of(p1, in, 0), (size_t)4 * (4 + 8) * 10 * 12 * 4);
   const char *const pd[] = {"filters", "4", "kernel_size", "3",
                             "groups",  "4", NULL};
-  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, pd, 1, &in), 0);
-  assert_int_equal(l.ws_bytes, 0);
-  gc_layer_free(&l);
+  assert_int_equal(ws_of(pd, in, 0), 0);
+  assert_int_equal(ws_of(pd, in, 1), 0);
 }
 
 /* Builds a layer step by step; returns the first failing code (0 if all
@@ -506,6 +684,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_gradcheck),
+      cmocka_unit_test(test_chunks_match_per_image),
       cmocka_unit_test(test_weights),
       cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_errors),
