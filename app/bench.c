@@ -45,13 +45,13 @@
 #include <unistd.h>
 
 #define MAX_CONFIGS 32
-#define LABEL_MAX 16             /* "all", "auto" or up to 15 digits */
-#define BW_DEPTH 16u             /* requests in flight */
-#define BW_BLOCK (1u << 20)      /* bytes per request */
-#define BW_TOTAL (256ull << 20)  /* bytes written, then read */
-#define BW_MIN (16ull << 20)     /* less free space than this: refuse */
-#define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
-#define REPORT_MAX (64L << 20)   /* larger --report-json files: refused */
+#define LABEL_MAX 16            /* "all", "auto" or up to 15 digits */
+#define BW_DEPTH 16u            /* requests in flight */
+#define BW_BLOCK (1u << 20)     /* bytes per request */
+#define BW_TOTAL (256ull << 20) /* bytes written, then read */
+#define BW_MIN (16ull << 20)    /* less free space than this: refuse */
+#define STDERR_TAIL 8           /* lines of a failed child's stderr shown */
+#define REPORT_MAX (64L << 20)  /* larger --report-json files: refused */
 
 static const char usage[] =
     "usage: nntrainer-offload bench MODEL.ini [options]\n"
@@ -61,7 +61,8 @@ static const char usage[] =
     "checks that the saved weights are identical to the 'all' run's.\n"
     "\n"
     "  --windows LIST        comma list of N (steps), auto and all\n"
-    "                        (default 1,2,4,auto,all)\n"
+    "                        (default 1,2,4,auto,all); N:time or auto:time\n"
+    "                        runs that window with --prefetch time\n"
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
@@ -101,7 +102,7 @@ typedef struct report {
 
 typedef struct config {
   const char *label;
-  int ok;              /* ran, and its report was read */
+  int ok;                        /* ran, and its report was read */
   char failure[NTO_ERR_MSG_MAX]; /* why not, when !ok */
   report r;
   double floor_ms, ratio;
@@ -119,12 +120,12 @@ typedef struct bandwidth {
 typedef struct bench {
   bench_opts o;
   char cmdline[4096];
-  char tmp[PATH_MAX];   /* "" until created */
+  char tmp[PATH_MAX]; /* "" until created */
   bandwidth bw;
   config cfg[MAX_CONFIGS];
-  int ref;              /* configuration whose weights are the reference */
-  int all;              /* index of `all`, or -1 */
-  long batch;           /* the runs' batch size */
+  int ref;    /* configuration whose weights are the reference */
+  int all;    /* index of `all`, or -1 */
+  long batch; /* the runs' batch size */
 } bench;
 
 static double now_s(void) {
@@ -136,12 +137,18 @@ static double now_s(void) {
 /* ---- options ------------------------------------------------------------ */
 
 static int valid_label(const char *s) {
-  if (!strcmp(s, "all") || !strcmp(s, "auto"))
-    return 1;
-  if (!*s)
+  const char *colon = strchr(s, ':');
+  size_t len = colon ? (size_t)(colon - s) : strlen(s);
+  if (colon && strcmp(colon + 1, "time") != 0 && strcmp(colon + 1, "steps"))
     return 0;
-  for (; *s; s++)
-    if (*s < '0' || *s > '9')
+  if (len == 4 && !strncmp(s, "auto", 4))
+    return 1;
+  if (len == 3 && !strncmp(s, "all", 3))
+    return !colon; /* nothing is read: no prefetch to choose */
+  if (len == 0)
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    if (s[i] < '0' || s[i] > '9')
       return 0;
   return 1;
 }
@@ -164,8 +171,8 @@ static int parse_windows(bench_opts *o) {
     memcpy(tok, p, len);
     tok[len] = '\0';
     if (!valid_label(tok)) {
-      cli_error("option --windows: expected N, auto or all, got '%s' in "
-                "'%s'",
+      cli_error("option --windows: expected N, auto or all (N and auto with "
+                "an optional :time or :steps), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
     }
@@ -189,10 +196,10 @@ static int parse_windows(bench_opts *o) {
 /* The string option a names, or NULL if a is not one. */
 static const char **string_opt(bench_opts *o, const char *a) {
   static const char *const names[] = {
-      "--windows", "--data",     "--csv", "--json",          "--plot",
-      "--swap-dir", "--io", "--memory-budget", NULL};
-  const char **dst[] = {&o->windows,  &o->data, &o->csv, &o->json, &o->plot,
-                        &o->swap_dir, &o->io,   &o->budget};
+      "--windows",  "--data", "--csv",           "--json", "--plot",
+      "--swap-dir", "--io",   "--memory-budget", NULL};
+  const char **dst[] = {&o->windows, &o->data,     &o->csv, &o->json,
+                        &o->plot,    &o->swap_dir, &o->io,  &o->budget};
   for (int i = 0; names[i]; i++)
     if (!strcmp(a, names[i]))
       return dst[i];
@@ -282,8 +289,7 @@ static int make_tmpdir(char *out, size_t len, nto_err *err) {
     char tmpl[PATH_MAX];
     snprintf(tmpl, sizeof tmpl, "%s", out);
     out[0] = '\0';
-    return nto_err_set(err, NTO_EIO, "cannot create %s: %s", tmpl,
-                       strerror(e));
+    return nto_err_set(err, NTO_EIO, "cannot create %s: %s", tmpl, strerror(e));
   }
   return 0;
 }
@@ -385,8 +391,8 @@ static int io_pass(nto_io *io, nto_io_op op, float **bufs, uint64_t total,
  * buffered, and bw->direct says so). */
 static int bandwidth_swap(const bench_opts *o, bandwidth *bw, nto_swap **sw,
                           nto_err *err) {
-  nto_swap_opts so = {.dir = bw->dir, .bytes = bw->total,
-                      .direct = !o->no_direct};
+  nto_swap_opts so = {
+      .dir = bw->dir, .bytes = bw->total, .direct = !o->no_direct};
   int rc = nto_swap_open(sw, &so, err);
   if (rc == NTO_EUNSUPPORTED && so.direct) {
     so.direct = 0;
@@ -421,8 +427,7 @@ static int bandwidth_passes(nto_io *io, int fd, float **bufs, bandwidth *bw,
 }
 
 /* Measure the swap directory's sequential write and read bandwidth. */
-static int measure_bandwidth(const bench_opts *o, bandwidth *bw,
-                             nto_err *err) {
+static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
   float *bufs[BW_DEPTH] = {0};
   nto_swap *sw = NULL;
   nto_io *io = NULL;
@@ -431,8 +436,7 @@ static int measure_bandwidth(const bench_opts *o, bandwidth *bw,
   if (rc == 0)
     rc = bandwidth_swap(o, bw, &sw, err);
   if (rc == 0)
-    rc = nto_io_create(&io, (nto_io_kind)kind, nto_swap_fd(sw), BW_DEPTH,
-                       err);
+    rc = nto_io_create(&io, (nto_io_kind)kind, nto_swap_fd(sw), BW_DEPTH, err);
   for (unsigned i = 0; rc == 0 && i < BW_DEPTH; i++) {
     if (!(bufs[i] = nto_alloc_aligned(BW_BLOCK)))
       rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
@@ -503,11 +507,19 @@ static int run_child(const bench *b, config *c) {
   tmp_path(b, c->label, "bin", save, sizeof save);
   tmp_path(b, c->label, "out", out, sizeof out);
   tmp_path(b, c->label, "err", errf, sizeof errf);
+  /* "N:time": --window N --prefetch time */
+  char window[LABEL_MAX];
+  snprintf(window, sizeof window, "%s", c->label);
+  char *prefetch = strchr(window, ':');
+  if (prefetch)
+    *prefetch++ = '\0';
   char *args[40];
   int n = 0;
 #define ARG(s) (args[n++] = (char *)(s))
   ARG("nntrainer-offload"), ARG("train"), ARG(o->model);
-  ARG("--window"), ARG(c->label), ARG("--iterations"), ARG(iters);
+  ARG("--window"), ARG(window), ARG("--iterations"), ARG(iters);
+  if (prefetch)
+    ARG("--prefetch"), ARG(prefetch);
   ARG("--warmup"), ARG(warm), ARG("--eval-samples"), ARG("0");
   ARG("--data"), ARG(o->data), ARG("--report-json"), ARG(json);
   ARG("--save"), ARG(save);
@@ -586,8 +598,7 @@ static int jr_fail(jreader *j, const char *what) {
   if (j->key)
     return nto_err_set(j->err, NTO_EDATA, "%s: key '%s': %s (byte %ld)",
                        j->file, j->key, what, at);
-  return nto_err_set(j->err, NTO_EDATA, "%s: byte %ld: %s", j->file, at,
-                     what);
+  return nto_err_set(j->err, NTO_EDATA, "%s: byte %ld: %s", j->file, at, what);
 }
 
 static void jr_ws(jreader *j) {
@@ -728,8 +739,8 @@ static int jr_skip_items(jreader *j, char close, int depth) {
   }
   for (;;) {
     int over;
-    if (close == '}' && (jr_string(j, NULL, 0, &over) != 0 ||
-                         jr_expect(j, ':') != 0))
+    if (close == '}' &&
+        (jr_string(j, NULL, 0, &over) != 0 || jr_expect(j, ':') != 0))
       return j->err->code;
     if (jr_skip(j, depth + 1) != 0)
       return j->err->code;
@@ -827,8 +838,8 @@ static int jr_object(jreader *j, field *fields) {
     while (f->key && (over || strcmp(f->key, key) != 0))
       f++;
     if (f->key && f->seen)
-      return nto_err_set(j->err, NTO_EDATA, "%s: key '%s' given twice",
-                         j->file, key);
+      return nto_err_set(j->err, NTO_EDATA, "%s: key '%s' given twice", j->file,
+                         key);
     j->key = f->key;
     if (f->key && jr_field(j, f) != 0)
       return j->err->code;
@@ -858,8 +869,8 @@ static int slurp(const char *path, char **buf, size_t *len, nto_err *err) {
   fclose(f);
   if (!b || bad || n > (size_t)REPORT_MAX) {
     free(b);
-    return nto_err_set(err, b ? NTO_EIO : NTO_ENOMEM, "cannot read %s%s",
-                       path, n > (size_t)REPORT_MAX ? ": too large" : "");
+    return nto_err_set(err, b ? NTO_EIO : NTO_ENOMEM, "cannot read %s%s", path,
+                       n > (size_t)REPORT_MAX ? ": too large" : "");
   }
   b[n] = '\0';
   *buf = b;
@@ -870,24 +881,23 @@ static int slurp(const char *path, char **buf, size_t *len, nto_err *err) {
 /* Read a train --report-json file into r. Every key bench uses must be
  * present; the error names the file and the key. */
 static int read_report(const char *path, report *r, nto_err *err) {
-  field fields[] = {
-      {"model", F_STR, r->model, sizeof r->model, 0},
-      {"batch", F_NUM, &r->batch, 0, 0},
-      {"iterations", F_NUM, &r->iterations, 0, 0},
-      {"warmup", F_NUM, &r->warmup, 0, 0},
-      {"measured_iterations", F_NUM, &r->measured, 0, 0},
-      {"window", F_WINDOW, r->window, sizeof r->window, 0},
-      {"io", F_STR, r->io, sizeof r->io, 0},
-      {"direct", F_BOOL, &r->direct, 0, 0},
-      {"peak_rss_bytes", F_NUM, &r->peak_rss, 0, 0},
-      {"resident_peak_bytes", F_NUM, &r->resident_peak, 0, 0},
-      {"iteration_ms_median", F_NUM, &r->median_ms, 0, 0},
-      {"iteration_ms_p90", F_NUM, &r->p90_ms, 0, 0},
-      {"stall_ms_per_iteration", F_NUM, &r->stall_ms, 0, 0},
-      {"read_mib_per_iteration", F_NUM, &r->read_mib, 0, 0},
-      {"written_mib_per_iteration", F_NUM, &r->written_mib, 0, 0},
-      {"iteration_ms", F_NUMS, &r->n_iteration_ms, 0, 0},
-      {NULL, F_NUM, NULL, 0, 0}};
+  field fields[] = {{"model", F_STR, r->model, sizeof r->model, 0},
+                    {"batch", F_NUM, &r->batch, 0, 0},
+                    {"iterations", F_NUM, &r->iterations, 0, 0},
+                    {"warmup", F_NUM, &r->warmup, 0, 0},
+                    {"measured_iterations", F_NUM, &r->measured, 0, 0},
+                    {"window", F_WINDOW, r->window, sizeof r->window, 0},
+                    {"io", F_STR, r->io, sizeof r->io, 0},
+                    {"direct", F_BOOL, &r->direct, 0, 0},
+                    {"peak_rss_bytes", F_NUM, &r->peak_rss, 0, 0},
+                    {"resident_peak_bytes", F_NUM, &r->resident_peak, 0, 0},
+                    {"iteration_ms_median", F_NUM, &r->median_ms, 0, 0},
+                    {"iteration_ms_p90", F_NUM, &r->p90_ms, 0, 0},
+                    {"stall_ms_per_iteration", F_NUM, &r->stall_ms, 0, 0},
+                    {"read_mib_per_iteration", F_NUM, &r->read_mib, 0, 0},
+                    {"written_mib_per_iteration", F_NUM, &r->written_mib, 0, 0},
+                    {"iteration_ms", F_NUMS, &r->n_iteration_ms, 0, 0},
+                    {NULL, F_NUM, NULL, 0, 0}};
   char *buf = NULL;
   size_t len = 0;
   memset(r, 0, sizeof *r);
@@ -903,8 +913,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
     return rc;
   for (field *f = fields; f->key; f++)
     if (!f->seen)
-      return nto_err_set(err, NTO_EDATA, "%s: key '%s' missing", path,
-                         f->key);
+      return nto_err_set(err, NTO_EDATA, "%s: key '%s' missing", path, f->key);
   return 0;
 }
 
@@ -962,8 +971,7 @@ static int compare_weights(bench *b) {
 
 /* floor = max(compute, read / read bw + written / write bw), in ms. */
 static void derive_floors(bench *b) {
-  const config *all = b->all >= 0 && b->cfg[b->all].ok ? &b->cfg[b->all]
-                                                       : NULL;
+  const config *all = b->all >= 0 && b->cfg[b->all].ok ? &b->cfg[b->all] : NULL;
   for (int i = 0; i < b->o.n; i++) {
     config *c = &b->cfg[i];
     if (!c->ok)
@@ -996,10 +1004,9 @@ static void print_header(const bench *b) {
   printf("swap %s: write %.0f MiB/s, read %.0f MiB/s (%s, %s, depth %u, "
          "%u MiB requests, %llu MiB)\n",
          bw->dir, bw->write_mib_s, bw->read_mib_s,
-         bw->direct ? "O_DIRECT"
-         : b->o.no_direct
-             ? "buffered (--no-direct)"
-             : "buffered: O_DIRECT refused by the filesystem",
+         bw->direct       ? "O_DIRECT"
+         : b->o.no_direct ? "buffered (--no-direct)"
+                          : "buffered: O_DIRECT refused by the filesystem",
          bw->io, BW_DEPTH, BW_BLOCK >> 20,
          (unsigned long long)(bw->total >> 20));
   printf("command: %s\n\n", b->cmdline);
@@ -1010,9 +1017,8 @@ static void print_table(const bench *b) {
   printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "config",
          "window", "peak RSS", "resident", "median", "p90", "stall", "read",
          "written", "floor", "ratio", "weights");
-  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "", "",
-         "MiB", "MiB", "ms", "ms", "ms/it", "MiB/it", "MiB/it", "ms", "",
-         "identical");
+  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "", "", "MiB",
+         "MiB", "ms", "ms", "ms/it", "MiB/it", "MiB/it", "ms", "", "identical");
   for (int i = 0; i < b->o.n; i++) {
     const config *c = &b->cfg[i];
     const report *r = &c->r;
@@ -1040,8 +1046,7 @@ static const char csv_header[] =
     "iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,"
     "written_mib_per_iteration,floor_ms,ratio,weights_identical\n";
 
-static int close_out(FILE *f, const char *path, const char *opt,
-                     nto_err *err) {
+static int close_out(FILE *f, const char *path, const char *opt, nto_err *err) {
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)
     return nto_err_set(err, NTO_EIO, "%s: cannot write %s", opt, path);
@@ -1063,8 +1068,8 @@ static int write_csv(const bench *b, const char *path, nto_err *err) {
     }
     fprintf(f, "%s,ok,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%s\n",
             c->label, r->window, MIB(r->peak_rss), MIB(r->resident_peak),
-            r->median_ms, r->p90_ms, r->stall_ms, r->read_mib,
-            r->written_mib, c->floor_ms, c->ratio, c->identical);
+            r->median_ms, r->p90_ms, r->stall_ms, r->read_mib, r->written_mib,
+            c->floor_ms, c->ratio, c->identical);
   }
   return close_out(f, path, "--csv", err);
 }
@@ -1103,12 +1108,13 @@ static void json_config(FILE *f, const config *c) {
     fprintf(f, "\"all\"");
   else
     fprintf(f, "%s", r->window);
-  fprintf(f, ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
-             "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
-             "\"stall_ms_per_iteration\": %.3f, "
-             "\"read_mib_per_iteration\": %.3f, "
-             "\"written_mib_per_iteration\": %.3f, \"floor_ms\": %.3f, "
-             "\"ratio\": %.4f, \"weights_identical\": \"%s\"}",
+  fprintf(f,
+          ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
+          "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
+          "\"stall_ms_per_iteration\": %.3f, "
+          "\"read_mib_per_iteration\": %.3f, "
+          "\"written_mib_per_iteration\": %.3f, \"floor_ms\": %.3f, "
+          "\"ratio\": %.4f, \"weights_identical\": \"%s\"}",
           MIB(r->peak_rss), MIB(r->resident_peak), r->median_ms, r->p90_ms,
           r->stall_ms, r->read_mib, r->written_mib, c->floor_ms, c->ratio,
           c->identical);
@@ -1122,12 +1128,14 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
                        strerror(errno));
   fprintf(f, "{\n  \"model\": ");
   json_string(f, b->o.model);
-  fprintf(f, ",\n  \"batch\": %ld,\n  \"iterations\": %ld,\n"
-             "  \"warmup\": %ld,\n",
+  fprintf(f,
+          ",\n  \"batch\": %ld,\n  \"iterations\": %ld,\n"
+          "  \"warmup\": %ld,\n",
           b->batch, b->o.iterations, b->o.warmup);
-  fprintf(f, "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
-             "\"block_bytes\": %u, \"depth\": %u, \"direct\": %s, "
-             "\"io\": ",
+  fprintf(f,
+          "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
+          "\"block_bytes\": %u, \"depth\": %u, \"direct\": %s, "
+          "\"io\": ",
           bw->read_mib_s, bw->write_mib_s, BW_BLOCK, BW_DEPTH,
           bw->direct ? "true" : "false");
   json_string(f, bw->io);
@@ -1183,8 +1191,7 @@ static int write_plot_files(const bench *b, const char *dat, const char *gp,
   if (close_out(f, dat, "--plot", err) != 0)
     return err->code;
   if (!(f = fopen(gp, "w")))
-    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", gp,
-                       strerror(errno));
+    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", gp, strerror(errno));
   char title[512];
   snprintf(title, sizeof title, "%s, batch %ld: one point per window",
            b->o.model, b->batch);
@@ -1254,8 +1261,9 @@ static int run_all(bench *b) {
     c->ok = rc == 0;
     fprintf(stderr, " %s (%.2f s)\n", c->ok ? "ok" : "FAILED", now_s() - t0);
     if (c->ok && c->r.measured != (double)b->o.iterations)
-      fprintf(stderr, "bench: note: window %s measured %.0f iterations, not "
-                      "%ld (too few batches in one epoch of the data?)\n",
+      fprintf(stderr,
+              "bench: note: window %s measured %.0f iterations, not "
+              "%ld (too few batches in one epoch of the data?)\n",
               c->label, c->r.measured, b->o.iterations);
     if (c->ok)
       continue;
@@ -1281,10 +1289,10 @@ static int read_model(bench *b) {
     return -1;
   }
   const char *t = getenv("TMPDIR");
-  const char *dir = b->o.swap_dir      ? b->o.swap_dir
+  const char *dir = b->o.swap_dir          ? b->o.swap_dir
                     : c.model.swap_path[0] ? c.model.swap_path
-                    : t && *t          ? t
-                                       : "/tmp";
+                    : t && *t              ? t
+                                           : "/tmp";
   snprintf(b->bw.dir, sizeof b->bw.dir, "%s", dir);
   b->batch = b->o.batch ? b->o.batch : c.model.batch_size;
   nto_config_free(&c);

@@ -84,7 +84,7 @@ static void print_windows(const nto_model *m, long threads) {
     size_t need = 0;
     if (nto_model_window_bytes(m, windows[i], &need, &err) != 0 ||
         nto_schedule_build(&sc, nto_model_plan(m, NTO_PASS_TRAIN), windows[i],
-                           &err) != 0) {
+                           NULL, &err) != 0) {
       printf("  window %d: %s\n", windows[i], err.msg);
       continue;
     }

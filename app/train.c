@@ -69,6 +69,12 @@ static const char usage[] =
     "  --io uring|psync      I/O backend (default: io_uring, psync where\n"
     "                        io_uring is refused)\n"
     "  --no-direct           swap through the page cache (no O_DIRECT)\n"
+    "  --prefetch steps|time when reads start: 'steps' (default): step\n"
+    "                        s+N's at the start of step s; 'time': from\n"
+    "                        the step times and read bandwidth measured in\n"
+    "                        iterations 1 and 3, early enough to be done\n"
+    "                        before each step runs (more tensors resident;\n"
+    "                        within --memory-budget if given)\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -79,18 +85,19 @@ typedef struct opts {
   const char *model, *data, *save;
   long epochs, iterations, batch, train_samples, eval_samples, shuffle;
   long seed, threads, log_every;
-  const char *window;     /* "N", "all" or NULL (the INI decides) */
-  const char *swap_dir;   /* NULL: the INI's, else the default */
-  const char *io;         /* NULL: auto */
-  const char *log_states; /* NULL: off */
+  const char *window;      /* "N", "all" or NULL (the INI decides) */
+  const char *swap_dir;    /* NULL: the INI's, else the default */
+  const char *io;          /* NULL: auto */
+  const char *prefetch;    /* NULL: steps */
+  const char *log_states;  /* NULL: off */
   const char *report_json; /* NULL: off */
   const char *budget;      /* --memory-budget, NULL: the INI's */
   const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */
   int no_direct;
-  const char *checkpoint;  /* --checkpoint, NULL: off */
-  long checkpoint_every;   /* 0: once per epoch */
-  const char *resume;      /* --resume, NULL: a new run */
+  const char *checkpoint; /* --checkpoint, NULL: off */
+  long checkpoint_every;  /* 0: once per epoch */
+  const char *resume;     /* --resume, NULL: a new run */
 } opts;
 
 /* The signal that asks the run to stop (SIGINT, SIGTERM), 0: none. Set by
@@ -138,17 +145,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
                !strcmp(a, "--io") || !strcmp(a, "--log-states") ||
                !strcmp(a, "--report-json") || !strcmp(a, "--memory-budget") ||
                !strcmp(a, "--trace") || !strcmp(a, "--checkpoint") ||
-               !strcmp(a, "--resume")) {
-      const char **dst = !strcmp(a, "--data")         ? &o->data
-                         : !strcmp(a, "--save")       ? &o->save
-                         : !strcmp(a, "--window")     ? &o->window
-                         : !strcmp(a, "--swap-dir")   ? &o->swap_dir
-                         : !strcmp(a, "--io")         ? &o->io
-                         : !strcmp(a, "--log-states") ? &o->log_states
+               !strcmp(a, "--resume") || !strcmp(a, "--prefetch")) {
+      const char **dst = !strcmp(a, "--data")            ? &o->data
+                         : !strcmp(a, "--save")          ? &o->save
+                         : !strcmp(a, "--window")        ? &o->window
+                         : !strcmp(a, "--swap-dir")      ? &o->swap_dir
+                         : !strcmp(a, "--io")            ? &o->io
+                         : !strcmp(a, "--log-states")    ? &o->log_states
                          : !strcmp(a, "--memory-budget") ? &o->budget
                          : !strcmp(a, "--trace")         ? &o->trace
                          : !strcmp(a, "--checkpoint")    ? &o->checkpoint
                          : !strcmp(a, "--resume")        ? &o->resume
+                         : !strcmp(a, "--prefetch")      ? &o->prefetch
                                                          : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
@@ -380,8 +388,8 @@ static int write_checkpoint(run *r, nto_err *err) {
   nto_ckpt_set(&v[n++], "loop.last_loss", dbits(r->last_loss));
   nto_ckpt_set(&v[n++], "loop.last_acc", dbits(r->last_acc));
   double t = now_s();
-  int rc = nto_checkpoint_save(r->o.checkpoint, r->o.model, r->m, r->train,
-                               v, n, err);
+  int rc = nto_checkpoint_save(r->o.checkpoint, r->o.model, r->m, r->train, v,
+                               n, err);
   if (rc != 0)
     return rc;
   t = now_s() - t;
@@ -445,8 +453,8 @@ static int train_loop(run *r, nto_err *err) {
   r->planned = epochs * per_epoch;
   if (r->o.iterations && r->o.iterations < r->planned)
     r->planned = r->o.iterations;
-  r->step_s = calloc((size_t)(r->planned > 0 ? r->planned : 1),
-                     sizeof *r->step_s);
+  r->step_s =
+      calloc((size_t)(r->planned > 0 ? r->planned : 1), sizeof *r->step_s);
   if (!r->step_s)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   long log_every = r->o.log_every ? r->o.log_every
@@ -537,11 +545,11 @@ static void print_plan(run *r) {
 
 /* The report's figures, over the iterations after the warm-up. */
 typedef struct metrics {
-  long from, n;            /* measured iterations [from, from + n) */
+  long from, n; /* measured iterations [from, from + n) */
   double median_ms, p90_ms;
   double stall_ms, read_mib, written_mib; /* per measured iteration */
   double read_busy_ms, write_busy_ms;     /* the same */
-  int offload;             /* 0: all resident, st unset */
+  int offload;                            /* 0: all resident, st unset */
   nto_offload_stats st;
   nto_mem_plan plan;
   size_t peak_rss;
@@ -551,8 +559,7 @@ static void measure(run *r, metrics *mx) {
   memset(mx, 0, sizeof *mx);
   /* Too few iterations for the warm-up: measure them all (and say so).
    * Resumed: only this process's iterations (from it0) were timed. */
-  mx->from = r->it0 + r->o.warmup < r->n_steps ? r->it0 + r->o.warmup
-                                                : r->it0;
+  mx->from = r->it0 + r->o.warmup < r->n_steps ? r->it0 + r->o.warmup : r->it0;
   mx->n = r->n_steps - mx->from;
   double n = mx->n > 0 ? (double)mx->n : 1;
   mx->median_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.5) * 1e3;
@@ -593,6 +600,10 @@ static void report_offload(run *r, const metrics *mx) {
     printf("                  (the largest window's region; the final "
            "window's region is %s, its planned peak above)\n",
            cli_bytes(st->region, a, sizeof a));
+  if (st->ahead > 0)
+    printf("prefetch          by time: reads start up to %d steps beyond "
+           "the window (measured step times and read bandwidth)\n",
+           st->ahead);
   printf("stall             %.1f ms per iteration (%.1f%% of the median "
          "iteration), executor waiting for reads\n",
          mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
@@ -625,7 +636,8 @@ static void report_window_trace(run *r) {
            "(%.1f%%), I/O %.0f%%%s\n",
            i + 1, v[i].window, v[i].iteration_ms, v[i].stall_ms,
            v[i].measured_ms, 100 * v[i].stall_ms / part,
-           100 * v[i].io_busy_ms / (v[i].iteration_ms > 0 ? v[i].iteration_ms : 1),
+           100 * v[i].io_busy_ms /
+               (v[i].iteration_ms > 0 ? v[i].iteration_ms : 1),
            v[i].judged ? "" : " (mostly priming: not judged)");
   }
   if (skipped)
@@ -664,8 +676,7 @@ static void report(run *r, const metrics *mx, double total_s) {
   printf("planned tensors   %s all resident = weights %s + optimizer %s + "
          "activations/gradients %s + workspace %s\n",
          cli_bytes(p->total, b, sizeof b), cli_bytes(p->weights, c, sizeof c),
-         cli_bytes(p->opt_state, d, sizeof d),
-         cli_bytes(p->arena, e, sizeof e),
+         cli_bytes(p->opt_state, d, sizeof d), cli_bytes(p->arena, e, sizeof e),
          cli_bytes(p->workspace, f, sizeof f));
   if (r->budget)
     printf("memory budget     %s for resident tensors + workspace\n",
@@ -702,20 +713,21 @@ static int report_json(run *r, const metrics *mx, double total_s,
     return nto_err_set(err, NTO_EIO, "--report-json: cannot open %s: %s",
                        r->o.report_json, strerror(errno));
   const nto_offload_stats *st = &mx->st;
-  size_t resident = mx->offload ? st->peak_resident
-                                : mx->plan.total - mx->plan.workspace;
+  size_t resident =
+      mx->offload ? st->peak_resident : mx->plan.total - mx->plan.workspace;
   fprintf(f, "{\n  \"model\": ");
   json_string(f, r->o.model);
   fprintf(f, ",\n  \"batch\": %d,\n  \"iterations\": %ld,\n", r->batch,
           r->n_steps);
-  fprintf(f, "  \"warmup\": %ld,\n  \"measured_iterations\": %ld,\n",
-          mx->from, mx->n);
+  fprintf(f, "  \"warmup\": %ld,\n  \"measured_iterations\": %ld,\n", mx->from,
+          mx->n);
   fprintf(f, "  \"total_s\": %.3f,\n", total_s);
   if (mx->offload)
     fprintf(f, "  \"window\": %d,\n", st->window);
   else
     fprintf(f, "  \"window\": \"all\",\n");
   fprintf(f, "  \"window_mode\": \"%s\",\n", r->window_mode);
+  fprintf(f, "  \"prefetch_ahead_steps\": %d,\n", mx->offload ? st->ahead : 0);
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);
   fprintf(f, "  \"io\": ");
   json_string(f, mx->offload ? st->io : "none");
@@ -730,10 +742,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"iteration_ms_median\": %.3f,\n", mx->median_ms);
   fprintf(f, "  \"iteration_ms_p90\": %.3f,\n", mx->p90_ms);
   fprintf(f, "  \"stall_ms_per_iteration\": %.3f,\n", mx->stall_ms);
-  fprintf(f, "  \"read_busy_ms_per_iteration\": %.3f,\n",
-          mx->read_busy_ms);
-  fprintf(f, "  \"write_busy_ms_per_iteration\": %.3f,\n",
-          mx->write_busy_ms);
+  fprintf(f, "  \"read_busy_ms_per_iteration\": %.3f,\n", mx->read_busy_ms);
+  fprintf(f, "  \"write_busy_ms_per_iteration\": %.3f,\n", mx->write_busy_ms);
   fprintf(f, "  \"read_mib_per_iteration\": %.3f,\n", mx->read_mib);
   fprintf(f, "  \"written_mib_per_iteration\": %.3f,\n", mx->written_mib);
   fprintf(f, "  \"planned_read_mib_per_iteration\": %.3f,\n",
@@ -881,8 +891,7 @@ static int trace_finish(run *r, nto_err *err) {
   bad |= fclose(r->trace) != 0;
   r->trace = NULL;
   pthread_mutex_destroy(&r->trace_mu);
-  return bad ? nto_err_set(err, NTO_EIO, "--trace: cannot write %s",
-                           r->o.trace)
+  return bad ? nto_err_set(err, NTO_EIO, "--trace: cannot write %s", r->o.trace)
              : 0;
 }
 
@@ -979,6 +988,13 @@ static int offload_opts(run *r, nto_model_opts *mo) {
                  : mc->swap_path[0] ? mc->swap_path
                                     : NULL;
   oo->no_direct = o->no_direct;
+  mo->prefetch = NTO_PREFETCH_STEPS;
+  if (o->prefetch && !strcmp(o->prefetch, "time")) {
+    mo->prefetch = NTO_PREFETCH_TIME;
+  } else if (o->prefetch && strcmp(o->prefetch, "steps") != 0) {
+    cli_error("--prefetch: expected steps or time, got '%s'", o->prefetch);
+    return -1;
+  }
   oo->io = NTO_IO_AUTO;
   if (o->io) {
     int k = nto_io_kind_parse(o->io);
@@ -1114,8 +1130,7 @@ int cmd_train(int argc, char **argv) {
                 "iterations %ld-%ld are lost)",
                 sn, r.n_steps, r.it0 + 1, r.n_steps);
     else if (rc == 0)
-      cli_error("interrupted by %s before the first iteration of this run",
-                sn);
+      cli_error("interrupted by %s before the first iteration of this run", sn);
     else
       cli_error("%s", err.msg);
     nto_err cerr = {0};

@@ -1,6 +1,7 @@
 /* model.c - tensor table, execution plan, arena, executor. See model.h. */
 #include "model.h"
 #include "autowin.h"
+#include "lookahead.h"
 #include "loss.h"
 #include "lr_scheduler.h"
 #include "optimizer.h"
@@ -68,11 +69,15 @@ struct nto_model {
   long iteration;
   nto_step_trace_fn step_trace;
   void *step_trace_user;
-  size_t budget;                /* memory budget, bytes; 0: none */
-  int auto_window;              /* NTO_WINDOW_AUTO */
-  nto_autowin ctl;              /* its controller */
-  nto_window_sample *wtrace;    /* its record, one per iteration */
+  size_t budget;             /* memory budget, bytes; 0: none */
+  int auto_window;           /* NTO_WINDOW_AUTO */
+  nto_autowin ctl;           /* its controller */
+  nto_window_sample *wtrace; /* its record, one per iteration */
   int n_wtrace, cap_wtrace;
+  int prefetch_time; /* NTO_PREFETCH_TIME while offloading */
+  double *step_ms;   /* per training step: compute time as
+                        measured for the frontier, NULL: none */
+  long passes;       /* training passes run by this process */
   nto_rng rng;
   nto_grad_hook hook;
   void *hook_user;
@@ -615,7 +620,7 @@ static int window_region(const nto_model *m, int n, size_t *region,
   *region = 0;
   for (int k = 0; k < 2; k++) {
     nto_schedule sc;
-    int rc = nto_schedule_build(&sc, &m->plan[k], n, err);
+    int rc = nto_schedule_build(&sc, &m->plan[k], n, NULL, err);
     if (rc != 0)
       return rc;
     if (sc.region > *region)
@@ -653,14 +658,13 @@ static int largest_fit(const nto_model *m, size_t budget, int *best,
 /* Decide the window from opts (mode, window, budget): *window 0 means all
  * resident; *max the adaptive window's upper bound. NTO_ECONFIG when the
  * budget cannot be met, naming what would fit. */
-static int resolve_window(nto_model *m, const nto_model_opts *opts,
-                          int *window, int *max, nto_err *err) {
+static int resolve_window(nto_model *m, const nto_model_opts *opts, int *window,
+                          int *max, nto_err *err) {
   size_t budget = opts->memory_budget, total = nto_model_mem_plan(m).total;
   size_t ws = nto_round_page(m->ws_bytes), min_need = 0;
   int S = m->plan[NTO_PASS_TRAIN].n_steps, fit = 0, rc = 0;
   char b[32], need[32], w[32];
-  const char *src = opts->budget_source ? opts->budget_source
-                                        : "memory budget";
+  const char *src = opts->budget_source ? opts->budget_source : "memory budget";
   *window = opts->window_mode == NTO_WINDOW_AUTO ? 1 : opts->offload.window;
   *max = S > 2 ? S - 1 : 1;
   if (!budget && opts->window_mode == NTO_WINDOW_AUTO) {
@@ -740,6 +744,7 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
     oo.window = window;
     m->budget = opts->memory_budget;
     m->auto_window = opts->window_mode == NTO_WINDOW_AUTO;
+    m->prefetch_time = opts->prefetch == NTO_PREFETCH_TIME;
     if (m->auto_window)
       nto_autowin_init(&m->ctl, 1, max);
     return start_offload(m, &oo, err);
@@ -805,6 +810,7 @@ void nto_model_free(nto_model *m) {
     return;
   nto_offload_free(m->off); /* releases the buffers it owns */
   free(m->wtrace);
+  free(m->step_ms);
   if (!m->off)
     for (int i = 0; i < m->n_t; i++)
       if (m->t[i].role == NTO_ROLE_WEIGHT || m->t[i].role == NTO_ROLE_OPT_STATE)
@@ -988,8 +994,7 @@ static int run_pass(nto_model *m, int pass, const float *x, const float *y,
         t_ready = now_ms();
       rc = run_step(m, pass, s, x, y, valid, lr, st, err);
       if (m->step_trace)
-        m->step_trace(m->step_trace_user, pass, s, t_begin, t_ready,
-                      now_ms());
+        m->step_trace(m->step_trace_user, pass, s, t_begin, t_ready, now_ms());
       if (rc != 0 && m->off)
         nto_offload_drain(m->off, NULL);
     } else {
@@ -1004,10 +1009,10 @@ static int run_pass(nto_model *m, int pass, const float *x, const float *y,
 }
 
 /* The adaptive window after a training iteration that started at t0_ms
- * with counters *before: record it, and switch the window if the
- * controller says so. */
+ * with counters *before: record it, and the window the controller wants
+ * next into *next. */
 static int adapt_window(nto_model *m, const nto_offload_stats *before,
-                        double t0_ms, nto_err *err) {
+                        double t0_ms, int *next, nto_err *err) {
   nto_offload_stats now;
   nto_offload_get_stats(m->off, &now);
   double rb = now.read_busy_ms - before->read_busy_ms;
@@ -1031,13 +1036,117 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
     m->cap_wtrace = cap;
   }
   m->wtrace[m->n_wtrace++] = ws;
+  *next = ws.window;
   if (!ws.judged)
     return 0;
   nto_autowin_sample as = {ws.window, ws.measured_ms, ws.stall_ms,
                            ws.io_busy_ms * ws.measured_ms / it,
                            prime > 0 ? 0 : it};
-  int next = nto_autowin_next(&m->ctl, &as);
-  return next == ws.window ? 0 : nto_offload_set_window(m->off, next, err);
+  *next = nto_autowin_next(&m->ctl, &as);
+  return 0;
+}
+
+/* Bytes a window of n with frontier upto needs: the larger region of the
+ * training schedule (with upto) and the inference one, + workspace. */
+static int frontier_need(const nto_model *m, int n, const int *upto,
+                         size_t *need, nto_err *err) {
+  size_t region = 0;
+  for (int k = 0; k < 2; k++) {
+    nto_schedule sc;
+    int rc = nto_schedule_build(&sc, &m->plan[k], n, k ? NULL : upto, err);
+    if (rc != 0)
+      return rc;
+    region = sc.region > region ? sc.region : region;
+    nto_schedule_free(&sc);
+  }
+  *need = region + nto_round_page(m->ws_bytes);
+  return 0;
+}
+
+/*
+ * The read frontier of window n from the measured step times (lookahead.h)
+ * into upto[0..S); *ok = 0 when there is nothing to weigh (no times, no
+ * reads). Read time of step j: the bytes that bring it in (the plain
+ * window's schedule) at the bandwidth the onloader achieved so far,
+ * times PREFETCH_MARGIN, + PREFETCH_LATENCY_MS per step with reads. With
+ * a memory budget, the frontier is cut (fewest steps beyond the window
+ * first) to the largest that fits.
+ */
+#define PREFETCH_MARGIN 1.25
+#define PREFETCH_LATENCY_MS 0.2
+static int make_frontier(nto_model *m, int n, int *upto, int *ok,
+                         nto_err *err) {
+  *ok = 0;
+  nto_offload_stats st;
+  nto_offload_get_stats(m->off, &st);
+  if (!m->step_ms || st.read_bytes == 0 || st.read_busy_ms <= 0)
+    return 0;
+  double bytes_per_ms = (double)st.read_bytes / st.read_busy_ms;
+  const nto_plan *p = &m->plan[NTO_PASS_TRAIN];
+  int S = p->n_steps;
+  double *read_ms = malloc((size_t)S * sizeof *read_ms);
+  nto_schedule sc;
+  int rc = read_ms ? nto_schedule_build(&sc, p, n, NULL, err)
+                   : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc != 0) {
+    free(read_ms);
+    return rc;
+  }
+  for (int j = 0; j < S; j++)
+    read_ms[j] = sc.enter_read[j] ? (double)sc.enter_read[j] / bytes_per_ms *
+                                            PREFETCH_MARGIN +
+                                        PREFETCH_LATENCY_MS
+                                  : 0;
+  nto_schedule_free(&sc);
+  int most = nto_lookahead_frontier(S, n, m->step_ms, read_ms, -1, upto);
+  rc = most < 0 ? nto_err_set(err, most, "out of memory") : 0;
+  /* the budget: the largest cap on the steps beyond the window that fits */
+  size_t need = 0;
+  if (rc == 0 && m->budget)
+    rc = frontier_need(m, n, upto, &need, err);
+  if (rc == 0 && m->budget && need > m->budget) {
+    int lo = -1, hi = most; /* lo: fits (-1: none), hi: does not */
+    while (rc == 0 && hi - lo > 1) {
+      int mid = lo + (hi - lo) / 2;
+      rc = nto_lookahead_frontier(S, n, m->step_ms, read_ms, mid, upto) < 0
+               ? nto_err_set(err, NTO_ENOMEM, "out of memory")
+               : frontier_need(m, n, upto, &need, err);
+      if (rc == 0)
+        *(need <= m->budget ? &lo : &hi) = mid;
+    }
+    if (rc == 0 && lo >= 0 &&
+        nto_lookahead_frontier(S, n, m->step_ms, read_ms, lo, upto) < 0)
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+    most = lo;
+  }
+  free(read_ms);
+  *ok = rc == 0 && most > 0;
+  return rc;
+}
+
+/* After a training pass: measure step times for the frontier (passes 1
+ * and 3 of this process; the first pays for first touches), and put the
+ * window next (autowin) with its frontier in force. */
+static int tune_window(nto_model *m, int next, nto_err *err) {
+  int S = m->plan[NTO_PASS_TRAIN].n_steps, remeasured = 0;
+  if (m->prefetch_time && (m->passes == 1 || m->passes == 3)) {
+    if (!m->step_ms && !(m->step_ms = malloc((size_t)S * sizeof *m->step_ms)))
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+    nto_offload_step_times(m->off, m->step_ms);
+    remeasured = 1;
+  }
+  nto_offload_stats st;
+  nto_offload_get_stats(m->off, &st);
+  if (!remeasured && next == st.window)
+    return 0;
+  int *upto = malloc((size_t)S * sizeof *upto), ok = 0;
+  if (!upto)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  int rc = m->step_ms ? make_frontier(m, next, upto, &ok, err) : 0;
+  if (rc == 0)
+    rc = nto_offload_set_frontier(m->off, next, ok ? upto : NULL, err);
+  free(upto);
+  return rc;
 }
 
 int nto_model_train_step(nto_model *m, const float *x, const float *y,
@@ -1050,10 +1159,20 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
     t0 = now_ms();
   }
   int rc = run_pass(m, NTO_PASS_TRAIN, x, y, m->g.batch, lr, st, err);
-  if (rc == 0)
+  if (rc == 0) {
     m->iteration++;
+    m->passes++;
+  }
+  int next = 0;
+  if (rc == 0 && m->off) {
+    nto_offload_stats now;
+    nto_offload_get_stats(m->off, &now);
+    next = now.window;
+  }
   if (rc == 0 && m->auto_window)
-    rc = adapt_window(m, &before, t0, err);
+    rc = adapt_window(m, &before, t0, &next, err);
+  if (rc == 0 && m->off)
+    rc = tune_window(m, next, err);
   return rc;
 }
 
@@ -1065,20 +1184,24 @@ int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
   return rc;
 }
 
-int nto_model_set_window(nto_model *m, int n, nto_err *err) {
+int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err) {
   if (!m->off || n < 1)
     return nto_err_set(err, NTO_EINVAL,
                        m->off ? "window %d: expected >= 1"
                               : "window %d: the model does not offload",
                        n);
   size_t need = 0;
-  int rc = m->budget ? nto_model_window_bytes(m, n, &need, err) : 0;
+  int rc = m->budget ? frontier_need(m, n, upto, &need, err) : 0;
   if (rc == 0 && m->budget && need > m->budget)
     return nto_err_set(err, NTO_ECONFIG,
                        "window %d needs %zu bytes, above the memory budget "
                        "of %zu",
                        n, need, m->budget);
-  return rc == 0 ? nto_offload_set_window(m->off, n, err) : rc;
+  return rc == 0 ? nto_offload_set_frontier(m->off, n, upto, err) : rc;
+}
+
+int nto_model_set_window(nto_model *m, int n, nto_err *err) {
+  return nto_model_set_frontier(m, n, NULL, err);
 }
 
 const nto_window_sample *nto_model_window_trace(const nto_model *m, int *n) {
@@ -1248,8 +1371,8 @@ int nto_model_state_tensors(nto_model *m, nto_named_tensor **out, int *n,
                             nto_err *err) {
   int count = 0;
   for (int t = 0; t < m->n_t; t++)
-    count += m->t[t].role == NTO_ROLE_WEIGHT ||
-             m->t[t].role == NTO_ROLE_OPT_STATE;
+    count +=
+        m->t[t].role == NTO_ROLE_WEIGHT || m->t[t].role == NTO_ROLE_OPT_STATE;
   nto_named_tensor *ts = calloc((size_t)(count ? count : 1), sizeof *ts);
   if (!ts)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");

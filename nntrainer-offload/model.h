@@ -52,6 +52,16 @@ typedef enum {
                         less than everything resident) */
 } nto_window_mode;
 
+/* When the offload engine reads a step's tensors (nto_model_opts.prefetch).
+ * STEPS (default): step s+N's at the start of step s (N steps resident and
+ * one step's reads ahead; the memory the plain schedule and `summary`
+ * state). TIME: after the first and third training iterations, from their
+ * measured step times and the read bandwidth achieved so far, each step's
+ * reads are queued early enough to be done before it runs (a frontier,
+ * lookahead.h), within the memory budget if one is given; this holds more
+ * than N steps' tensors at times, and the region grows accordingly. */
+typedef enum { NTO_PREFETCH_STEPS, NTO_PREFETCH_TIME } nto_prefetch;
+
 /* Executor steps for a trace: step s of pass `pass` waited for its reads
  * from t_begin_ms to t_ready_ms and ran until t_end_ms (CLOCK_MONOTONIC,
  * ms). Called on the executor thread after each step. */
@@ -72,12 +82,13 @@ typedef struct nto_model_opts {
                                (one arena); >= 1: the offload engine with
                                a window of that many steps */
   nto_window_mode window_mode;
-  size_t memory_budget; /* bytes, 0: none. A hard bound on resident tensor
-                           bytes (the offload region, or all tensors when
-                           resident) + the im2col workspace. A fixed
-                           window or `all` above it is refused
-                           (NTO_ECONFIG naming the largest window that
-                           fits, or the minimum the model needs). */
+  size_t memory_budget;      /* bytes, 0: none. A hard bound on resident tensor
+                                bytes (the offload region, or all tensors when
+                                resident) + the im2col workspace. A fixed
+                                window or `all` above it is refused
+                                (NTO_ECONFIG naming the largest window that
+                                fits, or the minimum the model needs). */
+  nto_prefetch prefetch;     /* with a window: how far ahead reads go */
   const char *budget_source; /* names the budget's setting in errors, e.g.
                                "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */
@@ -240,6 +251,16 @@ int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
  * the window does not fit it; else as nto_offload_set_window.
  */
 int nto_model_set_window(nto_model *m, int n, nto_err *err);
+
+/*
+ * As nto_model_set_window, with a read frontier for the training pass
+ * (nto_offload_set_frontier; upto[0..S) for the S training steps, NULL:
+ * s + n), checked against the memory budget like a window. With
+ * NTO_PREFETCH_TIME the model replaces it by its own after the next
+ * window change or measured iteration. Executor thread, between passes.
+ */
+int nto_model_set_frontier(nto_model *m, int n, const int *upto,
+                           nto_err *err);
 
 /* The adaptive window's record: one sample per training iteration so far
  * (NULL and *n = 0 unless NTO_WINDOW_AUTO). Owned by the model, valid

@@ -108,6 +108,10 @@ struct nto_offload {
   int *step_writes;          /* per step: its writes not yet complete */
   long entered, executed;    /* steps since the window was primed */
   int primed;
+  int *upto;       /* the training plan's frontier as given (has_upto) */
+  int has_upto;    /* 0: none, s + N */
+  double *step_ms; /* per training step: compute time, last pass */
+  double ready_t;  /* when the step being run became ready */
 
   pthread_mutex_t mu;
   pthread_cond_t cv_exec, cv_load, cv_off, cv_mem;
@@ -639,21 +643,20 @@ static void drain_locked(nto_offload *o) {
   o->entered = o->executed = 0;
 }
 
-/* Step g (counted from the priming) enters: its state, and the begin
- * actions that bring it in (the priming brings steps 0..N-1). */
-static void enter(nto_offload *o) {
+/* At the start of step s (o->executed steps after the priming, which is
+ * at the start of a pass): the steps up to the frontier enter (their
+ * state), and s's begin actions bring them in (the priming brings steps
+ * 0..n_lead-1). */
+static void enter_upto(nto_offload *o, int s) {
   const nto_schedule *sc = &o->sched[o->mode];
-  int S = n_steps(o), s = (int)(o->entered % S);
-  set_state(o, s, NTO_STEP_WAIT_FOR_EXEC);
-  if (o->entered < sc->window) {
-    if (o->entered == 0)
-      queue_loads(o, sc->prime, sc->n_prime);
-  } else {
-    int b = (int)((o->entered - sc->window) % S); /* its lookahead step */
-    queue_loads(o, &sc->begin[sc->begin_first[b]],
-                sc->begin_first[b + 1] - sc->begin_first[b]);
-  }
-  o->entered++;
+  int S = n_steps(o);
+  if (o->executed == 0)
+    queue_loads(o, sc->prime, sc->n_prime);
+  long upto = o->executed - s + sc->upto[s]; /* since the priming */
+  for (; o->entered <= upto; o->entered++)
+    set_state(o, (int)(o->entered % S), NTO_STEP_WAIT_FOR_EXEC);
+  queue_loads(o, &sc->begin[sc->begin_first[s]],
+              sc->begin_first[s + 1] - sc->begin_first[s]);
 }
 
 int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
@@ -666,23 +669,24 @@ int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
     o->primed = 1;
     int S = n_steps(o);
     assert(o->executed % S == s);
+    int lead = o->sched[o->mode].n_lead;
     if (o->executed == 0)
       o->prime_t0 = now_ms();
-    else if (o->executed == o->sched[o->mode].window)
+    else if (o->executed == lead)
       o->prime_ms += now_ms() - o->prime_t0;
-    while (o->entered <= o->executed + o->sched[o->mode].window)
-      enter(o);
+    enter_upto(o, s);
     if (!step_ready(o, s) && !o->failed) {
       double t0 = now_ms();
       while (!o->failed && !step_ready(o, s))
         pthread_cond_wait(&o->cv_exec, &o->mu);
       double waited = now_ms() - t0;
       o->stall_ms += waited;
-      if (o->executed < o->sched[o->mode].window) /* reads of the priming */
+      if (o->executed < lead) /* reads of the priming */
         o->prime_stall_ms += waited;
     }
     if (!o->failed)
       set_state(o, s, NTO_STEP_READY_FOR_EXEC);
+    o->ready_t = now_ms();
   }
   int rc = o->failed ? failure(o, err) : 0;
   pthread_mutex_unlock(&o->mu);
@@ -702,6 +706,8 @@ int nto_offload_end(nto_offload *o, int s, nto_err *err) {
         o->zero[p->step_t[k]] = 0;
       }
     const nto_schedule *sc = &o->sched[o->mode];
+    if (o->mode == 0)
+      o->step_ms[s] = now_ms() - o->ready_t;
     set_state(o, s, NTO_STEP_WAIT_FOR_OFF);
     apply_end(o, &sc->end[sc->end_first[s]],
               sc->end_first[s + 1] - sc->end_first[s], s);
@@ -887,12 +893,13 @@ static int map_region(nto_offload *o, const nto_schedule sc[2], nto_err *err) {
  * At creation (no swap file yet: nto_offload_create sizes it from
  * swap_bytes) or while drained (the file grows for new slots). On error
  * the engine keeps its previous schedules and region. */
-static int plan_engine(nto_offload *o, int window, nto_err *err) {
+static int plan_engine(nto_offload *o, int window, const int *upto,
+                       nto_err *err) {
   nto_schedule sc[2];
   memset(sc, 0, sizeof sc);
   int rc = 0;
   for (int k = 0; k < 2 && rc == 0; k++)
-    rc = nto_schedule_build(&sc[k], o->plans[k], window, err);
+    rc = nto_schedule_build(&sc[k], o->plans[k], window, k ? NULL : upto, err);
   uint64_t size = rc == 0 ? assign_slots(o, sc, 0) : 0;
   if (rc == 0 && o->swap && size > o->swap_bytes)
     rc = nto_swap_grow(o->swap, size, err);
@@ -909,20 +916,43 @@ static int plan_engine(nto_offload *o, int window, nto_err *err) {
   o->sched[0] = sc[0];
   o->sched[1] = sc[1];
   o->opts.window = window;
+  if (upto)
+    memcpy(o->upto, upto, (size_t)o->plans[0]->n_steps * sizeof *upto);
+  o->has_upto = upto != NULL;
   return 0;
 }
 
-int nto_offload_set_window(nto_offload *o, int window, nto_err *err) {
+/* Does the frontier upto (NULL: none) differ from the one in force? */
+static int new_frontier(const nto_offload *o, const int *upto) {
+  if (!upto || !o->has_upto)
+    return upto || o->has_upto;
+  return memcmp(upto, o->upto, (size_t)o->plans[0]->n_steps * sizeof *upto);
+}
+
+int nto_offload_set_frontier(nto_offload *o, int window, const int *upto,
+                             nto_err *err) {
   if (window < 1)
     window = 1;
   pthread_mutex_lock(&o->mu);
   int rc = o->failed ? failure(o, err) : 0;
-  if (rc == 0 && window != o->opts.window) {
+  if (rc == 0 && (window != o->opts.window || new_frontier(o, upto))) {
     drain_locked(o);
-    rc = o->failed ? failure(o, err) : plan_engine(o, window, err);
+    rc = o->failed ? failure(o, err) : plan_engine(o, window, upto, err);
   }
   pthread_mutex_unlock(&o->mu);
   return rc;
+}
+
+int nto_offload_set_window(nto_offload *o, int window, nto_err *err) {
+  return nto_offload_set_frontier(o, window, NULL, err);
+}
+
+int nto_offload_step_times(nto_offload *o, double *ms) {
+  pthread_mutex_lock(&o->mu);
+  int S = o->plans[0]->n_steps;
+  memcpy(ms, o->step_ms, (size_t)S * sizeof *ms);
+  pthread_mutex_unlock(&o->mu);
+  return S;
 }
 
 /* Decide between io_uring and psync by creating a probe ring here. */
@@ -958,11 +988,13 @@ static int alloc_tables(nto_offload *o) {
   o->has_sum = calloc(nt, 1);
   o->step_state = calloc((size_t)S + 1, 1);
   o->step_writes = calloc((size_t)S + 1, sizeof *o->step_writes);
+  o->upto = calloc((size_t)S + 1, sizeof *o->upto);
+  o->step_ms = calloc((size_t)S + 1, sizeof *o->step_ms);
   o->jobs[0] = calloc(nt, sizeof(job));
   o->jobs[1] = calloc(nt, sizeof(job));
   if (!o->req || !o->offset || !o->dirty || !o->zero || !o->writing ||
-      !o->loading || !o->sum || !o->has_sum || !o->step_state ||
-      !o->step_writes || !o->jobs[0] || !o->jobs[1] ||
+      !o->loading || !o->sum || !o->has_sum || !o->step_state || !o->upto ||
+      !o->step_ms || !o->step_writes || !o->jobs[0] || !o->jobs[1] ||
       fifo_init(&o->load_q, (int)nt) != 0 ||
       fifo_init(&o->write_q, (int)nt) != 0)
     return NTO_ENOMEM;
@@ -1051,7 +1083,7 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
     o->zero[t] = plans[0]->persistent[t]; /* zeros until stored */
   }
   if (rc == 0)
-    rc = plan_engine(o, o->opts.window, err);
+    rc = plan_engine(o, o->opts.window, NULL, err);
   if (rc == 0) {
     nto_swap_opts so = {opts->swap_dir, o->swap_bytes, !opts->no_direct};
     rc = nto_swap_open(&o->swap, &so, err);
@@ -1103,6 +1135,8 @@ void nto_offload_free(nto_offload *o) {
   free(o->has_sum);
   free(o->step_state);
   free(o->step_writes);
+  free(o->upto);
+  free(o->step_ms);
   free(o->jobs[0]);
   free(o->jobs[1]);
   free(o->targ[0]);
@@ -1121,6 +1155,11 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   memset(st, 0, sizeof *st);
   pthread_mutex_lock(&o->mu);
   st->window = o->sched[0].window;
+  st->ahead = 0;
+  for (int s = 0; o->has_upto && s < o->sched[0].n_steps; s++) {
+    int a = o->sched[0].upto[s] - s - o->sched[0].window;
+    st->ahead = a > st->ahead ? a : st->ahead;
+  }
   st->io = nto_io_kind_name(o->io_kind);
   st->direct = nto_swap_is_direct(o->swap);
   st->swap_dir = nto_swap_dir(o->swap);

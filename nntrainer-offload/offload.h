@@ -108,6 +108,8 @@ typedef struct nto_offload_opts {
 /* Counters since creation (or the last nto_offload_reset_stats). */
 typedef struct nto_offload_stats {
   int window;               /* N in use (clamped to the plan) */
+  int ahead;                /* training frontier: the most steps entered
+                               beyond the window (0 without a frontier) */
   const char *io;           /* "io_uring" or "psync" */
   int direct;               /* swap file opened with O_DIRECT */
   const char *swap_dir;     /* directory of the swap file */
@@ -158,9 +160,10 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
 void nto_offload_free(nto_offload *o);
 
 /*
- * Before step s of a pass of plan `mode`: extends the window (a read
- * lookahead of one step), then waits until every tensor of step s is
- * resident. Returns 0, or the recorded I/O error. Executor thread.
+ * Before step s of a pass of plan `mode`: extends the window (the steps up
+ * to the frontier enter: s + N, or upto[s] of nto_offload_set_frontier),
+ * then waits until every tensor of step s is resident. Returns 0, or the
+ * recorded I/O error. Executor thread.
  */
 int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err);
 
@@ -201,6 +204,24 @@ int nto_offload_zero(nto_offload *o, int t, nto_err *err);
  * between passes.
  */
 int nto_offload_set_window(nto_offload *o, int window, nto_err *err);
+
+/*
+ * As nto_offload_set_window, with a read frontier for the training plan
+ * (schedule.h, lookahead.h): upto[0..S) (copied; S the training plan's
+ * steps), or NULL for s + N. The inference plan keeps s + N. Nothing
+ * happens when both the window and the frontier are the ones in force.
+ * Same returns; executor thread, between passes.
+ */
+int nto_offload_set_frontier(nto_offload *o, int window, const int *upto,
+                             nto_err *err);
+
+/*
+ * Compute time of every step of the training plan in its last pass (ms,
+ * from the moment the step was ready to nto_offload_end: waits for reads
+ * excluded; 0 for steps not run yet) into ms[0..S); returns S. Executor
+ * thread.
+ */
+int nto_offload_step_times(nto_offload *o, double *ms);
 
 /* Counters; any thread that owns the engine (executor). */
 void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st);

@@ -42,6 +42,8 @@ typedef struct model {
   int n_pend;
   int *pend_rec; /* per tensor: its pending WRITE record, or -1 */
   nto_act *acts;
+  const int *upto;      /* the frontier (valid) */
+  uint64_t *enter_read; /* per step: bytes read when it enters (pass 1) */
   int oom;
 } model;
 
@@ -109,6 +111,8 @@ static void record(model *m, int pass, int step, int phase, int n, int tpass,
     case NTO_ACT_LOAD:
       nto_window_loaded(&m->w, a.t, a.kind);
       r.iv = open_interval(m, a.t, g); /* the priming has g < 0 */
+      if (pass == 1)
+        m->enter_read[target] += m->p->bytes[a.t];
       break;
     case NTO_ACT_RECLAIM:
       if (m->pend_rec[a.t] >= 0)
@@ -141,13 +145,16 @@ static void complete_writes(model *m, int pass, int step) {
 }
 
 static void run_model(model *m) {
-  int S = m->S, N = m->w.n;
-  for (int s = 0; s < N; s++)
+  int S = m->S, lead = m->upto[S - 1] - S + 1;
+  for (int s = 0; s < lead; s++)
     record(m, -1, s, 0, nto_window_enter(&m->w, s, m->acts), 0, s);
+  long next = lead; /* the next step to enter, counted from pass 0 */
   for (int pass = 0; pass < PASSES && !m->oom; pass++) {
     for (int s = 0; s < S; s++) {
-      int x = (s + N) % S, tpass = pass + (s + N >= S);
-      record(m, pass, s, 0, nto_window_enter(&m->w, x, m->acts), tpass, x);
+      for (; next <= (long)pass * S + m->upto[s]; next++) {
+        int x = (int)(next % S), tpass = (int)(next / S);
+        record(m, pass, s, 0, nto_window_enter(&m->w, x, m->acts), tpass, x);
+      }
       complete_writes(m, pass, s);
       record(m, pass, s, 2, nto_window_leave(&m->w, s, m->acts), pass, s);
     }
@@ -340,13 +347,13 @@ static size_t busiest(const model *m) {
   return best;
 }
 
-/* The buffers of steps 0 .. N-1 at their steady-state offsets. */
+/* The buffers of steps 0 .. n_lead-1 at their steady-state offsets. */
 static int fill_prime(nto_schedule *sc, model *m) {
   unsigned char *seen = calloc((size_t)m->p->n_tensors + 1, 1);
   if (!seen)
     return NTO_ENOMEM;
   const nto_plan *p = m->p;
-  for (int s = 0; s < sc->window; s++) {
+  for (int s = 0; s < sc->n_lead; s++) {
     for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
       int t = p->step_t[k];
       if (seen[t])
@@ -380,18 +387,34 @@ static void model_free(model *m) {
   free(m->acts);
 }
 
+/* A valid frontier for window n (see nto_schedule_build) into out. */
+static void make_frontier(int S, int n, const int *upto, int *out) {
+  for (int s = 0; s < S; s++) {
+    int u = upto && upto[s] > s + n ? upto[s] : s + n;
+    u = u > s + S - 1 ? s + S - 1 : u;
+    out[s] = s > 0 && out[s - 1] > u ? out[s - 1] : u;
+  }
+  /* across the wrap: step s of the next pass is at least where step S-1
+   * of this one got (stays <= s + S - 1: out[S-1] - S <= S - 2) */
+  for (int s = 0; s < S && out[s] < out[S - 1] - S; s++)
+    out[s] = out[S - 1] - S;
+}
+
 int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
-                       nto_err *err) {
+                       const int *upto, nto_err *err) {
   memset(sc, 0, sizeof *sc);
   model m = {.p = p, .S = p->n_steps};
   size_t nt = (size_t)p->n_tensors + 1;
+  sc->upto = malloc(((size_t)m.S + 1) * sizeof *sc->upto);
+  sc->enter_read = calloc((size_t)m.S + 1, sizeof *sc->enter_read);
   unsigned char *init = malloc(nt);
   m.open_iv = malloc(nt * sizeof(int));
   m.pend_rec = malloc(nt * sizeof(int));
   m.open_before = calloc(nt, 1);
   m.pend = malloc(nt * sizeof(int));
   m.acts = malloc(nt * sizeof(nto_act));
-  int rc = init && m.open_iv && m.pend_rec && m.open_before && m.pend && m.acts
+  int rc = init && m.open_iv && m.pend_rec && m.open_before && m.pend &&
+                   m.acts && sc->upto && sc->enter_read
                ? 0
                : NTO_ENOMEM;
   if (rc == 0) {
@@ -405,6 +428,10 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
   if (rc == 0) {
     sc->n_steps = m.S;
     sc->window = m.w.n;
+    make_frontier(m.S, m.w.n, upto, sc->upto);
+    sc->n_lead = sc->upto[m.S - 1] - m.S + 1;
+    m.upto = sc->upto;
+    m.enter_read = sc->enter_read;
     run_model(&m);
     rc = m.oom ? NTO_ENOMEM : 0;
   }
@@ -442,5 +469,7 @@ void nto_schedule_free(nto_schedule *sc) {
   free(sc->end);
   free(sc->prime);
   free(sc->written);
+  free(sc->upto);
+  free(sc->enter_read);
   memset(sc, 0, sizeof *sc);
 }

@@ -15,6 +15,13 @@
  * reused every iteration, and the region is the resident peak plus the
  * placement's fragmentation, known before training starts.
  *
+ * Frontier. By default step s+N enters (its reads are queued) at the start
+ * of step s. A frontier upto[] (lookahead.h) generalizes this: at the start
+ * of step s every step up to upto[s] has entered, counted from the start
+ * of the pass of s (upto[s] >= S: steps of the next pass); several steps
+ * may enter at one step's start and none at another's. upto[s] = s + N is
+ * the default.
+ *
  * Time within a pass: step s has three instants, 3s (its start: the
  * lookahead's reads, and the buffers of its own tensors that have no
  * content yet), 3s+1 (the previous step's writes complete) and 3s+2 (its
@@ -43,14 +50,19 @@ typedef struct nto_sched_act {
 typedef struct nto_schedule {
   int n_steps; /* S of the plan */
   int window;  /* N, clamped to [1, S-1] */
-  /* Actions at the start of step s (reading in step s+N, wrapping into
-   * the next pass, and allocating step s's tensors without content):
+  int *upto;   /* S: the frontier (steps entered by the start of step s,
+                  counted from its pass's start), s + N <= upto[s] <= s+S-1 */
+  int n_lead;  /* steps of a pass entered before it starts: upto[S-1]-S+1
+                  (N without a frontier) */
+  uint64_t *enter_read; /* S: bytes read when step j enters (steady) */
+  /* Actions at the start of step s (reading in the steps that enter then,
+   * up to upto[s], and allocating step s's tensors without content):
    * begin[begin_first[s] .. begin_first[s+1]); at its end:
    * end[end_first[s] .. end_first[s+1]). */
   int *begin_first, *end_first;
   nto_sched_act *begin, *end;
   /* Before the first step after a drain: the buffers the steady state
-   * holds when a pass starts (the tensors of steps 0 .. N-1). */
+   * holds when a pass starts (the tensors of steps 0 .. n_lead-1). */
   nto_sched_act *prime;
   int n_prime;
   size_t region;          /* bytes of the tensor region */
@@ -61,13 +73,15 @@ typedef struct nto_schedule {
 } nto_schedule;
 
 /*
- * Build the schedule of plan p (borrowed during the call) with window n.
+ * Build the schedule of plan p (borrowed during the call) with window n
+ * and frontier upto[0..S) (NULL: s + n; else made valid first: raised to
+ * s + n, lowered to s + S - 1, made nondecreasing across the wrap).
  * Returns 0, NTO_ENOMEM, or NTO_EINVAL if the modelled passes are not
  * periodic (a programming error). sc is zeroed first; free with
  * nto_schedule_free. Any single thread.
  */
 int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
-                       nto_err *err);
+                       const int *upto, nto_err *err);
 void nto_schedule_free(nto_schedule *sc);
 
 #endif /* NTO_SCHEDULE_H */

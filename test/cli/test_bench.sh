@@ -43,10 +43,10 @@ direct=
 net=test/data/nets/tiny_resnet.ini
 expect help 0 "--windows LIST" -- "$exe" bench --help
 expect run 0 "weights compared with the all run" -- "$exe" bench "$net" \
-  --windows 1,2,all --iterations 3 --warmup 1 --csv "$tmp/r.csv" \
+  --windows 1,2:time,all --iterations 3 --warmup 1 --csv "$tmp/r.csv" \
   --json "$tmp/r.json" --plot "$tmp/r.svg" --swap-dir "$tmp/swap" $direct
 cp "$tmp/out" "$tmp/run.out"
-grep -q "^command: nntrainer-offload bench $net --windows 1,2,all" "$tmp/run.out" &&
+grep -q "^command: nntrainer-offload bench $net --windows 1,2:time,all" "$tmp/run.out" &&
   grep -q "MiB/s" "$tmp/run.out" && pass ||
   fail header "no command or bandwidth line" "$tmp/run.out"
 
@@ -59,8 +59,8 @@ else
     fail csv_header "unexpected header" "$tmp/r.csv"
   [ "$(tail -n +2 "$tmp/r.csv" | wc -l)" -eq 3 ] && pass ||
     fail csv_rows "expected 3 data rows" "$tmp/r.csv"
-  [ "$(tail -n +2 "$tmp/r.csv" | cut -d, -f1 | tr '\n' ' ')" = "1 2 all " ] &&
-    pass || fail csv_configs "expected configs 1 2 all" "$tmp/r.csv"
+  [ "$(tail -n +2 "$tmp/r.csv" | cut -d, -f1 | tr '\n' ' ')" = "1 2:time all " ] &&
+    pass || fail csv_configs "expected configs 1 2:time all" "$tmp/r.csv"
   [ "$(tail -n +2 "$tmp/r.csv" | grep -c ',ok,.*,yes$')" -eq 3 ] && pass ||
     fail csv_identical "every row must be ok with weights identical = yes" "$tmp/r.csv"
 fi
@@ -88,7 +88,7 @@ keys = {"config", "status", "window", "peak_rss_mib", "resident_peak_mib",
         "ratio", "weights_identical"}
 c = d["configs"]
 assert isinstance(c, list) and len(c) == 3, c
-assert [x["config"] for x in c] == ["1", "2", "all"], c
+assert [x["config"] for x in c] == ["1", "2:time", "all"], c
 for x in c:
     assert set(x) == keys, sorted(x)
     assert x["status"] == "ok" and x["weights_identical"] == "yes", x
@@ -115,6 +115,8 @@ fi
 
 expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
 expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
+expect bad_prefetch 2 "optional :time or :steps" -- "$exe" bench "$net" --windows 1:soon
+expect all_prefetch 2 "option --windows" -- "$exe" bench "$net" --windows all:time
 expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogus
 expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0
 expect no_model 2 "missing MODEL.ini" -- "$exe" bench

@@ -129,9 +129,19 @@ static void session_close(session *ss) {
   free(ss->y);
 }
 
+/* A frontier for window n over S steps, s + n + (7s mod 5): ragged, not
+ * monotone (the engine makes it valid). */
+static int *ragged_frontier(int S, int n) {
+  int *upto = malloc((size_t)S * sizeof *upto);
+  for (int s = 0; s < S; s++)
+    upto[s] = s + n + (7 * s) % 5;
+  return upto;
+}
+
 /* Train nc->steps steps and evaluate once with the model options o; swap
  * files go to dir. switch_to (NULL: none): before training step s, change
- * the window to switch_to[s] when that is > 0. fault (NULL: none): set
+ * the window to switch_to[s] when that is > 0, or to -switch_to[s] with
+ * ragged_frontier when < 0. fault (NULL: none): set
  * after the model is created (its weights stored), cleared at the end;
  * the faults it fired go to *fired. The engine's counters at the end go to
  * *st when it offloads (else st->window = 0). */
@@ -154,6 +164,14 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
         nto_model_set_window(ss.m, switch_to[s], &err) != 0)
       fail_msg("%s: window %d before step %d: %s", nc->ini, switch_to[s], s,
                err.msg);
+    if (!eval && switch_to && switch_to[s] < 0) {
+      int *upto = ragged_frontier(nto_model_pass_steps(ss.m, NTO_PASS_TRAIN),
+                                  -switch_to[s]);
+      if (nto_model_set_frontier(ss.m, -switch_to[s], upto, &err) != 0)
+        fail_msg("%s: frontier %d before step %d: %s", nc->ini, -switch_to[s],
+                 s, err.msg);
+      free(upto);
+    }
     if (session_step(&ss, eval ? 99 : s, eval, &sst, &err) != 0)
       fail_msg("%s window %d step %d: %s", nc->ini, o.offload.window, s,
                err.msg);
@@ -233,6 +251,9 @@ static void check_net(const net_case *nc) {
       o.offload.window = windows[w];
       o.offload.io = ios[i];
       o.offload.checksum = windows[w] == 2 ? 1 : 0; /* 2: with checksums */
+      /* 1 and 3: frontiers from measured times (timing-dependent: any
+       * frontier must give the same results) */
+      o.prefetch = w % 2 ? NTO_PREFETCH_STEPS : NTO_PREFETCH_TIME;
       run_with(nc, o, dir, NULL, &r, NULL);
       check_equal(nc, &ref, &r, windows[w], ios[i]);
       result_free(&r);
@@ -335,7 +356,7 @@ static void test_state_machine(void **state) {
     assert_int_equal(log.last[NTO_PASS_EVAL][s], NTO_STEP_SWAPPED);
   assert_true(log.cycles >= 3 * S); /* every step ran 3 times */
   assert_true(os.read_bytes > 0 && os.written_bytes > 0);
-  assert_true(os.peak_resident <= os.region);
+  assert_true(os.peak_resident <= os.region_max); /* frontier changes */
   assert_true(os.planned_peak <= os.region);
   result_free(&r);
   session_close(&ss);
@@ -641,7 +662,9 @@ static void test_memory_budget(void **state) {
     run(nc, 0, NTO_IO_AUTO, dir, &ref);
     const size_t budgets[] = {need1, need1 + (total - need1) / 4,
                               need1 + (total - need1) / 2, total - 1, total};
-    nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET};
+    /* frontiers from measured times must stay within the budget too */
+    nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET,
+                        .prefetch = NTO_PREFETCH_TIME};
     o.memory_budget = need1 - NTO_PAGE;
     expect_refused(nc, o, dir, "below the minimum");
     int windows = 0;
@@ -654,8 +677,9 @@ static void test_memory_budget(void **state) {
         assert_int_equal(st.window, 0); /* everything fits: resident */
       } else {
         assert_true(st.window >= 1);
-        assert_true(st.region + ws <= budgets[b]);
-        assert_true(st.peak_resident <= st.region);
+        /* every region of the run, frontiers included (region_max) */
+        assert_true(st.region_max + ws <= budgets[b]);
+        assert_true(st.peak_resident <= st.region_max);
         windows += st.window > 1;
       }
       check_equal(nc, &ref, &r, st.window, NTO_IO_AUTO);
@@ -673,25 +697,27 @@ static void test_memory_budget(void **state) {
   tmpdir_remove(dir);
 }
 
-/* Changing the window between iterations (what --window auto does) keeps
- * results bit-identical, over both backends. */
+/* Changing the window between iterations (what --window auto does), and
+ * the read frontier (what --prefetch time does), keeps results
+ * bit-identical, over both backends. */
 static void test_window_changes(void **state) {
   (void)state;
   char dir[256];
   assert_int_equal(tmpdir_make(dir, sizeof dir, "switch"), 0);
   const net_case nc = {"test/data/nets/tiny_resnet.ini", 2, 6, 0};
-  const int switch_to[] = {0, 3, 1, 100000, 2, 2};
+  const int switch_to[] = {0, 3, -1, 100000, -2, 2};
   result ref = {0};
   run(&nc, 0, NTO_IO_AUTO, dir, &ref);
   const nto_io_kind ios[] = {NTO_IO_PSYNC, NTO_IO_AUTO};
   for (int i = 0; i < 2; i++) {
-    nto_model_opts o = {0};
+    nto_model_opts o = {.prefetch = NTO_PREFETCH_STEPS};
     o.offload.window = 2;
     o.offload.io = ios[i];
     result r = {0};
     nto_offload_stats st;
     run_with(&nc, o, dir, switch_to, &r, &st);
     assert_int_equal(st.window, 2);
+    assert_int_equal(st.ahead, 0); /* the last switch dropped the frontier */
     check_equal(&nc, &ref, &r, -1, ios[i]);
     result_free(&r);
   }

@@ -266,7 +266,8 @@ static void unclaim(int *owner, size_t off, size_t bytes) {
 
 /* Replay a schedule with its modelled timing (writes complete during the
  * next step) for three passes: no buffer may ever be placed over one in
- * use, and everything stays inside the region. */
+ * use, everything stays inside the region, and every tensor a step uses
+ * holds its buffer when the step runs. */
 static void replay(const nto_model *m, const nto_plan *p,
                    const nto_schedule *sc) {
   size_t pages = sc->region / 4096 + 1;
@@ -287,6 +288,11 @@ static void replay(const nto_model *m, const nto_plan *p,
         assert_true(a->offset + p->bytes[a->t] <= sc->region);
         claim(owner, a->t, off[a->t] = a->offset, p->bytes[a->t], m);
       }
+      for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
+        int t = p->step_t[k];
+        if (p->bytes[t] && owner[off[t] / 4096] != t)
+          fail_msg("step %d runs without %s", s, nto_model_tensor(m, t)->name);
+      }
       for (int i = 0; i < np; i++) /* last step's writes complete */
         unclaim(owner, off[pend[i]], p->bytes[pend[i]]);
       np = 0;
@@ -302,6 +308,44 @@ static void replay(const nto_model *m, const nto_plan *p,
   free(owner);
   free(off);
   free(pend);
+}
+
+/* A ragged frontier (s + n + (7s mod 5), not monotone) is made valid
+ * (bounds, nondecreasing across the wrap), primes the steps of a pass
+ * entered before it starts, places and replays like a plain window, needs
+ * at least its region, and counts its reads per entering step. */
+static void check_frontier(const nto_model *m, const nto_plan *p, int n) {
+  int S = p->n_steps;
+  int *upto = malloc((size_t)S * sizeof *upto);
+  for (int s = 0; s < S; s++)
+    upto[s] = s + n + (7 * s) % 5;
+  nto_schedule sc, plain;
+  nto_err err = {0};
+  assert_int_equal(nto_schedule_build(&sc, p, n, upto, &err), 0);
+  assert_int_equal(nto_schedule_build(&plain, p, n, NULL, &err), 0);
+  int nn = sc.window;
+  for (int s = 0; s < S; s++) {
+    int want = upto[s] > s + nn ? upto[s] : s + nn;
+    want = want > s + S - 1 ? s + S - 1 : want;
+    assert_true(sc.upto[s] >= want); /* only raised (monotone) */
+    assert_true(sc.upto[s] <= s + S - 1);
+    if (s > 0)
+      assert_true(sc.upto[s] >= sc.upto[s - 1]);
+    assert_int_equal(plain.upto[s], s + nn);
+  }
+  assert_true(sc.upto[S - 1] - S <= sc.upto[0]);
+  assert_int_equal(sc.n_lead, sc.upto[S - 1] - S + 1);
+  assert_int_equal(plain.n_lead, nn);
+  uint64_t sum = 0;
+  for (int s = 0; s < S; s++)
+    sum += sc.enter_read[s];
+  assert_true(sum == sc.read_bytes);
+  assert_true(sc.peak <= sc.region);
+  assert_true(sc.peak >= plain.peak);
+  replay(m, p, &sc);
+  nto_schedule_free(&sc);
+  nto_schedule_free(&plain);
+  free(upto);
 }
 
 /* The schedule's placement holds on real networks for several windows,
@@ -322,12 +366,14 @@ static void test_schedule_placement(void **state) {
       const int windows[] = {1, 2, 3, 7, 1000};
       for (int w = 0; w < 5; w++) {
         nto_schedule sc;
-        if (nto_schedule_build(&sc, p, windows[w], &err) != 0)
+        if (nto_schedule_build(&sc, p, windows[w], NULL, &err) != 0)
           fail_msg("%s window %d: %s", nets[i], windows[w], err.msg);
         assert_true(sc.peak <= sc.region);
         replay(m, p, &sc);
         nto_schedule_free(&sc);
       }
+      for (int w = 0; w < 3; w++)
+        check_frontier(m, p, windows[w]);
     }
     nto_model_free(m);
     nto_config_free(&c);

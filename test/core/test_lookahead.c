@@ -1,0 +1,153 @@
+/*
+ * test_lookahead.c - the compute-weighted read frontier (lookahead.h):
+ * hand-worked cases (a cheap step before a large read, reads queued behind
+ * each other, the read-bound and zero-compute fallbacks, the cap), and a
+ * property check: on random passes whose reads fit in the compute, a FIFO
+ * read queue driven by the frontier never makes the executor wait.
+ */
+#include "lookahead.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+static void expect_upto(const int *upto, const int *want, int S) {
+  for (int s = 0; s < S; s++)
+    if (upto[s] != want[s])
+      fail_msg("upto[%d] = %d, expected %d", s, upto[s], want[s]);
+}
+
+/* Reads that fit behind one step each: the plain window, s + n. */
+static void test_plain_when_reads_fit(void **state) {
+  (void)state;
+  const double c[] = {10, 10, 10, 10}, r[] = {5, 5, 5, 5};
+  int upto[4];
+  assert_int_equal(nto_lookahead_frontier(4, 1, c, r, -1, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+  assert_int_equal(nto_lookahead_frontier(4, 2, c, r, -1, upto), 0);
+  expect_upto(upto, (const int[]){2, 3, 4, 5}, 4);
+}
+
+/* Step 2 reads 8 ms behind a 0.5 ms step: T = 0, 10, 10.5, 20.5, so its
+ * read must start by 2.5 ms, i.e. at the start of step 0. */
+static void test_cheap_step_before_large_read(void **state) {
+  (void)state;
+  const double c[] = {10, 0.5, 10, 10}, r[] = {0, 0, 8, 0};
+  int upto[4];
+  assert_int_equal(nto_lookahead_frontier(4, 1, c, r, -1, upto), 1);
+  expect_upto(upto, (const int[]){2, 2, 3, 4}, 4);
+  /* capped at 0 steps beyond the window: the plain window */
+  assert_int_equal(nto_lookahead_frontier(4, 1, c, r, 0, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+}
+
+/* Steps 3 and 4 read 18 ms each, steps are 10 ms (T(s) = 10 s). Alone,
+ * step 3's read could start at 12 ms (step 1); queued before step 4's,
+ * which must start by 22 ms, it must end by 22 and start by 4: step 0. */
+static void test_reads_queue_behind_each_other(void **state) {
+  (void)state;
+  const double c[] = {10, 10, 10, 10, 10, 10}, r[] = {0, 0, 0, 18, 18, 0};
+  int upto[6];
+  assert_int_equal(nto_lookahead_frontier(6, 1, c, r, -1, upto), 2);
+  expect_upto(upto, (const int[]){3, 3, 4, 4, 5, 6}, 6);
+}
+
+/* Reads longer than the compute of a pass: scaled to the period (here
+ * to 1 ms each behind 1 ms steps), not pulled ever earlier. No compute at
+ * all: the plain window. */
+static void test_read_bound_and_zero_compute(void **state) {
+  (void)state;
+  const double c[] = {1, 1, 1, 1}, r[] = {10, 10, 10, 10}, z[] = {0, 0, 0, 0};
+  int upto[4];
+  assert_int_equal(nto_lookahead_frontier(4, 1, c, r, -1, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+  assert_int_equal(nto_lookahead_frontier(4, 1, z, r, -1, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+}
+
+/* Executor stall of K passes driven by the frontier: at the start of each
+ * step the steps up to the frontier enter and queue their reads (one FIFO
+ * server); a step waits for its own read. The steps entered before the
+ * first pass are read at time 0. Returns the stall of passes 2..K-1. */
+static double simulate(int S, const double *c, const double *r, const int *upto,
+                       int K) {
+  double t = 0, busy = 0, stall = 0;
+  long n = (long)K * S + S;
+  double *done = calloc((size_t)n, sizeof *done);
+  long next = upto[S - 1] - S + 1; /* steps 0..next-1: primed */
+  for (long a = 0; a < (long)K * S; a++) {
+    long lim = a - a % S + upto[a % S];
+    for (; next <= lim && next < n; next++) {
+      busy = (busy > t ? busy : t) + r[next % S];
+      done[next] = busy;
+    }
+    double wait = done[a] > t ? done[a] - t : 0;
+    if (a >= 2L * S)
+      stall += wait;
+    t += wait + c[a % S];
+  }
+  free(done);
+  return stall;
+}
+
+/* Random passes whose reads take at most half the compute (no single read
+ * more than a quarter, no step more than half): the frontier is valid and
+ * hides every read. */
+static void test_random_passes_never_stall(void **state) {
+  (void)state;
+  srand(12345);
+  int checked = 0;
+  for (int it = 0; it < 400; it++) {
+    int S = 2 + rand() % 40, n = 1 + rand() % (S - 1);
+    double c[48], r[48], P = 0, R = 0;
+    for (int s = 0; s < S; s++) {
+      c[s] = rand() % 4 == 0 ? 0.01 : (rand() % 1000) / 10.0;
+      r[s] = rand() % 3 == 0 ? 0 : (rand() % 1000) / 10.0;
+      P += c[s];
+      R += r[s];
+    }
+    int big = 0; /* a step of more than half the pass: the S-1 steps
+                    before it may not hide its read; out of scope */
+    for (int s = 0; s < S; s++)
+      big |= c[s] > P / 2;
+    if (big)
+      continue;
+    double lim = P / 4;
+    for (int s = 0; s < S; s++) /* scale reads to R <= P/2, each <= P/4 */
+      r[s] = R > 0 ? r[s] * P / (2 * R) : 0;
+    for (int s = 0; s < S; s++)
+      r[s] = r[s] > lim ? lim : r[s];
+    int upto[48];
+    int most = nto_lookahead_frontier(S, n, c, r, -1, upto);
+    assert_true(most >= 0);
+    int seen = 0;
+    for (int s = 0; s < S; s++) {
+      assert_true(upto[s] >= s + n && upto[s] <= s + S - 1);
+      if (s > 0)
+        assert_true(upto[s] >= upto[s - 1]);
+      seen = upto[s] - s - n > seen ? upto[s] - s - n : seen;
+    }
+    assert_int_equal(seen, most);
+    assert_true(upto[S - 1] - S <= upto[0]);
+    double st = simulate(S, c, r, upto, 5);
+    if (st > 1e-6)
+      fail_msg("case %d (S %d, n %d): stall %g ms", it, S, n, st);
+    checked++;
+  }
+  assert_true(checked > 200);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plain_when_reads_fit),
+      cmocka_unit_test(test_cheap_step_before_large_read),
+      cmocka_unit_test(test_reads_queue_behind_each_other),
+      cmocka_unit_test(test_read_bound_and_zero_compute),
+      cmocka_unit_test(test_random_passes_never_stall),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
