@@ -82,6 +82,7 @@
 #include "layer.h"
 #include "registry.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -276,8 +277,8 @@ static int conv_plan(nto_layer *l, nto_err *err) {
   long ekh = (long)g->dh * (g->kh - 1) + 1; /* dilated kernel extent */
   long ekw = (long)g->dw * (g->kw - 1) + 1;
   if (ekh > INT_MAX || ekw > INT_MAX)
-    return nto_err_set(err, NTO_ESHAPE,
-                       "kernel %ldx%ld (dilated) is too large", ekh, ekw);
+    return nto_err_set(err, NTO_ESHAPE, "kernel %ldx%ld (dilated) is too large",
+                       ekh, ekw);
   int pt, pb, pl, pr;
   switch (p->pad_mode) {
   case PAD_SAME:
@@ -306,8 +307,8 @@ static int conv_plan(nto_layer *l, nto_err *err) {
                        ekh, ekw, ph, pw);
   /* Input coordinates (oy*sh - pt + ky*dh) stay within the padded input. */
   if (ph > INT_MAX || pw > INT_MAX)
-    return nto_err_set(err, NTO_ESHAPE, "padded input %ldx%ld is too large",
-                       ph, pw);
+    return nto_err_set(err, NTO_ESHAPE, "padded input %ldx%ld is too large", ph,
+                       pw);
   g->pt = pt;
   g->pl = pl;
   g->oh = (int)((ph - ekh) / g->sh + 1);
@@ -747,6 +748,63 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   }
 }
 
+/* Rows of the weight gradient: one filter (C/G*kh*kw elements); not for
+ * depthwise kernels (their weights are small) or the bias. */
+static int conv_weight_row(const nto_layer *l, int j) {
+  const conv_priv *p = l->priv;
+  return j == p->iw && p->path != PATH_DEPTHWISE ? p->g.kcol : 0;
+}
+
+/*
+ * dst ((r1 - r0), kcol) = rows [r0, r1) of dW: the same GEMMs as
+ * conv_backward's dW, restricted to the filters r0..r1-1 of each group
+ * (each element sums over the same images in the same order, so the values
+ * are the same bit for bit; test_conv2d checks it).
+ */
+static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
+                                      int r0, int r1, float *dst) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  assert(j == p->iw && p->path != PATH_DEPTHWISE && 0 <= r0 && r0 < r1 &&
+         r1 <= g->f);
+  (void)j;
+  size_t in_img = (size_t)g->c * g->h * g->w;
+  size_t out_img = (size_t)g->f * g->oh * g->ow;
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  for (int c = 0; c < nch; c++) {
+    int n0, k;
+    chunk_range(l->batch, nch, c, &n0, &k);
+    const float *x = b->in[0] + (size_t)n0 * in_img;
+    const float *dy = b->dout + (size_t)n0 * out_img;
+    size_t ld = (size_t)k * ohw;
+    float *col = b->ws, *tmp = b->ws + (size_t)g->kcol * ld;
+    float beta = n0 == 0 ? 0.0f : 1.0f;
+    for (int gi = r0 / g->fg; gi <= (r1 - 1) / g->fg; gi++) {
+      int fa = r0 > gi * g->fg ? r0 : gi * g->fg; /* filters [fa, fb) */
+      int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg, m = fb - fa;
+      size_t xoff = (size_t)gi * g->cg * hw, yoff = (size_t)fa * ohw;
+      const float *dyc = dy + yoff, *xc = col;
+      if (k > 1) {
+        for (int q = 0; q < k; q++)
+          for (int fi = 0; fi < m; fi++)
+            memcpy(tmp + (size_t)fi * ld + (size_t)q * ohw,
+                   dy + (size_t)q * out_img + yoff + (size_t)fi * ohw,
+                   ohw * sizeof *tmp);
+        dyc = tmp;
+      }
+      if (k == 1 && p->path == PATH_1X1)
+        xc = x + xoff;
+      else
+        for (int q = 0; q < k; q++)
+          im2col(g, x + (size_t)q * in_img + xoff, col + (size_t)q * ohw, ld);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, g->kcol, (int)ld,
+                  1.0f, dyc, (int)ld, xc, (int)ld, beta,
+                  dst + (size_t)(fa - r0) * g->kcol, g->kcol);
+    }
+  }
+}
+
 const nto_layer_ops nto_conv2d_layer = {
     .type = "conv2d",
     .priv_size = sizeof(conv_priv),
@@ -757,4 +815,6 @@ const nto_layer_ops nto_conv2d_layer = {
     .plan = conv_plan,
     .forward = conv_forward,
     .backward = conv_backward,
+    .weight_row = conv_weight_row,
+    .backward_weight_rows = conv_backward_weight_rows,
 };

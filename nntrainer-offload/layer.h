@@ -110,6 +110,22 @@ typedef struct nto_layer_ops {
   int (*plan)(nto_layer *l, nto_err *err);
   void (*forward)(nto_layer *l, const nto_fwd *f);
   void (*backward)(nto_layer *l, const nto_bwd *b);
+  /*
+   * Optional (NULL: weight gradients only come whole from backward). For
+   * optimizer updates in chunks (model.h update_chunk): weight_row gives
+   * the row length (elements) of weight j's gradient viewed as rows, 0 if
+   * it cannot be computed by rows; backward_weight_rows writes rows
+   * [r0, r1) of dL/dw[j] to dst ((r1 - r0) * row floats, "="), what
+   * backward writes there up to rounding (BLAS kernels may round a row
+   * differently with a different number of rows). b as for backward: in, out,
+   * dout, w, saved and ws are read; din and dw are not used. This lets a large
+   * weight's gradient be computed chunk by chunk next to its update
+   * instead of whole (e.g. 1 MiB at a time instead of 9.4 MiB for a
+   * 512x512x3x3 convolution).
+   */
+  int (*weight_row)(const nto_layer *l, int j);
+  void (*backward_weight_rows)(nto_layer *l, const nto_bwd *b, int j, int r0,
+                               int r1, float *dst);
 } nto_layer_ops;
 
 struct nto_layer {

@@ -49,6 +49,13 @@ struct nto_model {
   int (*n_chunk)[NTO_MAX_WEIGHTS];
   int *(*state_t)[NTO_MAX_WEIGHTS];
   size_t chunk_elems;
+  /* Weights of more than one chunk whose layer computes the gradient by
+   * rows (layer.h weight_row): the gradient is computed chunk by chunk in
+   * the U steps, into one small tensor per chunk (dw_first[i][j] + k, the
+   * whole rows covering chunk k), instead of whole in B_i (pgrad_t[i][j]
+   * is then -1); dw_row[i][j] is the row length, 0 for whole gradients. */
+  int (*dw_first)[NTO_MAX_WEIGHTS];
+  int (*dw_row)[NTO_MAX_WEIGHTS];
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
    * its B_i followed by its U steps. */
   struct step_desc *steps;
@@ -92,6 +99,12 @@ typedef struct step_desc {
 
 static int step_b(const nto_model *m, int i) { return m->b_step[i]; }
 
+/* Is weight j of layer i updated (its gradient computed whole or by
+ * chunk)? */
+static int updated(const nto_model *m, int i, int j) {
+  return m->pgrad_t[i][j] >= 0 || m->dw_first[i][j] >= 0;
+}
+
 /* Elements [*off, *off + *len) of chunk k of weight j of layer i. */
 static void chunk_range(const nto_model *m, int i, int j, int k, size_t *off,
                         size_t *len) {
@@ -102,6 +115,15 @@ static void chunk_range(const nto_model *m, int i, int j, int k, size_t *off,
                                      : m->chunk_elems;
   if (m->n_chunk[i][j] == 1)
     *off = 0;
+}
+
+/* Rows [*r0, *r1) of row length dw_row[i][j] covering chunk k. */
+static void chunk_rows(const nto_model *m, int i, int j, int k, int *r0,
+                       int *r1) {
+  size_t off, len, row = (size_t)m->dw_row[i][j];
+  chunk_range(m, i, j, k, &off, &len);
+  *r0 = (int)(off / row);
+  *r1 = (int)((off + len + row - 1) / row);
 }
 
 /* Append a tensor descriptor; returns its index or -1. */
@@ -168,6 +190,24 @@ static int add_weight_state(nto_model *m, int i, int j, int n_state) {
   return 0;
 }
 
+/* The per-chunk gradient tensors of weight j of layer i (dw_first). */
+static int add_chunk_grads(nto_model *m, int i, int j) {
+  const nto_layer *l = &m->g.layers[i];
+  for (int k = 0; k < m->n_chunk[i][j]; k++) {
+    int r0, r1;
+    chunk_rows(m, i, j, k, &r0, &r1);
+    char what[48];
+    snprintf(what, sizeof what, "d%.30s.%d", l->w[j].name, k);
+    nto_shape shape = {1, 1, r1 - r0, m->dw_row[i][j]};
+    int t = add_tensor(m, l->name, what, shape, NTO_ROLE_PARAM_GRAD, i);
+    if (t < 0)
+      return -1;
+    if (k == 0)
+      m->dw_first[i][j] = t;
+  }
+  return 0;
+}
+
 static int is_input(const nto_layer *l) { return l->ops == &nto_input_layer; }
 
 /* Does layer p's output need a gradient? */
@@ -184,7 +224,10 @@ static int build_tensors(nto_model *m) {
   m->pgrad_t = calloc((size_t)L, sizeof *m->pgrad_t);
   m->state_t = calloc((size_t)L, sizeof *m->state_t);
   m->n_chunk = calloc((size_t)L, sizeof *m->n_chunk);
-  if (!m->out_t || !m->edge_t || !m->pgrad_t || !m->state_t || !m->n_chunk)
+  m->dw_first = calloc((size_t)L, sizeof *m->dw_first);
+  m->dw_row = calloc((size_t)L, sizeof *m->dw_row);
+  if (!m->out_t || !m->edge_t || !m->pgrad_t || !m->state_t || !m->n_chunk ||
+      !m->dw_first || !m->dw_row)
     return -1;
   int n_state = nto_opt_state_count(&m->opt);
   for (int i = 0; i < L; i++) {
@@ -198,15 +241,25 @@ static int build_tensors(nto_model *m) {
       char what[48];
       l->w[j].tensor = add_tensor(m, l->name, l->w[j].name, l->w[j].shape,
                                   NTO_ROLE_WEIGHT, i);
-      m->pgrad_t[i][j] = -1;
+      m->pgrad_t[i][j] = m->dw_first[i][j] = -1;
       if (l->w[j].tensor < 0)
         return -1;
       if (!l->w[j].trainable || !l->trainable)
         continue;
+      if (add_weight_state(m, i, j, n_state) != 0)
+        return -1;
+      int row = l->ops->weight_row ? l->ops->weight_row(l, j) : 0;
+      if (m->n_chunk[i][j] > 1 && row > 0 && (size_t)row <= m->chunk_elems &&
+          i != L - 1) {
+        m->dw_row[i][j] = row;
+        if (add_chunk_grads(m, i, j) != 0)
+          return -1;
+        continue;
+      }
       snprintf(what, sizeof what, "d%.40s", l->w[j].name);
       m->pgrad_t[i][j] =
           add_tensor(m, l->name, what, l->w[j].shape, NTO_ROLE_PARAM_GRAD, i);
-      if (m->pgrad_t[i][j] < 0 || add_weight_state(m, i, j, n_state) != 0)
+      if (m->pgrad_t[i][j] < 0)
         return -1;
     }
     for (int k = 0; k < l->n_saved; k++) {
@@ -251,6 +304,14 @@ static void forward_uses(nto_model *m, int pass, int i) {
     use(m, pass, i, l->saved[k].tensor, NTO_USE_WRITE);
   if (!train && i == m->L - 1)
     use(m, pass, i, m->out_t[m->logits_layer], NTO_USE_READ);
+}
+
+/* The tensor holding dL/d(out of layer i) once B_i gathered it. */
+static int dout_tensor(const nto_model *m, int i) {
+  if (i == m->L - 1)
+    return m->loss_grad_t;
+  const nto_edge *e = m->g.consumers[i];
+  return m->edge_t[e[0].layer][e[0].input];
 }
 
 /* dL/d(out of layer i) is gathered in B_i from its consumers' edges (the
@@ -313,6 +374,17 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
   int P = NTO_PASS_TRAIN, b = step_b(m, i), next = b + 1;
   use(m, P, s, m->g.layers[i].w[j].tensor, NTO_USE_RW);
   use(m, P, s, m->pgrad_t[i][j], NTO_USE_READ);
+  if (m->dw_first[i][j] >= 0) { /* its gradient rows, from B_i's inputs */
+    const nto_layer *l = &m->g.layers[i];
+    use(m, P, s, m->dw_first[i][j] + k, NTO_USE_WRITE);
+    use(m, P, s, dout_tensor(m, i), NTO_USE_READ);
+    for (int q = 0; l->bwd_needs_input && q < l->n_in; q++)
+      use(m, P, s, m->out_t[l->in[q]], NTO_USE_READ);
+    if (l->bwd_needs_output)
+      use(m, P, s, m->out_t[i], NTO_USE_READ);
+    for (int q = 0; q < l->n_saved; q++)
+      use(m, P, s, l->saved[q].tensor, NTO_USE_READ);
+  }
   use(m, P, s, m->state_t[i][j][2 * k], NTO_USE_RW);
   use(m, P, s, m->state_t[i][j][2 * k + 1], NTO_USE_RW);
   while (next < m->n_steps && m->steps[next].kind == 'U')
@@ -331,7 +403,7 @@ static int build_steps(nto_model *m) {
   int n = 2 * m->L;
   for (int i = 0; i < m->L; i++)
     for (int j = 0; j < m->g.layers[i].n_w; j++)
-      if (m->pgrad_t[i][j] >= 0 && m->n_chunk[i][j] > 1)
+      if (updated(m, i, j) && m->n_chunk[i][j] > 1)
         n += m->n_chunk[i][j];
   m->steps = malloc((size_t)n * sizeof *m->steps);
   m->b_step = malloc((size_t)m->L * sizeof *m->b_step);
@@ -344,8 +416,8 @@ static int build_steps(nto_model *m) {
     m->b_step[i] = s;
     m->steps[s++] = (step_desc){'B', i, -1, -1};
     for (int j = 0; j < m->g.layers[i].n_w; j++)
-      for (int k = 0; m->pgrad_t[i][j] >= 0 && m->n_chunk[i][j] > 1 &&
-                      k < m->n_chunk[i][j];
+      for (int k = 0;
+           updated(m, i, j) && m->n_chunk[i][j] > 1 && k < m->n_chunk[i][j];
            k++)
         m->steps[s++] = (step_desc){'U', i, j, k};
   }
@@ -830,6 +902,8 @@ void nto_model_free(nto_model *m) {
         free(m->state_t[i][j]);
   free(m->state_t);
   free(m->n_chunk);
+  free(m->dw_first);
+  free(m->dw_row);
   free(m->steps);
   free(m->b_step);
   free(m->t);
@@ -884,14 +958,37 @@ static const float *gather_dout(nto_model *m, int i) {
 }
 
 /* Optimizer update of chunk k of weight j of layer i (elementwise, so a
- * chunked update equals the whole one bit for bit). */
+ * chunked update equals the whole one bit for bit, given the same
+ * gradient). A gradient computed by chunk (dw_first) is computed here
+ * first: the rows covering the chunk, from what B_i's backward read. */
 static void update_chunk(nto_model *m, int i, int j, int k, double lr) {
   size_t off, len;
   chunk_range(m, i, j, k, &off, &len);
+  const float *grad = NULL;
+  if (m->dw_first[i][j] >= 0) {
+    nto_layer *l = &m->g.layers[i];
+    nto_bwd b = {0};
+    for (int q = 0; q < l->n_in; q++)
+      b.in[q] = l->bwd_needs_input ? T(m, m->out_t[l->in[q]]) : NULL;
+    b.out = l->bwd_needs_output ? T(m, m->out_t[i]) : NULL;
+    b.dout = T(m, dout_tensor(m, i));
+    for (int q = 0; q < l->n_w; q++)
+      b.w[q] = q == j ? T(m, l->w[q].tensor) : NULL;
+    for (int q = 0; q < l->n_saved; q++)
+      b.saved[q] = T(m, l->saved[q].tensor);
+    b.ws = m->ws;
+    int r0, r1;
+    chunk_rows(m, i, j, k, &r0, &r1);
+    float *rows = T(m, m->dw_first[i][j] + k);
+    l->ops->backward_weight_rows(l, &b, j, r0, r1, rows);
+    grad = rows + (off - (size_t)r0 * m->dw_row[i][j]);
+  } else {
+    grad = T(m, m->pgrad_t[i][j]) + off;
+  }
   float *st[2] = {T(m, m->state_t[i][j][2 * k]),
                   T(m, m->state_t[i][j][2 * k + 1])};
-  nto_opt_update(&m->opt, T(m, m->g.layers[i].w[j].tensor) + off,
-                 T(m, m->pgrad_t[i][j]) + off, st, len, lr, m->iteration + 1);
+  nto_opt_update(&m->opt, T(m, m->g.layers[i].w[j].tensor) + off, grad, st, len,
+                 lr, m->iteration + 1);
 }
 
 /* B_i: backward of layer i and the optimizer update of its weights that
@@ -1294,7 +1391,7 @@ int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
   int n_state = nto_opt_state_count(o);
   for (int i = 0; i < m->L; i++)
     for (int j = 0; j < m->g.layers[i].n_w; j++)
-      for (int k = 0; m->pgrad_t[i][j] >= 0 && k < m->n_chunk[i][j]; k++)
+      for (int k = 0; updated(m, i, j) && k < m->n_chunk[i][j]; k++)
         for (int q = 0; q < 2; q++) {
           int rc = reset_state(m, i, j, k, q, n_state, err);
           if (rc != 0)

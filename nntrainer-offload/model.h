@@ -183,7 +183,10 @@ const float *nto_model_output(const nto_model *m);
  * NULL: N x c*h*w floats, valid until the next step. */
 const float *nto_model_input_grad(const nto_model *m);
 
-/* Called for every parameter gradient right before its update (tests). */
+/* Called for every parameter gradient computed whole, right before its
+ * update (tests). Gradients computed by chunk in U steps (a weight of more
+ * than one update chunk whose layer has layer.h weight_row) are not
+ * reported. */
 typedef void (*nto_grad_hook)(void *user, const nto_layer *l, int j,
                               const float *grad, size_t n);
 void nto_model_set_grad_hook(nto_model *m, nto_grad_hook hook, void *user);

@@ -18,6 +18,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -265,8 +266,28 @@ static void check_net(const net_case *nc) {
   tmpdir_remove(dir);
 }
 
-/* Optimizer updates split into chunks of 1 KiB (U steps) give the same
- * weights, bit for bit, as whole-weight updates, resident or offloaded. */
+/* Losses and weights of r within rel (normwise) of ref's. */
+static void check_close(const net_case *nc, const result *ref, const result *r,
+                        double rel) {
+  for (int s = 0; s <= nc->steps; s++)
+    if (fabs(r->loss[s] - ref->loss[s]) > rel * fabs(ref->loss[s]))
+      fail_msg("%s: loss %d: %.9g vs %.9g", nc->ini, s, r->loss[s],
+               ref->loss[s]);
+  assert_int_equal(ref->n_w, r->n_w);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref->n_w; i++) {
+    num = fmax(num, fabs((double)r->w[i] - ref->w[i]));
+    den = fmax(den, fabs((double)ref->w[i]));
+  }
+  if (num > rel * den)
+    fail_msg("%s: weights differ by %g (max |w| %g)", nc->ini, num, den);
+}
+
+/* Optimizer updates split into chunks of 1 KiB (U steps): the update is
+ * elementwise, but convolution weight gradients are then computed by rows
+ * in the U steps (layer.h weight_row), which BLAS may round differently
+ * from the whole gradient: close to whole-weight updates (1e-5), and bit
+ * for bit the same resident or offloaded. */
 static void test_chunked_update(void **state) {
   (void)state;
   char dir[256];
@@ -278,12 +299,14 @@ static void test_chunked_update(void **state) {
     result ref = {0}, r = {0}, ro = {0};
     run(&whole, 0, NTO_IO_AUTO, dir, &ref);
     run(&chunked, 0, NTO_IO_AUTO, dir, &r);
-    check_equal(&whole, &ref, &r, 0, NTO_IO_AUTO);
-    run(&chunked, 1, NTO_IO_AUTO, dir, &ro);
-    check_equal(&whole, &ref, &ro, 1, NTO_IO_AUTO);
+    check_close(&whole, &ref, &r, 1e-5);
+    for (int w = 1; w <= 2; w++) {
+      run(&chunked, w, NTO_IO_AUTO, dir, &ro);
+      check_equal(&chunked, &r, &ro, w, NTO_IO_AUTO);
+      result_free(&ro);
+    }
     result_free(&ref);
     result_free(&r);
-    result_free(&ro);
   }
   tmpdir_remove(dir);
 }

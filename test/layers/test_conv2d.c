@@ -403,35 +403,38 @@ static double rel_err_f(const float *a, const float *r, size_t n) {
   return den > 0.0 ? num / den : num;
 }
 
+/* Convolutions with several images, for the chunked kernels. */
+/* clang-format off */
+static const conv_case chunk_cases[] = {
+    {.name = "groups 2 stride 2 dilation 2 pad 2",
+     .props = {"filters", "6", "kernel_size", "3", "groups", "2",
+               "stride", "2", "dilation", "2", "padding", "2", NULL},
+     .in = {5, 4, 9, 8}, .f = 6, .groups = 2, .bias = 1},
+    {.name = "groups 3 same stride 2,1",
+     .props = {"filters", "6", "kernel_size", "3,2", "groups", "3",
+               "stride", "2,1", "padding", "same", NULL},
+     .in = {5, 6, 7, 6}, .f = 6, .groups = 3, .bias = 1},
+    {.name = "stride 1 pad 0,2,1,0 dilation 1,2 no bias",
+     .props = {"filters", "5", "kernel_size", "3", "dilation", "1,2",
+               "padding", "0,2,1,0", "disable_bias", "true", NULL},
+     .in = {5, 3, 6, 7}, .f = 5, .groups = 1, .bias = 0},
+    {.name = "1x1 groups 2",
+     .props = {"filters", "4", "kernel_size", "1", "groups", "2", NULL},
+     .in = {5, 6, 5, 3}, .f = 4, .groups = 2, .bias = 1},
+    {.name = "1x1 stride 2",
+     .props = {"filters", "3", "kernel_size", "1", "stride", "2", NULL},
+     .in = {5, 4, 5, 6}, .f = 3, .groups = 1, .bias = 1},
+};
+/* clang-format on */
+
 /* A batch of 5 split into chunks of 2 (2+2+1), 3 (3+2) and one chunk of 5
  * gives the results of one image per GEMM (forward, dX, dW, db) within
  * rounding, for groups, stride, padding, dilation and 1x1 variants; the
  * planned workspace is that of the chunk size. */
 static void test_chunks_match_per_image(void **state) {
   (void)state;
-  /* clang-format off */
-  static const conv_case cc[] = {
-      {.name = "groups 2 stride 2 dilation 2 pad 2",
-       .props = {"filters", "6", "kernel_size", "3", "groups", "2",
-                 "stride", "2", "dilation", "2", "padding", "2", NULL},
-       .in = {5, 4, 9, 8}, .f = 6, .groups = 2, .bias = 1},
-      {.name = "groups 3 same stride 2,1",
-       .props = {"filters", "6", "kernel_size", "3,2", "groups", "3",
-                 "stride", "2,1", "padding", "same", NULL},
-       .in = {5, 6, 7, 6}, .f = 6, .groups = 3, .bias = 1},
-      {.name = "stride 1 pad 0,2,1,0 dilation 1,2 no bias",
-       .props = {"filters", "5", "kernel_size", "3", "dilation", "1,2",
-                 "padding", "0,2,1,0", "disable_bias", "true", NULL},
-       .in = {5, 3, 6, 7}, .f = 5, .groups = 1, .bias = 0},
-      {.name = "1x1 groups 2",
-       .props = {"filters", "4", "kernel_size", "1", "groups", "2", NULL},
-       .in = {5, 6, 5, 3}, .f = 4, .groups = 2, .bias = 1},
-      {.name = "1x1 stride 2",
-       .props = {"filters", "3", "kernel_size", "1", "stride", "2", NULL},
-       .in = {5, 4, 5, 6}, .f = 3, .groups = 1, .bias = 1},
-  };
-  /* clang-format on */
-  for (size_t ci = 0; ci < sizeof cc / sizeof *cc; ci++) {
+  const conv_case *cc = chunk_cases;
+  for (size_t ci = 0; ci < sizeof chunk_cases / sizeof *cc; ci++) {
     const conv_case *k = &cc[ci];
     nto_layer l;
     assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
@@ -475,6 +478,68 @@ static void test_chunks_match_per_image(void **state) {
     }
     free(x), free(w), free(b), free(dy), free(y1), free(dx1), free(dw1);
     free(db1);
+  }
+}
+
+/* Rows [r0, r1) of dW from backward_weight_rows equal backward's dW rows
+ * within rounding (the same sums; OpenBLAS's kernels round a row
+ * differently depending on where it falls in their tiles), for ranges
+ * inside a group, across groups and whole, with one image per GEMM and
+ * with chunks of images, and write nothing past the rows; the bias has no
+ * rows. */
+static void test_weight_rows_match_backward(void **state) {
+  (void)state;
+  const size_t bounds[] = {1, 1 << 20}; /* per image, whole batch */
+  for (size_t ci = 0; ci < sizeof chunk_cases / sizeof *chunk_cases; ci++) {
+    const conv_case *k = &chunk_cases[ci];
+    for (int bi = 0; bi < 2; bi++) {
+      nto_layer l;
+      nto_conv2d_chunk_bytes_for_tests = bounds[bi];
+      assert_int_equal(
+          gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in), 0);
+      nto_conv2d_chunk_bytes_for_tests = 0;
+      size_t nw = nto_shape_numel(l.w[0].shape), kcol = nw / k->f;
+      assert_int_equal(l.ops->weight_row(&l, 0), (int)kcol);
+      if (k->bias)
+        assert_int_equal(l.ops->weight_row(&l, 1), 0);
+      size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(l.out_shape);
+      nto_rng rng;
+      nto_rng_seed(&rng, 900 + (unsigned)ci);
+      float *x = malloc(nx * 4), *w = malloc(nw * 4), *bias = malloc(k->f * 4);
+      float *dy = malloc(ny * 4), *y = malloc(ny * 4), *dx = malloc(nx * 4);
+      float *dw = malloc(nw * 4), *db = calloc(k->f, 4), *rows = malloc(nw * 4);
+      fill(x, nx, &rng);
+      fill(w, nw, &rng);
+      fill(bias, k->f, &rng);
+      fill(dy, ny, &rng);
+      run_once(k, bounds[bi], x, w, bias, dy, y, dx, dw, db);
+      float *ws = ws_alloc(l.ws_bytes);
+      nto_bwd bw = {.dout = dy, .ws = ws};
+      bw.in[0] = x;
+      bw.w[0] = w;
+      bw.w[1] = k->bias ? bias : NULL;
+      const int ranges[][2] = {{0, k->f},        {0, 1}, {1, k->f - 1},
+                               {k->f - 1, k->f}, {1, 3}, {2, k->f}};
+      for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+        int r0 = ranges[r][0], r1 = ranges[r][1];
+        for (size_t i = 0; i < nw; i++)
+          rows[i] = CANARY;
+        l.ops->backward_weight_rows(&l, &bw, 0, r0, r1, rows);
+        ws_check(ws, l.ws_bytes);
+        double e =
+            rel_err_f(rows, dw + (size_t)r0 * kcol, (size_t)(r1 - r0) * kcol);
+        if (e > 1e-6)
+          fail_msg("%s, bound %zu: rows [%d, %d) differ from backward's dW "
+                   "by %g",
+                   k->name, bounds[bi], r0, r1, e);
+        if ((size_t)(r1 - r0) * kcol < nw)
+          assert_true(rows[(size_t)(r1 - r0) * kcol] == CANARY);
+      }
+      free(ws);
+      gc_layer_free(&l);
+      free(x), free(w), free(bias), free(dy), free(y), free(dx), free(dw);
+      free(db), free(rows);
+    }
   }
 }
 
@@ -685,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_chunks_match_per_image),
+      cmocka_unit_test(test_weight_rows_match_backward),
       cmocka_unit_test(test_weights),
       cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_errors),
