@@ -75,6 +75,9 @@ static const char usage[] =
     "                        iterations 1 and 3, early enough to be done\n"
     "                        before each step runs (more tensors resident;\n"
     "                        within --memory-budget if given)\n"
+    "  --chunk-grads         compute the gradient of weights above the\n"
+    "                        update chunk (1 MiB) chunk by chunk: less\n"
+    "                        memory, slower, results differ by rounding\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -95,6 +98,7 @@ typedef struct opts {
   const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */
   int no_direct;
+  int chunk_grads;        /* --chunk-grads */
   const char *checkpoint; /* --checkpoint, NULL: off */
   long checkpoint_every;  /* 0: once per epoch */
   const char *resume;     /* --resume, NULL: a new run */
@@ -139,6 +143,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
       return 1;
     } else if (!strcmp(a, "--no-direct")) {
       o->no_direct = 1;
+      continue;
+    } else if (!strcmp(a, "--chunk-grads")) {
+      o->chunk_grads = 1;
       continue;
     } else if (!strcmp(a, "--data") || !strcmp(a, "--save") ||
                !strcmp(a, "--window") || !strcmp(a, "--swap-dir") ||
@@ -988,6 +995,7 @@ static int offload_opts(run *r, nto_model_opts *mo) {
                  : mc->swap_path[0] ? mc->swap_path
                                     : NULL;
   oo->no_direct = o->no_direct;
+  mo->chunk_grads = o->chunk_grads;
   mo->prefetch = NTO_PREFETCH_STEPS;
   if (o->prefetch && !strcmp(o->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;

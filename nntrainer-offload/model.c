@@ -56,6 +56,7 @@ struct nto_model {
    * is then -1); dw_row[i][j] is the row length, 0 for whole gradients. */
   int (*dw_first)[NTO_MAX_WEIGHTS];
   int (*dw_row)[NTO_MAX_WEIGHTS];
+  int chunk_grads; /* opts.chunk_grads */
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
    * its B_i followed by its U steps. */
   struct step_desc *steps;
@@ -249,8 +250,8 @@ static int build_tensors(nto_model *m) {
       if (add_weight_state(m, i, j, n_state) != 0)
         return -1;
       int row = l->ops->weight_row ? l->ops->weight_row(l, j) : 0;
-      if (m->n_chunk[i][j] > 1 && row > 0 && (size_t)row <= m->chunk_elems &&
-          i != L - 1) {
+      if (m->chunk_grads && m->n_chunk[i][j] > 1 && row > 0 &&
+          (size_t)row <= m->chunk_elems && i != L - 1) {
         m->dw_row[i][j] = row;
         if (add_chunk_grads(m, i, j) != 0)
           return -1;
@@ -851,6 +852,7 @@ int nto_model_create(nto_model **out, const nto_config *c,
       sizeof(float);
   if (m->chunk_elems == 0)
     m->chunk_elems = 1;
+  m->chunk_grads = opts->chunk_grads;
   if (rc == 0 && (build_tensors(m) != 0 || build_steps(m) != 0))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {

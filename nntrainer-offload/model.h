@@ -82,15 +82,21 @@ typedef struct nto_model_opts {
                                (one arena); >= 1: the offload engine with
                                a window of that many steps */
   nto_window_mode window_mode;
-  size_t memory_budget;      /* bytes, 0: none. A hard bound on resident tensor
-                                bytes (the offload region, or all tensors when
-                                resident) + the im2col workspace. A fixed
-                                window or `all` above it is refused
-                                (NTO_ECONFIG naming the largest window that
-                                fits, or the minimum the model needs). */
-  nto_prefetch prefetch;     /* with a window: how far ahead reads go */
-  const char *budget_source; /* names the budget's setting in errors, e.g.
-                               "--memory-budget"; NULL: "memory budget" */
+  size_t memory_budget;  /* bytes, 0: none. A hard bound on resident tensor
+                            bytes (the offload region, or all tensors when
+                            resident) + the im2col workspace. A fixed
+                            window or `all` above it is refused
+                            (NTO_ECONFIG naming the largest window that
+                            fits, or the minimum the model needs). */
+  nto_prefetch prefetch; /* with a window: how far ahead reads go */
+  int chunk_grads;       /* 1: the gradient of a weight of several update chunks
+                            is computed chunk by chunk in its U steps (layer.h
+                            weight_row) instead of whole in B_i: less memory
+                            (ResNet-18 b10 window 1: 26.5 -> 18.6 MiB of
+                            tensors), more time (im2col and GEMM per chunk: up to
+                            ~30% at b32), results different by rounding */
+  const char *budget_source;    /* names the budget's setting in errors, e.g.
+                                  "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */
   void *step_trace_user;
 } nto_model_opts;
@@ -262,8 +268,7 @@ int nto_model_set_window(nto_model *m, int n, nto_err *err);
  * NTO_PREFETCH_TIME the model replaces it by its own after the next
  * window change or measured iteration. Executor thread, between passes.
  */
-int nto_model_set_frontier(nto_model *m, int n, const int *upto,
-                           nto_err *err);
+int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err);
 
 /* The adaptive window's record: one sample per training iteration so far
  * (NULL and *n = 0 unless NTO_WINDOW_AUTO). Owned by the model, valid
