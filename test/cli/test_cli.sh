@@ -71,6 +71,9 @@ expect bad_window 2 "option --window" -- "$exe" train res/resnet18.ini --window 
 expect bad_io 2 "expected uring or psync" -- "$exe" train res/resnet18.ini --io aio
 expect bad_prefetch 2 "expected steps or time" -- "$exe" train res/resnet18.ini \
   --prefetch soon
+expect chunk_grads 0 "swap traffic" -- "$exe" train test/data/nets/lenet.ini \
+  --data synthetic --iterations 2 --eval-samples 0 --window 1 --chunk-grads \
+  --swap-dir "$tmp" $direct
 expect prefetch_time 0 "swap traffic" -- "$exe" train test/data/nets/tiny_resnet.ini \
   --data synthetic --iterations 4 --eval-samples 0 --window 1 --prefetch time \
   --swap-dir "$tmp" $direct
