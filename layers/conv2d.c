@@ -589,6 +589,40 @@ static void chunk_range(int n, int nch, int c, int *n0, int *k) {
   *k = base + (c < rem);
 }
 
+/*
+ * Column matrix (kcol, k*OHW) of group gi of the k images from x (image j
+ * in columns [j*OHW, (j+1)*OHW)), built in col; one image of a 1x1 kernel
+ * (PATH_1X1) is its own column matrix and is returned in place.
+ */
+static const float *chunk_columns(const conv_priv *p, const float *x, int gi,
+                                  int k, float *col) {
+  const conv_geom *g = &p->g;
+  size_t in_img = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  const float *xg = x + (size_t)gi * g->cg * g->h * g->w;
+  if (k == 1 && p->path == PATH_1X1)
+    return xg;
+  for (int j = 0; j < k; j++)
+    im2col(g, xg + (size_t)j * in_img, col + (size_t)j * ohw, (size_t)k * ohw);
+  return col;
+}
+
+/* dY rows (filters) [f0, f0 + m) of the k images from dy side by side,
+ * (m, k*OHW), gathered in tmp; one image's rows already are that matrix
+ * and are returned in place. */
+static const float *chunk_dy(const conv_geom *g, const float *dy, int f0, int m,
+                             int k, float *tmp) {
+  size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
+  size_t ld = (size_t)k * ohw;
+  const float *d = dy + (size_t)f0 * ohw;
+  if (k == 1)
+    return d;
+  for (int j = 0; j < k; j++)
+    for (int fi = 0; fi < m; fi++)
+      memcpy(tmp + (size_t)fi * ld + (size_t)j * ohw,
+             d + (size_t)j * out_img + (size_t)fi * ohw, ohw * sizeof *tmp);
+  return tmp;
+}
+
 /* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top. */
 static void conv_forward(nto_layer *l, const nto_fwd *f) {
   conv_priv *p = l->priv;
@@ -597,7 +631,7 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
   const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow;
-  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t ohw = (size_t)g->oh * g->ow;
   if (p->path == PATH_DEPTHWISE) {
     for (int n = 0; n < l->batch; n++)
       depthwise_forward(g, f->in[0] + (size_t)n * in_img, w, bias,
@@ -615,14 +649,10 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
     for (int gi = 0; gi < g->groups; gi++) {
       const float *wg = w + (size_t)gi * g->fg * g->kcol;
       const float *bg = bias ? bias + (size_t)gi * g->fg : NULL;
+      const float *src = chunk_columns(p, x, gi, k, col);
       if (k == 1) {
         /* one image: compute in place, 1x1 reads the input directly */
-        const float *xg = x + (size_t)gi * g->cg * hw, *src = xg;
         float *yg = y + (size_t)gi * g->fg * ohw;
-        if (p->path == PATH_IM2COL) {
-          im2col(g, xg, col, ohw);
-          src = col;
-        }
         fill_bias(yg, bg, g->fg, ohw);
         /* yg (fg, ohw) += wg (fg, kcol) . col (kcol, ohw) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->fg, (int)ohw,
@@ -630,12 +660,9 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
                     (int)ohw);
         continue;
       }
-      for (int j = 0; j < k; j++)
-        im2col(g, x + (size_t)j * in_img + (size_t)gi * g->cg * hw,
-               col + (size_t)j * ohw, ld);
       /* tmp (fg, k*ohw) = wg (fg, kcol) . col (kcol, k*ohw) */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->fg, (int)ld,
-                  g->kcol, 1.0f, wg, g->kcol, col, (int)ld, 0.0f, tmp, (int)ld);
+                  g->kcol, 1.0f, wg, g->kcol, src, (int)ld, 0.0f, tmp, (int)ld);
       for (int j = 0; j < k; j++) {
         float *yg = y + (size_t)j * out_img + (size_t)gi * g->fg * ohw;
         for (int fi = 0; fi < g->fg; fi++) {
@@ -708,24 +735,11 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
     for (int gi = 0; gi < g->groups; gi++) {
       const float *wg = w + (size_t)gi * g->fg * g->kcol;
       float *dwg = dw ? dw + (size_t)gi * g->fg * g->kcol : NULL;
-      size_t xoff = (size_t)gi * g->cg * hw, yoff = (size_t)gi * g->fg * ohw;
-      /* dyc (fg, ld): dY of the chunk's images side by side; xc (kcol, ld):
-       * their column matrix; a single 1x1 image reads x in place. */
-      const float *dyc = dy + yoff, *xc = col;
-      if (k > 1) {
-        for (int j = 0; j < k; j++)
-          for (int fi = 0; fi < g->fg; fi++)
-            memcpy(tmp + (size_t)fi * ld + (size_t)j * ohw,
-                   dy + (size_t)j * out_img + yoff + (size_t)fi * ohw,
-                   ohw * sizeof *tmp);
-        dyc = tmp;
-      }
+      size_t xoff = (size_t)gi * g->cg * hw;
+      /* dyc (fg, ld): dY of the chunk's images side by side */
+      const float *dyc = chunk_dy(g, dy, gi * g->fg, g->fg, k, tmp);
       if (dwg) {
-        if (k == 1 && p->path == PATH_1X1)
-          xc = x + xoff;
-        else
-          for (int j = 0; j < k; j++)
-            im2col(g, x + (size_t)j * in_img + xoff, col + (size_t)j * ohw, ld);
+        const float *xc = chunk_columns(p, x, gi, k, col);
         /* dWg (fg, kcol) (+)= dyc (fg, ld) . xc^T (ld, kcol) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->fg, g->kcol,
                     (int)ld, 1.0f, dyc, (int)ld, xc, (int)ld, beta, dwg,
@@ -758,8 +772,9 @@ static int conv_weight_row(const nto_layer *l, int j) {
 /*
  * dst ((r1 - r0), kcol) = rows [r0, r1) of dW: the same GEMMs as
  * conv_backward's dW, restricted to the filters r0..r1-1 of each group
- * (each element sums over the same images in the same order, so the values
- * are the same bit for bit; test_conv2d checks it).
+ * (each element sums over the same images in the same order; OpenBLAS may
+ * still round a row differently with fewer rows: test_conv2d checks the
+ * rows within rounding).
  */
 static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
                                       int r0, int r1, float *dst) {
@@ -769,8 +784,7 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
          r1 <= g->f);
   (void)j;
   size_t in_img = (size_t)g->c * g->h * g->w;
-  size_t out_img = (size_t)g->f * g->oh * g->ow;
-  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
   int nch = (l->batch + p->chunk - 1) / p->chunk;
   for (int c = 0; c < nch; c++) {
     int n0, k;
@@ -783,21 +797,8 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
     for (int gi = r0 / g->fg; gi <= (r1 - 1) / g->fg; gi++) {
       int fa = r0 > gi * g->fg ? r0 : gi * g->fg; /* filters [fa, fb) */
       int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg, m = fb - fa;
-      size_t xoff = (size_t)gi * g->cg * hw, yoff = (size_t)fa * ohw;
-      const float *dyc = dy + yoff, *xc = col;
-      if (k > 1) {
-        for (int q = 0; q < k; q++)
-          for (int fi = 0; fi < m; fi++)
-            memcpy(tmp + (size_t)fi * ld + (size_t)q * ohw,
-                   dy + (size_t)q * out_img + yoff + (size_t)fi * ohw,
-                   ohw * sizeof *tmp);
-        dyc = tmp;
-      }
-      if (k == 1 && p->path == PATH_1X1)
-        xc = x + xoff;
-      else
-        for (int q = 0; q < k; q++)
-          im2col(g, x + (size_t)q * in_img + xoff, col + (size_t)q * ohw, ld);
+      const float *dyc = chunk_dy(g, dy, fa, m, k, tmp);
+      const float *xc = chunk_columns(p, x, gi, k, col);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, g->kcol, (int)ld,
                   1.0f, dyc, (int)ld, xc, (int)ld, beta,
                   dst + (size_t)(fa - r0) * g->kcol, g->kcol);
