@@ -687,13 +687,14 @@ static void fmt_size(char *buf, size_t len, size_t bytes) {
 }
 
 /* The tensor region a window of n steps needs (the larger of the two
- * passes' schedules; schedule.h) into *region. */
-static int window_region(const nto_model *m, int n, size_t *region,
-                         nto_err *err) {
+ * passes' schedules; schedule.h) into *region; upto: the training pass's
+ * read frontier (NULL: s + n). */
+static int window_region(const nto_model *m, int n, const int *upto,
+                         size_t *region, nto_err *err) {
   *region = 0;
   for (int k = 0; k < 2; k++) {
     nto_schedule sc;
-    int rc = nto_schedule_build(&sc, &m->plan[k], n, NULL, err);
+    int rc = nto_schedule_build(&sc, &m->plan[k], n, k ? NULL : upto, err);
     if (rc != 0)
       return rc;
     if (sc.region > *region)
@@ -713,7 +714,7 @@ static int largest_fit(const nto_model *m, size_t budget, int *best,
   int S = m->plan[NTO_PASS_TRAIN].n_steps, misses = 0;
   *best = 0;
   for (int n = 1; n <= (S > 2 ? S - 1 : 1) && misses < 8; n++) {
-    int rc = window_region(m, n, &region, err);
+    int rc = window_region(m, n, NULL, &region, err);
     if (rc != 0)
       return rc;
     if (n == 1)
@@ -776,7 +777,7 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts, int *window,
                        src, b, m->g.batch, need, w);
   if (opts->window_mode == NTO_WINDOW_FIXED) {
     size_t region = 0;
-    rc = window_region(m, *window, &region, err);
+    rc = window_region(m, *window, NULL, &region, err);
     fmt_size(need, sizeof need, region + ws);
     if (rc == 0 && region + ws > budget)
       return nto_err_set(err, NTO_ECONFIG,
@@ -1111,18 +1112,17 @@ static int run_pass(nto_model *m, int pass, const float *x, const float *y,
  * with counters *before: record it, and the window the controller wants
  * next into *next. */
 static int adapt_window(nto_model *m, const nto_offload_stats *before,
-                        double t0_ms, int *next, nto_err *err) {
-  nto_offload_stats now;
-  nto_offload_get_stats(m->off, &now);
-  double rb = now.read_busy_ms - before->read_busy_ms;
-  double wb = now.write_busy_ms - before->write_busy_ms;
-  double it = now_ms() - t0_ms, prime = now.prime_ms - before->prime_ms;
+                        const nto_offload_stats *now, double t0_ms, int *next,
+                        nto_err *err) {
+  double rb = now->read_busy_ms - before->read_busy_ms;
+  double wb = now->write_busy_ms - before->write_busy_ms;
+  double it = now_ms() - t0_ms, prime = now->prime_ms - before->prime_ms;
   nto_window_sample ws = {
-      .window = now.window,
+      .window = now->window,
       .iteration_ms = it,
       .measured_ms = it - prime,
-      .stall_ms = (now.stall_ms - before->stall_ms) -
-                  (now.prime_stall_ms - before->prime_stall_ms),
+      .stall_ms = (now->stall_ms - before->stall_ms) -
+                  (now->prime_stall_ms - before->prime_stall_ms),
       .io_busy_ms = rb > wb ? rb : wb,
       .judged = it - prime >= 0.25 * it,
   };
@@ -1145,21 +1145,14 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
   return 0;
 }
 
-/* Bytes a window of n with frontier upto needs: the larger region of the
- * training schedule (with upto) and the inference one, + workspace. */
+/* Bytes a window of n with frontier upto (NULL: s + n) needs: its
+ * region + the workspace; what a memory budget is checked against. */
 static int frontier_need(const nto_model *m, int n, const int *upto,
                          size_t *need, nto_err *err) {
   size_t region = 0;
-  for (int k = 0; k < 2; k++) {
-    nto_schedule sc;
-    int rc = nto_schedule_build(&sc, &m->plan[k], n, k ? NULL : upto, err);
-    if (rc != 0)
-      return rc;
-    region = sc.region > region ? sc.region : region;
-    nto_schedule_free(&sc);
-  }
-  *need = region + nto_round_page(m->ws_bytes);
-  return 0;
+  int rc = window_region(m, n, upto, &region, err);
+  *need = rc == 0 ? region + nto_round_page(m->ws_bytes) : 0;
+  return rc;
 }
 
 /*
@@ -1223,10 +1216,11 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok,
   return rc;
 }
 
-/* After a training pass: measure step times for the frontier (passes 1
- * and 3 of this process; the first pays for first touches), and put the
- * window next (autowin) with its frontier in force. */
-static int tune_window(nto_model *m, int next, nto_err *err) {
+/* After a training pass at window cur: measure step times for the
+ * frontier (passes 1 and 3 of this process; the first pays for first
+ * touches), and put the window next (autowin) with its frontier in
+ * force. */
+static int tune_window(nto_model *m, int cur, int next, nto_err *err) {
   int S = m->plan[NTO_PASS_TRAIN].n_steps, remeasured = 0;
   if (m->prefetch_time && (m->passes == 1 || m->passes == 3)) {
     if (!m->step_ms && !(m->step_ms = malloc((size_t)S * sizeof *m->step_ms)))
@@ -1234,9 +1228,7 @@ static int tune_window(nto_model *m, int next, nto_err *err) {
     nto_offload_step_times(m->off, m->step_ms);
     remeasured = 1;
   }
-  nto_offload_stats st;
-  nto_offload_get_stats(m->off, &st);
-  if (!remeasured && next == st.window)
+  if (!remeasured && next == cur)
     return 0;
   int *upto = malloc((size_t)S * sizeof *upto), ok = 0;
   if (!upto)
@@ -1262,25 +1254,21 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
     m->iteration++;
     m->passes++;
   }
-  int next = 0;
-  if (rc == 0 && m->off) {
+  if (rc == 0 && (m->auto_window || m->prefetch_time)) { /* offloading */
     nto_offload_stats now;
     nto_offload_get_stats(m->off, &now);
-    next = now.window;
+    int next = now.window;
+    if (m->auto_window)
+      rc = adapt_window(m, &before, &now, t0, &next, err);
+    if (rc == 0)
+      rc = tune_window(m, now.window, next, err);
   }
-  if (rc == 0 && m->auto_window)
-    rc = adapt_window(m, &before, t0, &next, err);
-  if (rc == 0 && m->off)
-    rc = tune_window(m, next, err);
   return rc;
 }
 
 int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
                            nto_err *err) {
-  size_t region = 0;
-  int rc = window_region(m, n < 1 ? 1 : n, &region, err);
-  *bytes = rc == 0 ? region + nto_round_page(m->ws_bytes) : 0;
-  return rc;
+  return frontier_need(m, n < 1 ? 1 : n, NULL, bytes, err);
 }
 
 int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err) {
