@@ -130,6 +130,41 @@ static int bn_plan(nto_layer *l, nto_err *err) {
   return 0;
 }
 
+/* Partial sums in double (BN_LANES independent accumulators, so that the
+ * adds pipeline and vectorize instead of waiting on one chain), combined
+ * pairwise at the end. */
+#define BN_LANES 8
+
+static double lanes_total(const double *a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* sum of (x - mu)^p, p = 1 (mu = 0: the plain sum) or 2, over one feature:
+ * n blocks of inner floats, stride apart; in double. */
+static double feature_sum(const float *x, int n, int inner, size_t stride,
+                          double mu, int p) {
+  double a[BN_LANES] = {0};
+  for (int i = 0; i < n; i++) {
+    const float *r = x + (size_t)i * stride;
+    int k = 0;
+    if (p == 1)
+      for (; k + BN_LANES <= inner; k += BN_LANES)
+        for (int j = 0; j < BN_LANES; j++)
+          a[j] += r[k + j];
+    else
+      for (; k + BN_LANES <= inner; k += BN_LANES)
+        for (int j = 0; j < BN_LANES; j++) {
+          double d = r[k + j] - mu;
+          a[j] += d * d;
+        }
+    for (; k < inner; k++) {
+      double d = r[k] - mu;
+      a[k % BN_LANES] += p == 1 ? r[k] : d * d;
+    }
+  }
+  return lanes_total(a);
+}
+
 /*
  * Training forward. x, y: (n, nf, inner); gamma, beta: (nf);
  * mean, inv_std: (nf) written; rmean, rvar: (nf) updated with momentum.
@@ -141,18 +176,8 @@ static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
   size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
   for (int f = 0; f < nf; f++) {
     const float *xf = x + (size_t)f * inner;
-    double s = 0.0;
-    for (int i = 0; i < n; i++)
-      for (int k = 0; k < inner; k++)
-        s += xf[i * fstride + k];
-    double mu = s / (double)m;
-    double sq = 0.0;
-    for (int i = 0; i < n; i++)
-      for (int k = 0; k < inner; k++) {
-        double d = xf[i * fstride + k] - mu;
-        sq += d * d;
-      }
-    double var = sq / (double)m;
+    double mu = feature_sum(xf, n, inner, fstride, 0.0, 1) / (double)m;
+    double var = feature_sum(xf, n, inner, fstride, mu, 2) / (double)m;
     double inv = 1.0 / sqrt(var + eps);
     double var_u = m > 1 ? var * (double)m / (double)(m - 1) : var;
     rmean[f] = (float)(momentum * rmean[f] + (1.0 - momentum) * mu);
@@ -161,9 +186,12 @@ static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
     inv_std[f] = (float)inv;
     float muf = mean[f], scale = gamma[f] * inv_std[f], b = beta[f];
     float *yf = y + (size_t)f * inner;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+      const float *xr = xf + i * fstride;
+      float *yr = yf + i * fstride;
       for (int k = 0; k < inner; k++)
-        yf[i * fstride + k] = (xf[i * fstride + k] - muf) * scale + b;
+        yr[k] = (xr[k] - muf) * scale + b;
+    }
   }
 }
 
@@ -199,6 +227,29 @@ static void bn_forward(nto_layer *l, const nto_fwd *f) {
                     f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon);
 }
 
+/* Over one feature (n blocks of inner floats, stride apart), in double:
+ * *sdy = sum(dy), *sdyx = sum(dy * (x - mu) * inv). */
+static void feature_grad_sums(const float *x, const float *dy, int n,
+                              int inner, size_t stride, double mu, double inv,
+                              double *sdy, double *sdyx) {
+  double a[BN_LANES] = {0}, b[BN_LANES] = {0};
+  for (int i = 0; i < n; i++) {
+    const float *xr = x + (size_t)i * stride, *dr = dy + (size_t)i * stride;
+    int k = 0;
+    for (; k + BN_LANES <= inner; k += BN_LANES)
+      for (int j = 0; j < BN_LANES; j++) {
+        a[j] += dr[k + j];
+        b[j] += dr[k + j] * ((xr[k + j] - mu) * inv);
+      }
+    for (; k < inner; k++) {
+      a[k % BN_LANES] += dr[k];
+      b[k % BN_LANES] += dr[k] * ((xr[k] - mu) * inv);
+    }
+  }
+  *sdy = lanes_total(a);
+  *sdyx = lanes_total(b);
+}
+
 /*
  * Training-mode backward. x, dy, dx: (n, nf, inner); gamma, mean,
  * inv_std: (nf); dgamma, dbeta: (nf). dx, dgamma, dbeta may be NULL
@@ -212,28 +263,24 @@ static void bn_backward_train(const float *x, const float *dy, float *dx, int n,
   for (int f = 0; f < nf; f++) {
     const float *xf = x + (size_t)f * inner;
     const float *dyf = dy + (size_t)f * inner;
-    double mu = mean[f], inv = inv_std[f];
-    double sdy = 0.0, sdyx = 0.0;
-    for (int i = 0; i < n; i++)
-      for (int k = 0; k < inner; k++) {
-        size_t j = i * fstride + k;
-        sdy += dyf[j];
-        sdyx += dyf[j] * ((xf[j] - mu) * inv);
-      }
+    double mu = mean[f], inv = inv_std[f], sdy, sdyx;
+    feature_grad_sums(xf, dyf, n, inner, fstride, mu, inv, &sdy, &sdyx);
     if (dgamma)
       dgamma[f] = (float)sdyx;
     if (dbeta)
       dbeta[f] = (float)sdy;
     if (!dx)
       continue;
-    double c = gamma[f] * inv / (double)m;
+    double c = gamma[f] * inv / (double)m, dm = (double)m;
     float *dxf = dx + (size_t)f * inner;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+      const float *xr = xf + i * fstride, *dr = dyf + i * fstride;
+      float *dxr = dxf + i * fstride;
       for (int k = 0; k < inner; k++) {
-        size_t j = i * fstride + k;
-        double xhat = (xf[j] - mu) * inv;
-        dxf[j] = (float)(c * ((double)m * dyf[j] - sdy - xhat * sdyx));
+        double xhat = (xr[k] - mu) * inv;
+        dxr[k] = (float)(c * (dm * dr[k] - sdy - xhat * sdyx));
       }
+    }
   }
 }
 
