@@ -226,6 +226,17 @@ static void same_padding(int in, int k, int s, int d, int *lead, int *trail) {
   *trail = (int)(total - total / 2);
 }
 
+/* Row pitch and floats of the padded plane of the stride-1 depthwise
+ * kernels (see depthwise_forward_s1). */
+static size_t dw_pitch(const conv_geom *g) {
+  return (size_t)g->ow + (size_t)(g->kw - 1) * g->dw;
+}
+
+static size_t dw_plane(const conv_geom *g) {
+  size_t ph = (size_t)g->oh + (size_t)(g->kh - 1) * g->dh;
+  return ph * dw_pitch(g) + (size_t)(g->kw - 1) * g->dw;
+}
+
 /*
  * out_shape = (N, filters, OH, OW); requests weight and bias; workspace as
  * described at the top. Returns 0, NTO_ECONFIG (missing key, groups not
@@ -323,7 +334,15 @@ static int conv_plan(nto_layer *l, nto_err *err) {
   else
     p->path = PATH_IM2COL;
   p->chunk = 1;
-  if (p->path != PATH_DEPTHWISE) {
+  if (p->path == PATH_DEPTHWISE && g->sh == 1 && g->sw == 1) {
+    size_t fl; /* 2 planes + OH*P floats, see depthwise_forward_s1 */
+    if (__builtin_mul_overflow((size_t)g->oh, dw_pitch(g), &fl) ||
+        __builtin_add_overflow(fl, 2 * dw_plane(g), &fl) ||
+        __builtin_mul_overflow(fl, sizeof(float), &l->ws_bytes))
+      return nto_err_set(err, NTO_ESHAPE,
+                         "depthwise workspace for %dx%d is too large", g->h,
+                         g->w);
+  } else if (p->path != PATH_DEPTHWISE) {
     /* One image's column matrix, and one image's share of a chunk (its
      * columns plus its part of the output/dY buffer), in bytes. */
     size_t ohw = (size_t)g->oh * g->ow, col1, per_img;
@@ -528,8 +547,13 @@ static void depthwise_forward(const conv_geom *g, const float *x,
  * Depthwise backward, one image: dx: (C, h, w) += W^T dy (dx may be NULL),
  * dw: (C*m, 1, kh, kw) += dy * x (dw may be NULL); shapes as in
  * depthwise_forward, loops in the same order. The caller zeroes dx and dw
- * before the first image.
+ * before the first image. A tap's dW sum over the image goes into
+ * DW_LANES partial sums (column ox into lane ox % DW_LANES), added
+ * pairwise at the end: one chain of dependent adds would run at the
+ * latency of an add, lanes vectorize.
  */
+#define DW_LANES 8
+
 static void depthwise_backward(const conv_geom *g, const float *x,
                                const float *w, const float *dy, float *dx,
                                float *dw) {
@@ -545,7 +569,7 @@ static void depthwise_backward(const conv_geom *g, const float *x,
     for (int ky = 0; ky < g->kh; ky++) {
       for (int kx = 0; kx < g->kw; kx++) {
         size_t wi = (size_t)ky * g->kw + kx;
-        float wv = wf[wi], s = 0.0f;
+        float wv = wf[wi], s[DW_LANES] = {0};
         long x0 = (long)kx * g->dw - g->pl;
         int lo, hi;
         valid_cols(x0, g->sw, g->w, g->ow, &lo, &hi);
@@ -557,12 +581,14 @@ static void depthwise_backward(const conv_geom *g, const float *x,
           size_t row = (size_t)iy * g->w; /* input row */
           if (dwf) {
             const float *xr = xc + row;
-            if (g->sw == 1)
-              for (int ox = lo; ox < hi; ox++)
-                s += xr[x0 + ox] * dyr[ox];
-            else
-              for (int ox = lo; ox < hi; ox++)
-                s += xr[x0 + (long)ox * g->sw] * dyr[ox];
+            const float *xs = xr + x0;
+            long sw = g->sw;
+            int ox = lo;
+            for (; ox + DW_LANES <= hi; ox += DW_LANES)
+              for (int j = 0; j < DW_LANES; j++)
+                s[j] += xs[(ox + j) * sw] * dyr[ox + j];
+            for (int j = 0; ox < hi; ox++, j++)
+              s[j] += xs[ox * sw] * dyr[ox];
           }
           if (dxc) {
             float *dxr = dxc + row;
@@ -575,7 +601,125 @@ static void depthwise_backward(const conv_geom *g, const float *x,
           }
         }
         if (dwf)
-          dwf[wi] += s;
+          dwf[wi] += ((s[0] + s[1]) + (s[2] + s[3])) +
+                     ((s[4] + s[5]) + (s[6] + s[7]));
+      }
+    }
+  }
+}
+
+/*
+ * Stride-1 depthwise kernels on a padded plane. With stride 1 the padded
+ * input of a channel is P = OW + (kw-1)*dw columns wide and
+ * PH = OH + (kh-1)*dh rows high, and output (oy, ox) reads padded element
+ * (oy + ky*dh, ox + kx*dw). Flattened with row pitch P, output i = oy*P + ox
+ * reads padded element i + ky*dh*P + kx*dw: each tap is one long
+ * vectorizable loop over OH*P outputs (the P - OW columns past each row's
+ * end are computed and dropped), instead of OH short rows with their own
+ * bounds. The plane has (kw-1)*dw zeros of slack after its last row for the
+ * reads of those dropped columns. Workspace: 2 planes + OH*P floats.
+ */
+/* xp (dw_plane floats) <- channel xc (h, w) at row pt, column pl of a zero
+ * plane of pitch dw_pitch. */
+static void dw_pad(const conv_geom *g, const float *xc, float *xp) {
+  size_t pitch = dw_pitch(g);
+  memset(xp, 0, dw_plane(g) * sizeof *xp);
+  for (int iy = 0; iy < g->h; iy++)
+    memcpy(xp + (size_t)(iy + g->pt) * pitch + g->pl, xc + (size_t)iy * g->w,
+           (size_t)g->w * sizeof *xp);
+}
+
+/* Stride-1 depthwise forward, one image (shapes as depthwise_forward);
+ * each output sums its taps in (ky, kx) order from 0, then adds the bias
+ * (taps in the padding add w * 0). ws: dw_plane + OH*P floats. */
+static void depthwise_forward_s1(const conv_geom *g, const float *x,
+                                 const float *w, const float *bias, float *y,
+                                 float *ws) {
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t kk = (size_t)g->kh * g->kw, pitch = dw_pitch(g);
+  size_t n = (size_t)g->oh * pitch; /* flat outputs, dropped ones included */
+  float *xp = ws, *acc = ws + dw_plane(g);
+  for (int f = 0; f < g->f; f++) {
+    if (f % g->fg == 0)
+      dw_pad(g, x + (size_t)(f / g->fg) * hw, xp);
+    const float *wf = w + (size_t)f * kk;
+    for (size_t i = 0; i < n; i++)
+      acc[i] = 0.0f;
+    for (int ky = 0; ky < g->kh; ky++)
+      for (int kx = 0; kx < g->kw; kx++) {
+        float wv = wf[(size_t)ky * g->kw + kx];
+        const float *src = xp + (size_t)ky * g->dh * pitch + (size_t)kx * g->dw;
+        for (size_t i = 0; i < n; i++)
+          acc[i] += wv * src[i];
+      }
+    float b = bias ? bias[f] : 0.0f, *yf = y + (size_t)f * ohw;
+    for (int oy = 0; oy < g->oh; oy++) {
+      const float *a = acc + (size_t)oy * pitch;
+      float *yr = yf + (size_t)oy * g->ow;
+      for (int ox = 0; ox < g->ow; ox++)
+        yr[ox] = a[ox] + b;
+    }
+  }
+}
+
+/*
+ * Stride-1 depthwise backward, one image (shapes and accumulation as
+ * depthwise_backward): dY of a filter is laid out with pitch P (zeros in
+ * the dropped columns), so that dW of a tap is one dot product of it with
+ * the shifted padded input (DW_LANES partial sums), and dX of the padded
+ * plane gets each tap as one shifted axpy; dX then takes the plane's
+ * interior. ws: 2 * dw_plane + OH*P floats.
+ */
+static void depthwise_backward_s1(const conv_geom *g, const float *x,
+                                  const float *w, const float *dy, float *dx,
+                                  float *dw, float *ws) {
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t kk = (size_t)g->kh * g->kw, pitch = dw_pitch(g);
+  size_t n = (size_t)g->oh * pitch, plane = dw_plane(g);
+  float *xp = ws, *dxp = ws + plane, *dyp = ws + 2 * plane;
+  for (int c = 0; c < g->c; c++) {
+    if (dw)
+      dw_pad(g, x + (size_t)c * hw, xp);
+    if (dx)
+      memset(dxp, 0, plane * sizeof *dxp);
+    for (int f = c * g->fg; f < (c + 1) * g->fg; f++) {
+      const float *dyf = dy + (size_t)f * ohw;
+      for (int oy = 0; oy < g->oh; oy++) {
+        float *r = dyp + (size_t)oy * pitch;
+        memcpy(r, dyf + (size_t)oy * g->ow, (size_t)g->ow * sizeof *r);
+        for (size_t ox = (size_t)g->ow; ox < pitch; ox++)
+          r[ox] = 0.0f;
+      }
+      for (int ky = 0; ky < g->kh; ky++)
+        for (int kx = 0; kx < g->kw; kx++) {
+          size_t wi = (size_t)ky * g->kw + kx;
+          size_t off = (size_t)ky * g->dh * pitch + (size_t)kx * g->dw;
+          if (dw) {
+            float a[DW_LANES] = {0};
+            const float *src = xp + off;
+            size_t i = 0;
+            for (; i + DW_LANES <= n; i += DW_LANES)
+              for (int j = 0; j < DW_LANES; j++)
+                a[j] += src[i + j] * dyp[i + j];
+            for (; i < n; i++)
+              a[i % DW_LANES] += src[i] * dyp[i];
+            dw[(size_t)f * kk + wi] += ((a[0] + a[1]) + (a[2] + a[3])) +
+                                       ((a[4] + a[5]) + (a[6] + a[7]));
+          }
+          if (dx) {
+            float wv = w[(size_t)f * kk + wi], *dst = dxp + off;
+            for (size_t i = 0; i < n; i++)
+              dst[i] += wv * dyp[i];
+          }
+        }
+    }
+    if (dx) {
+      float *dxc = dx + (size_t)c * hw;
+      for (int iy = 0; iy < g->h; iy++) {
+        const float *r = dxp + (size_t)(iy + g->pt) * pitch + g->pl;
+        float *d = dxc + (size_t)iy * g->w;
+        for (int ix = 0; ix < g->w; ix++)
+          d[ix] += r[ix];
       }
     }
   }
@@ -633,9 +777,14 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t ohw = (size_t)g->oh * g->ow;
   if (p->path == PATH_DEPTHWISE) {
-    for (int n = 0; n < l->batch; n++)
-      depthwise_forward(g, f->in[0] + (size_t)n * in_img, w, bias,
-                        f->out + (size_t)n * out_img);
+    for (int n = 0; n < l->batch; n++) {
+      const float *xn = f->in[0] + (size_t)n * in_img;
+      float *yn = f->out + (size_t)n * out_img;
+      if (g->sh == 1 && g->sw == 1)
+        depthwise_forward_s1(g, xn, w, bias, yn, f->ws);
+      else
+        depthwise_forward(g, xn, w, bias, yn);
+    }
     return;
   }
   int nch = (l->batch + p->chunk - 1) / p->chunk;
@@ -716,10 +865,15 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   if (p->path == PATH_DEPTHWISE) {
     if (dw)
       memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
-    for (int n = 0; n < l->batch; n++)
-      depthwise_backward(g, b->in[0] + (size_t)n * in_img, w,
-                         b->dout + (size_t)n * out_img,
-                         din ? din + (size_t)n * in_img : NULL, dw);
+    for (int n = 0; n < l->batch; n++) {
+      const float *xn = b->in[0] + (size_t)n * in_img;
+      const float *dyn = b->dout + (size_t)n * out_img;
+      float *dxn = din ? din + (size_t)n * in_img : NULL;
+      if (g->sh == 1 && g->sw == 1)
+        depthwise_backward_s1(g, xn, w, dyn, dxn, dw, b->ws);
+      else
+        depthwise_backward(g, xn, w, dyn, dxn, dw);
+    }
     return;
   }
   int nch = (l->batch + p->chunk - 1) / p->chunk;

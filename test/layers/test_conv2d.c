@@ -65,6 +65,13 @@ static const conv_case cases[] = {
                "padding", "1", NULL},
      .in = {2, 3, 5, 5}, .f = 6, .groups = 3, .bias = 1,
      .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
+    /* stride 1 (the padded-plane kernel): uneven padding, dilation and
+     * kernel, multiplier 2: OH = 6+3-4-1+1 = 5, OW = 7+3-1-1+1 = 9 */
+    {.name = "depthwise x2 stride 1 kernel 3,2 dilation 2,1 pad 2,1,0,3",
+     .props = {"filters", "6", "kernel_size", "3,2", "groups", "3",
+               "dilation", "2,1", "padding", "2,1,0,3", NULL},
+     .in = {2, 3, 6, 7}, .f = 6, .groups = 3, .bias = 1,
+     .k = {3, 2}, .s = {1, 1}, .d = {2, 1}, .pad = {2, 1, 0, 3}},
     /* MobileNetV2 style: OH = 3, total 1 -> 0,1 */
     {.name = "depthwise same stride 2",
      .props = {"filters", "4", "kernel_size", "3", "groups", "4",
@@ -649,10 +656,15 @@ static void test_workspace(void **state) {
   assert_int_equal(ws_of(p1, in, 1), 0);
   assert_int_equal(ws_of(p1, (nto_shape){1, 4, 10, 12}, 0), 0);
   assert_int_equal(ws_of(p1, in, 0), (size_t)4 * (4 + 8) * 10 * 12 * 4);
+  /* depthwise, stride 1: two padded planes (pitch P = OW + 2 = 12, 8 + 2
+   * rows, 2 floats of slack) and OH*P outputs; stride 2: none */
   const char *const pd[] = {"filters", "4", "kernel_size", "3",
                             "groups",  "4", NULL};
-  assert_int_equal(ws_of(pd, in, 0), 0);
-  assert_int_equal(ws_of(pd, in, 1), 0);
+  assert_int_equal(ws_of(pd, in, 0), (size_t)(2 * (10 * 12 + 2) + 8 * 12) * 4);
+  assert_int_equal(ws_of(pd, in, 1), (size_t)(2 * (10 * 12 + 2) + 8 * 12) * 4);
+  const char *const pd2[] = {"filters", "4", "kernel_size", "3", "groups",
+                             "4",       "stride",      "2", NULL};
+  assert_int_equal(ws_of(pd2, in, 0), 0);
 }
 
 /* Builds a layer step by step; returns the first failing code (0 if all
