@@ -924,14 +924,32 @@ static int conv_weight_row(const nto_layer *l, int j) {
 }
 
 /*
+ * Floats of the column cache of the weight's rows: the column matrix of the
+ * whole batch per group, (G, K, N*OHW), image n in columns [n*OHW,
+ * (n+1)*OHW) of each group's matrix; 0 where there is none (not the
+ * weight, or one image of a 1x1 kernel: its input is its column matrix).
+ */
+static size_t conv_weight_rows_cache(const nto_layer *l, int j) {
+  const conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  if (conv_weight_row(l, j) == 0 || (l->batch == 1 && p->path == PATH_1X1))
+    return 0;
+  return (size_t)g->groups * g->kcol * l->batch * g->oh * g->ow;
+}
+
+/*
  * dst ((r1 - r0), kcol) = rows [r0, r1) of dW: the same GEMMs as
  * conv_backward's dW, restricted to the filters r0..r1-1 of each group
  * (each element sums over the same images in the same order; OpenBLAS may
  * still round a row differently with fewer rows: test_conv2d checks the
- * rows within rounding).
+ * rows within rounding). With a cache (conv_weight_rows_cache floats) the
+ * column matrices come from it (fill: im2col of the batch into it first)
+ * instead of an im2col per call; the GEMMs are the same, only their B
+ * operand's leading dimension differs, so the rows are the same bits.
  */
 static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
-                                      int r0, int r1, float *dst) {
+                                      int r0, int r1, float *dst, float *cache,
+                                      int fill) {
   conv_priv *p = l->priv;
   const conv_geom *g = &p->g;
   assert(j == p->iw && p->path != PATH_DEPTHWISE && 0 <= r0 && r0 < r1 &&
@@ -939,11 +957,15 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
   (void)j;
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
+  size_t cache_ld = (size_t)l->batch * ohw; /* columns of the cache */
+  if (cache && fill)
+    for (int gi = 0; gi < g->groups; gi++)
+      chunk_columns(p, b->in[0], gi, l->batch,
+                    cache + (size_t)gi * g->kcol * cache_ld);
   int nch = (l->batch + p->chunk - 1) / p->chunk;
   for (int c = 0; c < nch; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
-    const float *x = b->in[0] + (size_t)n0 * in_img;
     const float *dy = b->dout + (size_t)n0 * out_img;
     size_t ld = (size_t)k * ohw;
     float *col = b->ws, *tmp = b->ws + (size_t)g->kcol * ld;
@@ -952,9 +974,16 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
       int fa = r0 > gi * g->fg ? r0 : gi * g->fg; /* filters [fa, fb) */
       int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg, m = fb - fa;
       const float *dyc = chunk_dy(g, dy, fa, m, k, tmp);
-      const float *xc = chunk_columns(p, x, gi, k, col);
+      const float *xc;
+      size_t ldx = ld;
+      if (cache) {
+        xc = cache + (size_t)gi * g->kcol * cache_ld + (size_t)n0 * ohw;
+        ldx = cache_ld;
+      } else {
+        xc = chunk_columns(p, b->in[0] + (size_t)n0 * in_img, gi, k, col);
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, g->kcol, (int)ld,
-                  1.0f, dyc, (int)ld, xc, (int)ld, beta,
+                  1.0f, dyc, (int)ld, xc, (int)ldx, beta,
                   dst + (size_t)(fa - r0) * g->kcol, g->kcol);
     }
   }
@@ -971,5 +1000,6 @@ const nto_layer_ops nto_conv2d_layer = {
     .forward = conv_forward,
     .backward = conv_backward,
     .weight_row = conv_weight_row,
+    .weight_rows_cache = conv_weight_rows_cache,
     .backward_weight_rows = conv_backward_weight_rows,
 };

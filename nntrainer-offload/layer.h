@@ -122,10 +122,19 @@ typedef struct nto_layer_ops {
    * weight's gradient be computed chunk by chunk next to its update
    * instead of whole (e.g. 1 MiB at a time instead of 9.4 MiB for a
    * 512x512x3x3 convolution).
+   *   cache: NULL, or weight_rows_cache(l, j) floats that keep what every
+   * call for weight j derives from b alone (a convolution's column matrix
+   * of the batch), so that the calls for the chunks of one weight derive
+   * it once: the caller passes fill = 1 to the first call (which builds it
+   * from b->in) and fill = 0 to the others (whose b->in may be NULL), with
+   * the same contents between them. The rows are bit for bit the same with
+   * and without a cache.
+   * weight_rows_cache is optional (NULL or 0: no cache).
    */
   int (*weight_row)(const nto_layer *l, int j);
+  size_t (*weight_rows_cache)(const nto_layer *l, int j);
   void (*backward_weight_rows)(nto_layer *l, const nto_bwd *b, int j, int r0,
-                               int r1, float *dst);
+                               int r1, float *dst, float *cache, int fill);
 } nto_layer_ops;
 
 struct nto_layer {

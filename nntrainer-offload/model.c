@@ -53,9 +53,14 @@ struct nto_model {
    * rows (layer.h weight_row): the gradient is computed chunk by chunk in
    * the U steps, into one small tensor per chunk (dw_first[i][j] + k, the
    * whole rows covering chunk k), instead of whole in B_i (pgrad_t[i][j]
-   * is then -1); dw_row[i][j] is the row length, 0 for whole gradients. */
+   * is then -1); dw_row[i][j] is the row length, 0 for whole gradients.
+   * dw_cache[i][j]: the layer's cache for those rows (layer.h
+   * weight_rows_cache, written by the first U step, read by the others),
+   * or -1: none, or not smaller than the whole gradient (the rows then
+   * derive it again in every U step, slower but smallest). */
   int (*dw_first)[NTO_MAX_WEIGHTS];
   int (*dw_row)[NTO_MAX_WEIGHTS];
+  int (*dw_cache)[NTO_MAX_WEIGHTS];
   int chunk_grads; /* opts.chunk_grads */
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
    * its B_i followed by its U steps. */
@@ -191,9 +196,21 @@ static int add_weight_state(nto_model *m, int i, int j, int n_state) {
   return 0;
 }
 
-/* The per-chunk gradient tensors of weight j of layer i (dw_first). */
+/* The per-chunk gradient tensors of weight j of layer i (dw_first) and
+ * the cache of their rows (dw_cache) when it is smaller than the whole
+ * gradient. */
 static int add_chunk_grads(nto_model *m, int i, int j) {
   const nto_layer *l = &m->g.layers[i];
+  size_t cache = l->ops->weight_rows_cache ? l->ops->weight_rows_cache(l, j) : 0;
+  if (cache > 0 && cache < nto_shape_numel(l->w[j].shape)) {
+    char what[48];
+    snprintf(what, sizeof what, "%.30s.rows_cache", l->w[j].name);
+    nto_shape shape = {1, 1, 1, (int)cache};
+    m->dw_cache[i][j] =
+        add_tensor(m, l->name, what, shape, NTO_ROLE_ACTIVATION, i);
+    if (m->dw_cache[i][j] < 0)
+      return -1;
+  }
   for (int k = 0; k < m->n_chunk[i][j]; k++) {
     int r0, r1;
     chunk_rows(m, i, j, k, &r0, &r1);
@@ -227,8 +244,9 @@ static int build_tensors(nto_model *m) {
   m->n_chunk = calloc((size_t)L, sizeof *m->n_chunk);
   m->dw_first = calloc((size_t)L, sizeof *m->dw_first);
   m->dw_row = calloc((size_t)L, sizeof *m->dw_row);
+  m->dw_cache = calloc((size_t)L, sizeof *m->dw_cache);
   if (!m->out_t || !m->edge_t || !m->pgrad_t || !m->state_t || !m->n_chunk ||
-      !m->dw_first || !m->dw_row)
+      !m->dw_first || !m->dw_row || !m->dw_cache)
     return -1;
   int n_state = nto_opt_state_count(&m->opt);
   for (int i = 0; i < L; i++) {
@@ -242,7 +260,7 @@ static int build_tensors(nto_model *m) {
       char what[48];
       l->w[j].tensor = add_tensor(m, l->name, l->w[j].name, l->w[j].shape,
                                   NTO_ROLE_WEIGHT, i);
-      m->pgrad_t[i][j] = m->dw_first[i][j] = -1;
+      m->pgrad_t[i][j] = m->dw_first[i][j] = m->dw_cache[i][j] = -1;
       if (l->w[j].tensor < 0)
         return -1;
       if (!l->w[j].trainable || !l->trainable)
@@ -377,9 +395,12 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
   use(m, P, s, m->pgrad_t[i][j], NTO_USE_READ);
   if (m->dw_first[i][j] >= 0) { /* its gradient rows, from B_i's inputs */
     const nto_layer *l = &m->g.layers[i];
+    int cache = m->dw_cache[i][j];
     use(m, P, s, m->dw_first[i][j] + k, NTO_USE_WRITE);
     use(m, P, s, dout_tensor(m, i), NTO_USE_READ);
-    for (int q = 0; l->bwd_needs_input && q < l->n_in; q++)
+    use(m, P, s, cache, k == 0 ? NTO_USE_WRITE : NTO_USE_READ);
+    for (int q = 0; l->bwd_needs_input && (cache < 0 || k == 0) && q < l->n_in;
+         q++)
       use(m, P, s, m->out_t[l->in[q]], NTO_USE_READ);
     if (l->bwd_needs_output)
       use(m, P, s, m->out_t[i], NTO_USE_READ);
@@ -907,6 +928,7 @@ void nto_model_free(nto_model *m) {
   free(m->n_chunk);
   free(m->dw_first);
   free(m->dw_row);
+  free(m->dw_cache);
   free(m->steps);
   free(m->b_step);
   free(m->t);
@@ -971,8 +993,11 @@ static void update_chunk(nto_model *m, int i, int j, int k, double lr) {
   if (m->dw_first[i][j] >= 0) {
     nto_layer *l = &m->g.layers[i];
     nto_bwd b = {0};
+    int cache = m->dw_cache[i][j];
     for (int q = 0; q < l->n_in; q++)
-      b.in[q] = l->bwd_needs_input ? T(m, m->out_t[l->in[q]]) : NULL;
+      b.in[q] = l->bwd_needs_input && (cache < 0 || k == 0)
+                    ? T(m, m->out_t[l->in[q]])
+                    : NULL;
     b.out = l->bwd_needs_output ? T(m, m->out_t[i]) : NULL;
     b.dout = T(m, dout_tensor(m, i));
     for (int q = 0; q < l->n_w; q++)
@@ -983,7 +1008,8 @@ static void update_chunk(nto_model *m, int i, int j, int k, double lr) {
     int r0, r1;
     chunk_rows(m, i, j, k, &r0, &r1);
     float *rows = T(m, m->dw_first[i][j] + k);
-    l->ops->backward_weight_rows(l, &b, j, r0, r1, rows);
+    l->ops->backward_weight_rows(l, &b, j, r0, r1, rows,
+                                 cache >= 0 ? T(m, cache) : NULL, k == 0);
     grad = rows + (off - (size_t)r0 * m->dw_row[i][j]);
   } else {
     grad = T(m, m->pgrad_t[i][j]) + off;

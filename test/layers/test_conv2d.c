@@ -493,7 +493,9 @@ static void test_chunks_match_per_image(void **state) {
  * differently depending on where it falls in their tiles), for ranges
  * inside a group, across groups and whole, with one image per GEMM and
  * with chunks of images, and write nothing past the rows; the bias has no
- * rows. */
+ * rows. With the cache (the batch's column matrices, filled by the first
+ * call) the rows are the same bits, and calls after the first do not read
+ * the input. */
 static void test_weight_rows_match_backward(void **state) {
   (void)state;
   const size_t bounds[] = {1, 1 << 20}; /* per image, whole batch */
@@ -507,8 +509,14 @@ static void test_weight_rows_match_backward(void **state) {
       nto_conv2d_chunk_bytes_for_tests = 0;
       size_t nw = nto_shape_numel(l.w[0].shape), kcol = nw / k->f;
       assert_int_equal(l.ops->weight_row(&l, 0), (int)kcol);
-      if (k->bias)
+      size_t ohw = (size_t)l.out_shape.h * l.out_shape.w;
+      size_t nc = l.ops->weight_rows_cache(&l, 0);
+      assert_int_equal(nc, (size_t)k->groups * kcol * (size_t)k->in.n * ohw);
+      if (k->bias) {
         assert_int_equal(l.ops->weight_row(&l, 1), 0);
+        assert_int_equal(l.ops->weight_rows_cache(&l, 1), 0);
+      }
+      float *cache = malloc(nc * 4), *cached = malloc(nw * 4);
       size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(l.out_shape);
       nto_rng rng;
       nto_rng_seed(&rng, 900 + (unsigned)ci);
@@ -531,8 +539,15 @@ static void test_weight_rows_match_backward(void **state) {
         int r0 = ranges[r][0], r1 = ranges[r][1];
         for (size_t i = 0; i < nw; i++)
           rows[i] = CANARY;
-        l.ops->backward_weight_rows(&l, &bw, 0, r0, r1, rows);
+        l.ops->backward_weight_rows(&l, &bw, 0, r0, r1, rows, NULL, 0);
         ws_check(ws, l.ws_bytes);
+        nto_bwd bc = bw; /* the input only for the call that fills */
+        bc.in[0] = r == 0 ? x : NULL;
+        for (size_t i = 0; i < nw; i++)
+          cached[i] = CANARY;
+        l.ops->backward_weight_rows(&l, &bc, 0, r0, r1, cached, cache, r == 0);
+        ws_check(ws, l.ws_bytes);
+        assert_memory_equal(cached, rows, nw * 4);
         double e =
             rel_err_f(rows, dw + (size_t)r0 * kcol, (size_t)(r1 - r0) * kcol);
         if (e > 1e-6)
@@ -545,7 +560,7 @@ static void test_weight_rows_match_backward(void **state) {
       free(ws);
       gc_layer_free(&l);
       free(x), free(w), free(bias), free(dy), free(y), free(dx), free(dw);
-      free(db), free(rows);
+      free(db), free(rows), free(cache), free(cached);
     }
   }
 }
