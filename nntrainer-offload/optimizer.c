@@ -27,7 +27,19 @@ static void sgd_update(float *w, const float *g, float *v, size_t n, float lr,
   }
 }
 
-/* w, g, m, v: n floats each. wd is L2 (added to g); decoupled is AdamW. */
+/* Adam's moments and step for one element given its gradient gi. */
+static inline void adam_element(float *w, float *m, float *v, float gi,
+                                float b1, float b2, float eps, float step,
+                                float sbc2) {
+  *m = b1 * *m + (1.0f - b1) * gi;
+  *v = b2 * *v + (1.0f - b2) * gi * gi;
+  float denom = sqrtf(*v) / sbc2 + eps;
+  *w -= step * (*m / denom);
+}
+
+/* w, g, m, v: n floats each. wd is L2 (added to g); decoupled is AdamW.
+ * Loops without branches, so that they vectorize (sqrtf too: the build
+ * has -fno-math-errno). */
 static void adam_update(float *w, const float *g, float *m, float *v, size_t n,
                         const nto_opt_conf *o, double lr, long t) {
   float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->epsilon;
@@ -36,18 +48,16 @@ static void adam_update(float *w, const float *g, float *m, float *v, size_t n,
   float step = (float)(lr / bc1);
   float sbc2 = (float)sqrt(bc2);
   float wd = (float)o->weight_decay;
-  int decoupled = o->kind == NTO_OPT_ADAMW;
-  float shrink = (float)(1.0 - lr * o->weight_decay);
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i];
-    if (decoupled)
+  if (o->kind == NTO_OPT_ADAMW) {
+    float shrink = (float)(1.0 - lr * o->weight_decay);
+    for (size_t i = 0; i < n; i++)
       w[i] *= shrink;
-    else
-      gi += wd * w[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    float denom = sqrtf(v[i]) / sbc2 + eps;
-    w[i] -= step * (m[i] / denom);
+    for (size_t i = 0; i < n; i++)
+      adam_element(&w[i], &m[i], &v[i], g[i], b1, b2, eps, step, sbc2);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      adam_element(&w[i], &m[i], &v[i], g[i] + wd * w[i], b1, b2, eps, step,
+                   sbc2);
   }
 }
 
