@@ -1,0 +1,62 @@
+/*
+ * parallel.h - the executor's compute helpers: a loop over [0, n) split
+ * into contiguous ranges run by the executor thread and T-1 worker
+ * threads, for the kernels that are not BLAS calls (element-wise layers,
+ * batch normalization, depthwise convolution, optimizer updates).
+ *
+ * OpenBLAS parallelizes the GEMMs with its own threads; without these
+ * helpers everything else would run on the executor alone, on one of the
+ * machine's cores. The two never run at once: a step's kernels run one
+ * after the other on the executor, which waits for each.
+ *
+ * Results do not depend on the thread count: callers split work only where
+ * every output is computed by one range with the same operations in the
+ * same order (independent elements, features, channels), never a sum
+ * across ranges.
+ *
+ * One process-wide pool, like OpenBLAS's. Its size is set once, before
+ * training, by the thread that owns the model (the CLI's --threads);
+ * nto_parallel_for is called by one thread at a time (the executor).
+ */
+#ifndef NTO_PARALLEL_H
+#define NTO_PARALLEL_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+#define NTO_PARALLEL_MAX 64 /* threads, the caller included */
+
+/* Body of a parallel loop: elements [begin, end) of the loop; ctx is the
+ * caller's; slot: the range's index, < the job's thread count (for
+ * per-thread scratch). Runs on the calling thread or a worker; must not
+ * call nto_parallel_for. */
+typedef void (*nto_range_fn)(void *ctx, size_t begin, size_t end, int slot);
+
+/*
+ * Use t threads (the caller included, 1 <= t <= NTO_PARALLEL_MAX): starts
+ * or stops workers. Returns 0, NTO_EINVAL (t out of range), or NTO_ENOMEM
+ * when a worker cannot be started (the pool then keeps the workers it
+ * has). Not while nto_parallel_for runs.
+ */
+int nto_parallel_set_threads(int t, nto_err *err);
+
+/* Threads nto_parallel_for uses (1 when never set). */
+int nto_parallel_threads(void);
+
+/*
+ * fn over [0, n): with T = min(nto_parallel_threads(), max_threads)
+ * threads (max_threads <= 0: no cap), ranges are [r_k, r_{k+1}) with
+ * r_k = round_down(n * k / T, grain) (r_T = n), range k in slot k, so
+ * every range but the last is a multiple of grain long (grain >= 1;
+ * alignment for vector loops); empty ranges are skipped. The caller runs
+ * range 0; returns when all have run. With T == 1 or n <= grain:
+ * fn(ctx, 0, n, 0) on the caller.
+ */
+void nto_parallel_for(size_t n, size_t grain, int max_threads, nto_range_fn fn,
+                      void *ctx);
+
+/* Stops the workers (back to 1 thread). */
+void nto_parallel_free(void);
+
+#endif /* NTO_PARALLEL_H */
