@@ -1,6 +1,7 @@
 /* summary.c - `nntrainer-offload summary`: per-layer table and totals. */
 #include "cli.h"
 #include "memstat.h"
+#include "parallel.h"
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -19,7 +20,7 @@ static const char usage[] =
     "traffic per iteration.\n"
     "\n"
     "  --batch-size B   batch size (default: the INI's batch_size)\n"
-    "  --threads T      BLAS threads train will use, for the estimated\n"
+    "  --threads T      compute threads train will use, for the estimated\n"
     "                   peak RSS (default: online CPUs)\n";
 
 /* Bytes layer l keeps from its forward step to its backward step. */
@@ -136,6 +137,13 @@ int cmd_summary(int argc, char **argv) {
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch, .plan_only = 1};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
+  /* the workspace has a slot per compute thread where kernels need one
+   * (parallel.h): plan with train's thread count */
+  if (rc == 0 &&
+      nto_parallel_set_threads(threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX
+                                                          : (int)threads,
+                               &err) != 0)
+    fprintf(stderr, "warning: %s\n", err.msg);
   if (rc == 0) {
     rc = nto_model_create(&m, &c, &o, &err);
     status = cli_status(rc);
@@ -143,6 +151,7 @@ int cmd_summary(int argc, char **argv) {
   if (rc != 0) {
     cli_error("%s", err.msg);
     nto_config_free(&c);
+    nto_parallel_free();
     return status;
   }
   printf("model %s, batch %d\n\n", path, nto_model_batch(m));
@@ -158,6 +167,7 @@ int cmd_summary(int argc, char **argv) {
          cli_bytes(p.workspace, f, sizeof f));
   print_windows(m, threads);
   nto_model_free(m);
+  nto_parallel_free();
   nto_config_free(&c);
   return CLI_OK;
 }

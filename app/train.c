@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "dataset.h"
 #include "memstat.h"
+#include "parallel.h"
 #include "weights.h"
 
 #include <cblas.h>
@@ -38,7 +39,8 @@ static const char usage[] =
     "                        FILE.safetensors (default: the INI's Save_Path)\n"
     "  --seed S              seed of initialization, shuffling, dropout\n"
     "                        (default 1)\n"
-    "  --threads T           BLAS threads (default: online CPUs)\n"
+    "  --threads T           compute threads: OpenBLAS's and the other\n"
+    "                        kernels' (default: online CPUs)\n"
     "  --log-every K         in non-terminal output, a line every K\n"
     "                        iterations (default: about 20 per epoch)\n"
     "  --warmup K            leave the first K iterations out of the\n"
@@ -1043,6 +1045,7 @@ static int cleanup(run *r, nto_err *err) {
   nto_dataset_close(r->train);
   nto_dataset_close(r->test);
   nto_model_free(r->m);
+  nto_parallel_free();
   nto_config_free(&r->c);
   nto_free_aligned(r->x);
   nto_free_aligned(r->y);
@@ -1062,7 +1065,14 @@ int cmd_train(int argc, char **argv) {
   double t0 = now_s();
   install_signals();
   openblas_set_num_threads((int)r.o.threads);
-  int rc = nto_config_load(&r.c, r.o.model, &err);
+  int rc = nto_parallel_set_threads(
+      r.o.threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX : (int)r.o.threads,
+      &err);
+  if (rc != 0) { /* fewer compute threads: slower, same results */
+    fprintf(stderr, "warning: %s\n", err.msg);
+    rc = 0;
+  }
+  rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   if (rc == 0 && offload_opts(&r, &mo) != 0) {
@@ -1108,7 +1118,7 @@ int cmd_train(int argc, char **argv) {
     }
   }
   if (rc == 0) {
-    printf("model %s: %d layers, %zu parameters, batch %d, %ld BLAS "
+    printf("model %s: %d layers, %zu parameters, batch %d, %ld "
            "threads\n",
            r.o.model, nto_model_graph(r.m)->n_layers,
            nto_model_param_count(r.m), r.batch, r.o.threads);

@@ -17,6 +17,7 @@
  * out_kind tells the loss it may fuse: NTO_OUT_SOFTMAX, NTO_OUT_SIGMOID.
  */
 #include "layer.h"
+#include "parallel.h"
 #include "registry.h"
 
 #include <math.h>
@@ -35,8 +36,7 @@ typedef enum {
 
 /* Same order as act_kind. */
 static const char *const act_names[] = {
-    "relu", "relu6", "sigmoid", "tanh", "softmax", "leaky_relu", "none",
-    NULL};
+    "relu", "relu6", "sigmoid", "tanh", "softmax", "leaky_relu", "none", NULL};
 
 #define LEAKY_SLOPE 0.01f
 
@@ -187,8 +187,8 @@ static void softmax_forward(float *y, const float *x, int N, size_t D) {
  * y, dy, dx: (N, D); dx = y * (dy - sum_j dy_j y_j) per row (softmax
  * Jacobian J = diag(y) - y y^T is symmetric). dx may equal dy.
  */
-static void softmax_backward(float *dx, const float *y, const float *dy,
-                             int N, size_t D) {
+static void softmax_backward(float *dx, const float *y, const float *dy, int N,
+                             size_t D) {
   for (int s = 0; s < N; s++) {
     const float *yr = y + (size_t)s * D, *dyr = dy + (size_t)s * D;
     float *dxr = dx + (size_t)s * D;
@@ -200,14 +200,36 @@ static void softmax_backward(float *dx, const float *y, const float *dy,
   }
 }
 
+/* An element-wise pass split over the compute threads (parallel.h):
+ * forward when dy is NULL (y = act(x)), else backward (dx = dy * act'(y),
+ * x holding y). */
+typedef struct act_job {
+  act_kind kind;
+  float *out;
+  const float *x, *dy;
+} act_job;
+
+#define ACT_GRAIN 4096 /* elements per range: 16 KiB, whole pages */
+
+static void act_range(void *ctx, size_t a, size_t b, int slot) {
+  const act_job *j = ctx;
+  (void)slot;
+  if (j->dy)
+    act_elementwise_backward(j->kind, j->out + a, j->x + a, j->dy + a, b - a);
+  else
+    act_elementwise_forward(j->kind, j->out + a, j->x + a, b - a);
+}
+
 /* f->in[0], f->out: (N, C, H, W). */
 static void act_forward(nto_layer *l, const nto_fwd *f) {
   act_priv *p = l->priv;
   nto_shape s = l->out_shape;
-  if (p->kind == ACT_SOFTMAX)
+  if (p->kind == ACT_SOFTMAX) {
     softmax_forward(f->out, f->in[0], s.n, nto_shape_sample(s));
-  else
-    act_elementwise_forward(p->kind, f->out, f->in[0], nto_shape_numel(s));
+    return;
+  }
+  act_job j = {p->kind, f->out, f->in[0], NULL};
+  nto_parallel_for(nto_shape_numel(s), ACT_GRAIN, 0, act_range, &j);
 }
 
 /* b->out, b->dout, b->din[0]: (N, C, H, W); din[0] may be NULL (skip). */
@@ -216,11 +238,12 @@ static void act_backward(nto_layer *l, const nto_bwd *b) {
   nto_shape s = l->out_shape;
   if (b->din[0] == NULL)
     return;
-  if (p->kind == ACT_SOFTMAX)
+  if (p->kind == ACT_SOFTMAX) {
     softmax_backward(b->din[0], b->out, b->dout, s.n, nto_shape_sample(s));
-  else
-    act_elementwise_backward(p->kind, b->din[0], b->out, b->dout,
-                             nto_shape_numel(s));
+    return;
+  }
+  act_job j = {p->kind, b->din[0], b->out, b->dout};
+  nto_parallel_for(nto_shape_numel(s), ACT_GRAIN, 0, act_range, &j);
 }
 
 const nto_layer_ops nto_activation_layer = {

@@ -35,6 +35,7 @@
  * trainable), "gamma", "beta".
  */
 #include "layer.h"
+#include "parallel.h"
 #include "registry.h"
 
 #include <float.h>
@@ -172,9 +173,9 @@ static double feature_sum(const float *x, int n, int inner, size_t stride,
 static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
                              const float *gamma, const float *beta, float *mean,
                              float *inv_std, float *rmean, float *rvar,
-                             double eps, double momentum) {
+                             double eps, double momentum, int f0, int f1) {
   size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
-  for (int f = 0; f < nf; f++) {
+  for (int f = f0; f < f1; f++) {
     const float *xf = x + (size_t)f * inner;
     double mu = feature_sum(xf, n, inner, fstride, 0.0, 1) / (double)m;
     double var = feature_sum(xf, n, inner, fstride, mu, 2) / (double)m;
@@ -199,9 +200,10 @@ static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
  * gamma, beta, rmean, rvar: (nf). */
 static void bn_forward_eval(const float *x, float *y, int n, int nf, int inner,
                             const float *gamma, const float *beta,
-                            const float *rmean, const float *rvar, double eps) {
+                            const float *rmean, const float *rvar, double eps,
+                            int f0, int f1) {
   size_t fstride = (size_t)nf * inner;
-  for (int f = 0; f < nf; f++) {
+  for (int f = f0; f < f1; f++) {
     float mu = rmean[f];
     float scale = (float)(gamma[f] / sqrt((double)rvar[f] + eps));
     float b = beta[f];
@@ -213,25 +215,47 @@ static void bn_forward_eval(const float *x, float *y, int n, int nf, int inner,
   }
 }
 
-/* f->in[0] -> f->out, both (N, C, H, W); see the formulas at the top. */
-static void bn_forward(nto_layer *l, const nto_fwd *f) {
-  bn_priv *p = l->priv;
+/* A pass over features [a, b) (parallel.h): the layer and its nto_fwd
+ * (forward) or nto_bwd (backward). */
+typedef struct bn_job {
+  const nto_layer *l;
+  const nto_fwd *f;
+  const nto_bwd *b;
+} bn_job;
+
+/* Features [a, b) of a forward pass. */
+static void bn_forward_range(void *ctx, size_t a, size_t b, int slot) {
+  const bn_job *j = ctx;
+  const nto_layer *l = j->l;
+  const nto_fwd *f = j->f;
+  const bn_priv *p = l->priv;
+  (void)slot;
   if (f->training)
-    bn_forward_train(
-        f->in[0], f->out, l->batch, p->nf, p->inner, f->w[p->iw[BN_GAMMA]],
-        f->w[p->iw[BN_BETA]], f->saved[p->imean], f->saved[p->iinv],
-        f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon, p->momentum);
+    bn_forward_train(f->in[0], f->out, l->batch, p->nf, p->inner,
+                     f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]],
+                     f->saved[p->imean], f->saved[p->iinv],
+                     f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon,
+                     p->momentum, (int)a, (int)b);
   else
     bn_forward_eval(f->in[0], f->out, l->batch, p->nf, p->inner,
                     f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]],
-                    f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon);
+                    f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon,
+                    (int)a, (int)b);
+}
+
+/* f->in[0] -> f->out, both (N, C, H, W); see the formulas at the top.
+ * Features are independent: split over the compute threads. */
+static void bn_forward(nto_layer *l, const nto_fwd *f) {
+  const bn_priv *p = l->priv;
+  bn_job j = {l, f, NULL};
+  nto_parallel_for((size_t)p->nf, 1, 0, bn_forward_range, &j);
 }
 
 /* Over one feature (n blocks of inner floats, stride apart), in double:
  * *sdy = sum(dy), *sdyx = sum(dy * (x - mu) * inv). */
-static void feature_grad_sums(const float *x, const float *dy, int n,
-                              int inner, size_t stride, double mu, double inv,
-                              double *sdy, double *sdyx) {
+static void feature_grad_sums(const float *x, const float *dy, int n, int inner,
+                              size_t stride, double mu, double inv, double *sdy,
+                              double *sdyx) {
   double a[BN_LANES] = {0}, b[BN_LANES] = {0};
   for (int i = 0; i < n; i++) {
     const float *xr = x + (size_t)i * stride, *dr = dy + (size_t)i * stride;
@@ -258,9 +282,9 @@ static void feature_grad_sums(const float *x, const float *dy, int n,
 static void bn_backward_train(const float *x, const float *dy, float *dx, int n,
                               int nf, int inner, const float *gamma,
                               const float *mean, const float *inv_std,
-                              float *dgamma, float *dbeta) {
+                              float *dgamma, float *dbeta, int f0, int f1) {
   size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
-  for (int f = 0; f < nf; f++) {
+  for (int f = f0; f < f1; f++) {
     const float *xf = x + (size_t)f * inner;
     const float *dyf = dy + (size_t)f * inner;
     double mu = mean[f], inv = inv_std[f], sdy, sdyx;
@@ -284,13 +308,24 @@ static void bn_backward_train(const float *x, const float *dy, float *dx, int n,
   }
 }
 
-/* dout, in[0] -> din[0], dgamma, dbeta; see the formulas at the top. */
-static void bn_backward(nto_layer *l, const nto_bwd *b) {
-  bn_priv *p = l->priv;
-  bn_backward_train(b->in[0], b->dout, b->din[0], l->batch, p->nf, p->inner,
+/* Features [a, b) of a backward pass (ctx: the layer and its nto_bwd). */
+static void bn_backward_range(void *ctx, size_t a, size_t c, int slot) {
+  const bn_job *j = ctx;
+  const nto_bwd *b = j->b;
+  const bn_priv *p = j->l->priv;
+  (void)slot;
+  bn_backward_train(b->in[0], b->dout, b->din[0], j->l->batch, p->nf, p->inner,
                     b->w[p->iw[BN_GAMMA]], b->saved[p->imean],
                     b->saved[p->iinv], b->dw[p->iw[BN_GAMMA]],
-                    b->dw[p->iw[BN_BETA]]);
+                    b->dw[p->iw[BN_BETA]], (int)a, (int)c);
+}
+
+/* dout, in[0] -> din[0], dgamma, dbeta; see the formulas at the top.
+ * Split over the compute threads by feature. */
+static void bn_backward(nto_layer *l, const nto_bwd *b) {
+  const bn_priv *p = l->priv;
+  bn_job j = {l, NULL, b};
+  nto_parallel_for((size_t)p->nf, 1, 0, bn_backward_range, &j);
 }
 
 const nto_layer_ops nto_batch_normalization_layer = {

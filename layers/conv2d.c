@@ -80,6 +80,7 @@
  * din is zeroed, then col2im adds into it. A NULL din or dw skips that part.
  */
 #include "layer.h"
+#include "parallel.h"
 #include "registry.h"
 
 #include <assert.h>
@@ -127,8 +128,12 @@ typedef struct conv_priv {
   conv_geom g;
   int path;  /* PATH_* */
   int chunk; /* images per GEMM (>= 1; 1 = per image) */
-  int iw;    /* index of "weight" */
-  int ib;    /* index of "bias", -1 with disable_bias */
+  /* depthwise: compute threads the workspace has slots for (parallel.h,
+   * at plan), and floats per slot (stride-1 kernels; 0: none) */
+  int ws_slots;
+  size_t ws_slot;
+  int iw; /* index of "weight" */
+  int ib; /* index of "bias", -1 with disable_bias */
 } conv_priv;
 
 static void conv_defaults(nto_layer *l) {
@@ -334,14 +339,21 @@ static int conv_plan(nto_layer *l, nto_err *err) {
   else
     p->path = PATH_IM2COL;
   p->chunk = 1;
+  p->ws_slots = nto_parallel_threads();
+  p->ws_slot = 0;
   if (p->path == PATH_DEPTHWISE && g->sh == 1 && g->sw == 1) {
-    size_t fl; /* 2 planes + OH*P floats, see depthwise_forward_s1 */
+    /* per slot 2 planes + OH*P floats (depthwise_forward_s1), rounded up
+     * to 64 bytes */
+    size_t fl;
     if (__builtin_mul_overflow((size_t)g->oh, dw_pitch(g), &fl) ||
-        __builtin_add_overflow(fl, 2 * dw_plane(g), &fl) ||
-        __builtin_mul_overflow(fl, sizeof(float), &l->ws_bytes))
+        __builtin_add_overflow(fl, 2 * dw_plane(g) + 15, &fl) ||
+        __builtin_mul_overflow(fl / 16 * 16, (size_t)p->ws_slots,
+                               &l->ws_bytes) ||
+        __builtin_mul_overflow(l->ws_bytes, sizeof(float), &l->ws_bytes))
       return nto_err_set(err, NTO_ESHAPE,
                          "depthwise workspace for %dx%d is too large", g->h,
                          g->w);
+    p->ws_slot = fl / 16 * 16;
   } else if (p->path != PATH_DEPTHWISE) {
     /* One image's column matrix, and one image's share of a chunk (its
      * columns plus its part of the output/dY buffer), in bytes. */
@@ -507,10 +519,11 @@ static void fill_bias(float *y, const float *bias, int fg, size_t ohw) {
  * (ky, kx) order from 0, then adds the bias.
  */
 static void depthwise_forward(const conv_geom *g, const float *x,
-                              const float *w, const float *bias, float *y) {
+                              const float *w, const float *bias, float *y,
+                              int c0, int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw;
-  for (int f = 0; f < g->f; f++) {
+  for (int f = c0 * g->fg; f < c1 * g->fg; f++) {
     const float *xc = x + (size_t)(f / g->fg) * hw;
     const float *wf = w + (size_t)f * kk;
     float *yf = y + (size_t)f * ohw;
@@ -556,10 +569,10 @@ static void depthwise_forward(const conv_geom *g, const float *x,
 
 static void depthwise_backward(const conv_geom *g, const float *x,
                                const float *w, const float *dy, float *dx,
-                               float *dw) {
+                               float *dw, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw;
-  for (int f = 0; f < g->f; f++) {
+  for (int f = c0 * g->fg; f < c1 * g->fg; f++) {
     size_t ci = (size_t)(f / g->fg);
     const float *xc = x + ci * hw;
     float *dxc = dx ? dx + ci * hw : NULL;
@@ -601,8 +614,8 @@ static void depthwise_backward(const conv_geom *g, const float *x,
           }
         }
         if (dwf)
-          dwf[wi] += ((s[0] + s[1]) + (s[2] + s[3])) +
-                     ((s[4] + s[5]) + (s[6] + s[7]));
+          dwf[wi] +=
+              ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
       }
     }
   }
@@ -634,12 +647,12 @@ static void dw_pad(const conv_geom *g, const float *xc, float *xp) {
  * (taps in the padding add w * 0). ws: dw_plane + OH*P floats. */
 static void depthwise_forward_s1(const conv_geom *g, const float *x,
                                  const float *w, const float *bias, float *y,
-                                 float *ws) {
+                                 float *ws, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw, pitch = dw_pitch(g);
   size_t n = (size_t)g->oh * pitch; /* flat outputs, dropped ones included */
   float *xp = ws, *acc = ws + dw_plane(g);
-  for (int f = 0; f < g->f; f++) {
+  for (int f = c0 * g->fg; f < c1 * g->fg; f++) {
     if (f % g->fg == 0)
       dw_pad(g, x + (size_t)(f / g->fg) * hw, xp);
     const float *wf = w + (size_t)f * kk;
@@ -672,12 +685,12 @@ static void depthwise_forward_s1(const conv_geom *g, const float *x,
  */
 static void depthwise_backward_s1(const conv_geom *g, const float *x,
                                   const float *w, const float *dy, float *dx,
-                                  float *dw, float *ws) {
+                                  float *dw, float *ws, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw, pitch = dw_pitch(g);
   size_t n = (size_t)g->oh * pitch, plane = dw_plane(g);
   float *xp = ws, *dxp = ws + plane, *dyp = ws + 2 * plane;
-  for (int c = 0; c < g->c; c++) {
+  for (int c = c0; c < c1; c++) {
     if (dw)
       dw_pad(g, x + (size_t)c * hw, xp);
     if (dx)
@@ -722,6 +735,46 @@ static void depthwise_backward_s1(const conv_geom *g, const float *x,
           d[ix] += r[ix];
       }
     }
+  }
+}
+
+/*
+ * A depthwise pass over input channels [c0, c1) of every image
+ * (parallel.h): the channels of a range, their filters and their dX are
+ * its own, and each filter's dW sums its images in order, so the split
+ * does not change the results. Forward when dy is NULL; workspace slot
+ * `slot` of the stride-1 kernels (conv_priv ws_slots, ws_slot floats).
+ */
+typedef struct dw_job {
+  const nto_layer *l;
+  const float *x, *w, *bias, *dy;
+  float *y, *dx, *dw, *ws;
+} dw_job;
+
+static void dw_range(void *ctx, size_t c0, size_t c1, int slot) {
+  const dw_job *j = ctx;
+  const conv_priv *p = j->l->priv;
+  const conv_geom *g = &p->g;
+  size_t in_img = (size_t)g->c * g->h * g->w;
+  size_t out_img = (size_t)g->f * g->oh * g->ow;
+  float *ws = j->ws ? j->ws + (size_t)slot * p->ws_slot : NULL;
+  int s1 = g->sh == 1 && g->sw == 1, a = (int)c0, b = (int)c1;
+  for (int n = 0; n < j->l->batch; n++) {
+    const float *xn = j->x + (size_t)n * in_img;
+    if (!j->dy) {
+      float *yn = j->y + (size_t)n * out_img;
+      if (s1)
+        depthwise_forward_s1(g, xn, j->w, j->bias, yn, ws, a, b);
+      else
+        depthwise_forward(g, xn, j->w, j->bias, yn, a, b);
+      continue;
+    }
+    const float *dyn = j->dy + (size_t)n * out_img;
+    float *dxn = j->dx ? j->dx + (size_t)n * in_img : NULL;
+    if (s1)
+      depthwise_backward_s1(g, xn, j->w, dyn, dxn, j->dw, ws, a, b);
+    else
+      depthwise_backward(g, xn, j->w, dyn, dxn, j->dw, a, b);
   }
 }
 
@@ -777,14 +830,8 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t ohw = (size_t)g->oh * g->ow;
   if (p->path == PATH_DEPTHWISE) {
-    for (int n = 0; n < l->batch; n++) {
-      const float *xn = f->in[0] + (size_t)n * in_img;
-      float *yn = f->out + (size_t)n * out_img;
-      if (g->sh == 1 && g->sw == 1)
-        depthwise_forward_s1(g, xn, w, bias, yn, f->ws);
-      else
-        depthwise_forward(g, xn, w, bias, yn);
-    }
+    dw_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, NULL, f->ws};
+    nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
     return;
   }
   int nch = (l->batch + p->chunk - 1) / p->chunk;
@@ -865,15 +912,8 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   if (p->path == PATH_DEPTHWISE) {
     if (dw)
       memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
-    for (int n = 0; n < l->batch; n++) {
-      const float *xn = b->in[0] + (size_t)n * in_img;
-      const float *dyn = b->dout + (size_t)n * out_img;
-      float *dxn = din ? din + (size_t)n * in_img : NULL;
-      if (g->sh == 1 && g->sw == 1)
-        depthwise_backward_s1(g, xn, w, dyn, dxn, dw, b->ws);
-      else
-        depthwise_backward(g, xn, w, dyn, dxn, dw);
-    }
+    dw_job j = {l, b->in[0], w, NULL, b->dout, NULL, din, dw, b->ws};
+    nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
     return;
   }
   int nch = (l->batch + p->chunk - 1) / p->chunk;

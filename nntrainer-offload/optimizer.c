@@ -1,6 +1,8 @@
 /* optimizer.c - SGD, Adam, AdamW. See optimizer.h for the formulas. */
 #include "optimizer.h"
 
+#include "parallel.h"
+
 #include <math.h>
 
 int nto_opt_state_count(const nto_opt_conf *o) {
@@ -61,16 +63,41 @@ static void adam_update(float *w, const float *g, float *m, float *v, size_t n,
   }
 }
 
-void nto_opt_update(const nto_opt_conf *o, float *w, const float *g,
-                    float *const *state, size_t n, double lr, long t) {
+/* An update split over the compute threads (parallel.h): every element
+ * is updated by one range with the same operations, so the split does not
+ * change the result. */
+typedef struct opt_job {
+  const nto_opt_conf *o;
+  float *w;
+  const float *g;
+  float *const *state;
+  double lr;
+  long t;
+} opt_job;
+
+#define OPT_GRAIN 4096 /* elements per range: 16 KiB, whole pages */
+
+static void opt_range(void *ctx, size_t a, size_t b, int slot) {
+  const opt_job *j = ctx;
+  const nto_opt_conf *o = j->o;
+  (void)slot;
+  float *st[2] = {NULL, NULL};
+  for (int q = 0; q < nto_opt_state_count(o); q++)
+    st[q] = j->state[q] + a;
   switch (o->kind) {
   case NTO_OPT_SGD:
-    sgd_update(w, g, o->momentum > 0 ? state[0] : NULL, n, (float)lr,
-               (float)o->momentum, (float)o->weight_decay, t);
+    sgd_update(j->w + a, j->g + a, o->momentum > 0 ? st[0] : NULL, b - a,
+               (float)j->lr, (float)o->momentum, (float)o->weight_decay, j->t);
     break;
   case NTO_OPT_ADAM:
   case NTO_OPT_ADAMW:
-    adam_update(w, g, state[0], state[1], n, o, lr, t);
+    adam_update(j->w + a, j->g + a, st[0], st[1], b - a, o, j->lr, j->t);
     break;
   }
+}
+
+void nto_opt_update(const nto_opt_conf *o, float *w, const float *g,
+                    float *const *state, size_t n, double lr, long t) {
+  opt_job j = {o, w, g, state, lr, t};
+  nto_parallel_for(n, OPT_GRAIN, 0, opt_range, &j);
 }

@@ -28,6 +28,7 @@ int nto_opt_state_count(const nto_opt_conf *o);
  * Update n weights w[0..n) in place from gradients g[0..n).
  * state: nto_opt_state_count() arrays of n floats (zero at t = 1).
  * lr: this iteration's learning rate; t: 1-based update count.
+ * Runs on the compute threads (parallel.h); the executor calls it.
  */
 void nto_opt_update(const nto_opt_conf *o, float *w, const float *g,
                     float *const *state, size_t n, double lr, long t);

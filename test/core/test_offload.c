@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "model.h"
+#include "parallel.h"
 #include "tmpdir.h"
 
 #include <dirent.h>
@@ -353,6 +354,34 @@ static void test_small_nets(void **state) {
   };
   for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
     check_net(&nets[i]);
+}
+
+/* The compute threads (parallel.h) split batch normalization, depthwise
+ * convolution, activations and optimizer updates by features, channels
+ * and elements: the same bits with 1 and 3 threads, resident and with a
+ * window (under ThreadSanitizer too). */
+static void test_compute_threads(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "threads"), 0);
+  nto_err err = {0};
+  const net_case nets[] = {{"test/data/nets/mobile_block.ini", 4, 3, 0},
+                           {"test/data/nets/tiny_resnet.ini", 4, 3, 0}};
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+    result ref = {0};
+    assert_int_equal(nto_parallel_set_threads(1, &err), 0);
+    run(&nets[i], 0, NTO_IO_AUTO, dir, &ref);
+    assert_int_equal(nto_parallel_set_threads(3, &err), 0);
+    for (int w = 0; w <= 2; w += 2) {
+      result r = {0};
+      run(&nets[i], w, NTO_IO_AUTO, dir, &r);
+      check_equal(&nets[i], &ref, &r, w, NTO_IO_AUTO);
+      result_free(&r);
+    }
+    result_free(&ref);
+  }
+  nto_parallel_free();
+  tmpdir_remove(dir);
 }
 
 /* Transitions seen by the state log, per pass kind and step. */
@@ -873,6 +902,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
       cmocka_unit_test(test_chunked_update),
+      cmocka_unit_test(test_compute_threads),
       cmocka_unit_test(test_state_machine),
       cmocka_unit_test(test_io_error_surfaces),
       cmocka_unit_test(test_checksum_flip),

@@ -671,14 +671,15 @@ static void test_workspace(void **state) {
   assert_int_equal(ws_of(p1, in, 1), 0);
   assert_int_equal(ws_of(p1, (nto_shape){1, 4, 10, 12}, 0), 0);
   assert_int_equal(ws_of(p1, in, 0), (size_t)4 * (4 + 8) * 10 * 12 * 4);
-  /* depthwise, stride 1: two padded planes (pitch P = OW + 2 = 12, 8 + 2
-   * rows, 2 floats of slack) and OH*P outputs; stride 2: none */
+  /* depthwise, stride 1: per compute thread (1 here) two padded planes
+   * (pitch P = OW + 2 = 12, 8 + 2 rows, 2 floats of slack) and OH*P
+   * outputs, 340 floats rounded up to 352 (64 bytes); stride 2: none */
   const char *const pd[] = {"filters", "4", "kernel_size", "3",
                             "groups",  "4", NULL};
-  assert_int_equal(ws_of(pd, in, 0), (size_t)(2 * (10 * 12 + 2) + 8 * 12) * 4);
-  assert_int_equal(ws_of(pd, in, 1), (size_t)(2 * (10 * 12 + 2) + 8 * 12) * 4);
-  const char *const pd2[] = {"filters", "4", "kernel_size", "3", "groups",
-                             "4",       "stride",      "2", NULL};
+  assert_int_equal(ws_of(pd, in, 0), (size_t)352 * 4);
+  assert_int_equal(ws_of(pd, in, 1), (size_t)352 * 4);
+  const char *const pd2[] = {"filters", "4",      "kernel_size", "3", "groups",
+                             "4",       "stride", "2",           NULL};
   assert_int_equal(ws_of(pd2, in, 0), 0);
 }
 
