@@ -77,9 +77,15 @@ static const char usage[] =
     "                        iterations 1 and 3, early enough to be done\n"
     "                        before each step runs (more tensors resident;\n"
     "                        within --memory-budget if given)\n"
-    "  --chunk-grads         compute the gradient of weights above the\n"
-    "                        update chunk (1 MiB) chunk by chunk: less\n"
-    "                        memory, slower, results differ by rounding\n"
+    "  --chunk-grads auto|on|off\n"
+    "                        where the gradient of a weight above the\n"
+    "                        update chunk (1 MiB) is computed: chunk by\n"
+    "                        chunk next to its update (less memory) or\n"
+    "                        whole; 'auto' (default): by chunk where that\n"
+    "                        costs no time (a convolution whose batch's\n"
+    "                        column matrix is smaller than its weight);\n"
+    "                        'on': wherever possible (slower); results\n"
+    "                        differ by rounding between the modes\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -100,10 +106,10 @@ typedef struct opts {
   const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */
   int no_direct;
-  int chunk_grads;        /* --chunk-grads */
-  const char *checkpoint; /* --checkpoint, NULL: off */
-  long checkpoint_every;  /* 0: once per epoch */
-  const char *resume;     /* --resume, NULL: a new run */
+  const char *chunk_grads; /* --chunk-grads auto|on|off, NULL: auto */
+  const char *checkpoint;  /* --checkpoint, NULL: off */
+  long checkpoint_every;   /* 0: once per epoch */
+  const char *resume;      /* --resume, NULL: a new run */
 } opts;
 
 /* The signal that asks the run to stop (SIGINT, SIGTERM), 0: none. Set by
@@ -146,15 +152,13 @@ static int parse_opts(int argc, char **argv, opts *o) {
     } else if (!strcmp(a, "--no-direct")) {
       o->no_direct = 1;
       continue;
-    } else if (!strcmp(a, "--chunk-grads")) {
-      o->chunk_grads = 1;
-      continue;
     } else if (!strcmp(a, "--data") || !strcmp(a, "--save") ||
                !strcmp(a, "--window") || !strcmp(a, "--swap-dir") ||
                !strcmp(a, "--io") || !strcmp(a, "--log-states") ||
                !strcmp(a, "--report-json") || !strcmp(a, "--memory-budget") ||
                !strcmp(a, "--trace") || !strcmp(a, "--checkpoint") ||
-               !strcmp(a, "--resume") || !strcmp(a, "--prefetch")) {
+               !strcmp(a, "--resume") || !strcmp(a, "--prefetch") ||
+               !strcmp(a, "--chunk-grads")) {
       const char **dst = !strcmp(a, "--data")            ? &o->data
                          : !strcmp(a, "--save")          ? &o->save
                          : !strcmp(a, "--window")        ? &o->window
@@ -166,6 +170,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
                          : !strcmp(a, "--checkpoint")    ? &o->checkpoint
                          : !strcmp(a, "--resume")        ? &o->resume
                          : !strcmp(a, "--prefetch")      ? &o->prefetch
+                         : !strcmp(a, "--chunk-grads")   ? &o->chunk_grads
                                                          : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
@@ -997,7 +1002,16 @@ static int offload_opts(run *r, nto_model_opts *mo) {
                  : mc->swap_path[0] ? mc->swap_path
                                     : NULL;
   oo->no_direct = o->no_direct;
-  mo->chunk_grads = o->chunk_grads;
+  mo->chunk_grads = NTO_CHUNK_GRADS_AUTO;
+  if (o->chunk_grads && !strcmp(o->chunk_grads, "on")) {
+    mo->chunk_grads = NTO_CHUNK_GRADS_ON;
+  } else if (o->chunk_grads && !strcmp(o->chunk_grads, "off")) {
+    mo->chunk_grads = NTO_CHUNK_GRADS_OFF;
+  } else if (o->chunk_grads && strcmp(o->chunk_grads, "auto") != 0) {
+    cli_error("--chunk-grads: expected auto, on or off, got '%s'",
+              o->chunk_grads);
+    return -1;
+  }
   mo->prefetch = NTO_PREFETCH_STEPS;
   if (o->prefetch && !strcmp(o->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;

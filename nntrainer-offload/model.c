@@ -61,7 +61,7 @@ struct nto_model {
   int (*dw_first)[NTO_MAX_WEIGHTS];
   int (*dw_row)[NTO_MAX_WEIGHTS];
   int (*dw_cache)[NTO_MAX_WEIGHTS];
-  int chunk_grads; /* opts.chunk_grads */
+  nto_chunk_grads chunk_grads; /* opts.chunk_grads */
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
    * its B_i followed by its U steps. */
   struct step_desc *steps;
@@ -196,13 +196,31 @@ static int add_weight_state(nto_model *m, int i, int j, int n_state) {
   return 0;
 }
 
+/* Floats of the rows cache of weight j of layer i worth keeping: the
+ * layer's (layer.h weight_rows_cache) when smaller than the whole
+ * gradient, else 0. */
+static size_t rows_cache(const nto_model *m, int i, int j) {
+  const nto_layer *l = &m->g.layers[i];
+  size_t c = l->ops->weight_rows_cache ? l->ops->weight_rows_cache(l, j) : 0;
+  return c < nto_shape_numel(l->w[j].shape) ? c : 0;
+}
+
+/* Is the gradient of weight j of layer i (row length `row`, 0: none)
+ * computed by chunk (model.h nto_chunk_grads)? */
+static int by_chunk(const nto_model *m, int i, int j, int row) {
+  if (m->chunk_grads == NTO_CHUNK_GRADS_OFF || m->n_chunk[i][j] <= 1 ||
+      row <= 0 || (size_t)row > m->chunk_elems || i == m->L - 1)
+    return 0;
+  return m->chunk_grads == NTO_CHUNK_GRADS_ON || rows_cache(m, i, j) > 0;
+}
+
 /* The per-chunk gradient tensors of weight j of layer i (dw_first) and
  * the cache of their rows (dw_cache) when it is smaller than the whole
  * gradient. */
 static int add_chunk_grads(nto_model *m, int i, int j) {
   const nto_layer *l = &m->g.layers[i];
-  size_t cache = l->ops->weight_rows_cache ? l->ops->weight_rows_cache(l, j) : 0;
-  if (cache > 0 && cache < nto_shape_numel(l->w[j].shape)) {
+  size_t cache = rows_cache(m, i, j);
+  if (cache > 0) {
     char what[48];
     snprintf(what, sizeof what, "%.30s.rows_cache", l->w[j].name);
     nto_shape shape = {1, 1, 1, (int)cache};
@@ -268,8 +286,7 @@ static int build_tensors(nto_model *m) {
       if (add_weight_state(m, i, j, n_state) != 0)
         return -1;
       int row = l->ops->weight_row ? l->ops->weight_row(l, j) : 0;
-      if (m->chunk_grads && m->n_chunk[i][j] > 1 && row > 0 &&
-          (size_t)row <= m->chunk_elems && i != L - 1) {
+      if (by_chunk(m, i, j, row)) {
         m->dw_row[i][j] = row;
         if (add_chunk_grads(m, i, j) != 0)
           return -1;

@@ -62,6 +62,25 @@ typedef enum {
  * than N steps' tensors at times, and the region grows accordingly. */
 typedef enum { NTO_PREFETCH_STEPS, NTO_PREFETCH_TIME } nto_prefetch;
 
+/* Where the gradient of a weight of several update chunks is computed
+ * (model option chunk_grads): whole in B_i, or chunk by chunk in its U
+ * steps (layer.h weight_row), next to the update of the chunk, so that
+ * the whole gradient never exists (ResNet-18 b10 window 1: 26.5 -> 20.4
+ * MiB of resident tensors). Results differ by rounding between whole and
+ * chunked gradients (bit-identical across windows either way). */
+typedef enum {
+  NTO_CHUNK_GRADS_AUTO, /* by chunk where the layer's rows cache (the
+                           batch's column matrix, layer.h
+                           weight_rows_cache) is smaller than the whole
+                           gradient: less memory at about the same time
+                           (ResNet-18's last stage at batch 10); else
+                           whole */
+  NTO_CHUNK_GRADS_ON,   /* by chunk wherever the layer can (also without
+                           a cache: the rows then derive it again for
+                           every chunk, slower, least memory) */
+  NTO_CHUNK_GRADS_OFF,  /* always whole */
+} nto_chunk_grads;
+
 /* Executor steps for a trace: step s of pass `pass` waited for its reads
  * from t_begin_ms to t_ready_ms and ran until t_end_ms (CLOCK_MONOTONIC,
  * ms). Called on the executor thread after each step. */
@@ -89,12 +108,7 @@ typedef struct nto_model_opts {
                             (NTO_ECONFIG naming the largest window that
                             fits, or the minimum the model needs). */
   nto_prefetch prefetch; /* with a window: how far ahead reads go */
-  int chunk_grads;       /* 1: the gradient of a weight of several update chunks
-                            is computed chunk by chunk in its U steps (layer.h
-                            weight_row) instead of whole in B_i: less memory
-                            (ResNet-18 b10 window 1: 26.5 -> 18.6 MiB of
-                            tensors), more time (im2col and GEMM per chunk: up to
-                            ~30% at b32), results different by rounding */
+  nto_chunk_grads chunk_grads; /* default (0): auto */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                   "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */

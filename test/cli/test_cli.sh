@@ -71,8 +71,10 @@ expect bad_window 2 "option --window" -- "$exe" train res/resnet18.ini --window 
 expect bad_io 2 "expected uring or psync" -- "$exe" train res/resnet18.ini --io aio
 expect bad_prefetch 2 "expected steps or time" -- "$exe" train res/resnet18.ini \
   --prefetch soon
+expect bad_chunk_grads 2 "expected auto, on or off" -- "$exe" train \
+  res/resnet18.ini --chunk-grads yes
 expect chunk_grads 0 "swap traffic" -- "$exe" train test/data/nets/lenet.ini \
-  --data synthetic --iterations 2 --eval-samples 0 --window 1 --chunk-grads \
+  --data synthetic --iterations 2 --eval-samples 0 --window 1 --chunk-grads on \
   --swap-dir "$tmp" $direct
 expect prefetch_time 0 "swap traffic" -- "$exe" train test/data/nets/tiny_resnet.ini \
   --data synthetic --iterations 4 --eval-samples 0 --window 1 --prefetch time \

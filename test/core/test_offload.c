@@ -299,13 +299,15 @@ static int count_tensors(const net_case *nc, nto_model_opts o,
 }
 
 /* Optimizer updates split into chunks of 1 KiB (U steps) give the same
- * weights, bit for bit, as whole-weight updates, resident or offloaded.
- * With chunk_grads the convolution weight gradients are computed by rows
- * in the U steps (layer.h weight_row), which BLAS may round differently
- * from the whole gradient: close to whole-weight updates (1e-5), and bit
- * for bit the same resident or offloaded. narrow_deep's two 2x2
- * convolutions take their rows' column matrices from a cache (smaller than
- * their weights); lenet's and tiny_resnet's recompute them per chunk. */
+ * weights, bit for bit, as whole-weight updates, resident or offloaded
+ * (chunk_grads off). With chunk_grads on the convolution weight gradients
+ * are computed by rows in the U steps (layer.h weight_row), which BLAS may
+ * round differently from the whole gradient: close to whole-weight updates
+ * (1e-5), and bit for bit the same resident or offloaded. narrow_deep's
+ * two 2x2 convolutions take their rows' column matrices from a cache
+ * (smaller than their weights), so auto computes them by rows too;
+ * lenet's and tiny_resnet's recompute them per chunk, and auto leaves
+ * them whole. */
 static void test_chunked_update(void **state) {
   (void)state;
   char dir[256];
@@ -315,25 +317,38 @@ static void test_chunked_update(void **state) {
                         "test/data/nets/narrow_deep.ini"};
   for (int i = 0; i < 3; i++) {
     net_case whole = {nets[i], 2, 3, 0}, chunked = {nets[i], 2, 3, 1024};
-    nto_model_opts cg = {.chunk_grads = 1};
-    assert_int_equal(count_tensors(&chunked, cg, "rows_cache"), i == 2 ? 2 : 0);
-    assert_int_equal(count_tensors(&chunked, (nto_model_opts){0}, "rows_cache"),
-                     0);
+    nto_model_opts on = {.chunk_grads = NTO_CHUNK_GRADS_ON};
+    nto_model_opts off = {.chunk_grads = NTO_CHUNK_GRADS_OFF};
+    nto_model_opts aut = {.chunk_grads = NTO_CHUNK_GRADS_AUTO};
+    assert_int_equal(count_tensors(&chunked, on, "rows_cache"), i == 2 ? 2 : 0);
+    assert_int_equal(count_tensors(&chunked, aut, "rows_cache"),
+                     i == 2 ? 2 : 0);
+    assert_int_equal(count_tensors(&chunked, off, "rows_cache"), 0);
+    /* per-chunk gradient tensors ("dweight.0"): on everywhere, auto only
+     * with a cache */
+    assert_true(count_tensors(&chunked, on, "dweight.0") > 0);
+    assert_int_equal(count_tensors(&chunked, aut, "dweight.0") > 0, i == 2);
+    assert_int_equal(count_tensors(&chunked, off, "dweight.0"), 0);
     result ref = {0}, r = {0}, ro = {0}, rg = {0};
-    run(&whole, 0, NTO_IO_AUTO, dir, &ref);
-    run(&chunked, 0, NTO_IO_AUTO, dir, &r);
+    run_with(&whole, off, dir, NULL, &ref, NULL);
+    run_with(&chunked, off, dir, NULL, &r, NULL);
     check_equal(&whole, &ref, &r, 0, NTO_IO_AUTO);
-    run(&chunked, 1, NTO_IO_AUTO, dir, &ro);
+    off.offload.window = 1;
+    run_with(&chunked, off, dir, NULL, &ro, NULL);
     check_equal(&whole, &ref, &ro, 1, NTO_IO_AUTO);
     result_free(&ro);
-    nto_model_opts g = {.chunk_grads = 1};
-    run_with(&chunked, g, dir, NULL, &rg, NULL);
+    run_with(&chunked, on, dir, NULL, &rg, NULL);
     check_close(&whole, &ref, &rg, 1e-5);
     for (int w = 1; w <= 2; w++) {
-      nto_model_opts go = {.chunk_grads = 1};
+      nto_model_opts go = on;
       go.offload.window = w;
       run_with(&chunked, go, dir, NULL, &ro, NULL);
       check_equal(&chunked, &rg, &ro, w, NTO_IO_AUTO);
+      result_free(&ro);
+    }
+    if (i == 2) { /* auto computes the same rows as on here */
+      run_with(&chunked, aut, dir, NULL, &ro, NULL);
+      check_equal(&chunked, &rg, &ro, 0, NTO_IO_AUTO);
       result_free(&ro);
     }
     result_free(&ref);
