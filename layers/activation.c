@@ -86,10 +86,10 @@ static float sigmoidf(float x) {
 
 /*
  * x, y: (n) elementwise y = act(x); x may equal y. Not for softmax. One
- * loop per kind, each a select without branches (relu, relu6 and
- * leaky_relu vectorize; a branch per element mispredicts on half of
- * random-signed data). NaN maps to 0 under relu and relu6, as the
- * comparisons are false for it.
+ * loop per kind, selects instead of a branch per element (which
+ * mispredicts on half of random-signed data); relu and relu6 vectorize.
+ * NaN maps to 0 under relu and relu6, as the comparisons are false for
+ * it.
  */
 static void act_elementwise_forward(act_kind k, float *y, const float *x,
                                     size_t n) {
@@ -125,8 +125,9 @@ static void act_elementwise_forward(act_kind k, float *y, const float *x,
 
 /* y, dy, dx: (n) elementwise dx = dy * act'(from y); dx may equal dy. One
  * loop per kind; the 0/1 derivatives multiply dy (so a NaN or infinite dy
- * stays NaN where the derivative is 0, and the sign of a zero is dy's),
- * computed from comparisons without branches so that the loops vectorize. */
+ * stays NaN where the derivative is 0, and the sign of a zero is dy's);
+ * relu's and relu6's come from comparisons as integers, so that their
+ * loops vectorize. */
 static void act_elementwise_backward(act_kind k, float *dx, const float *y,
                                      const float *dy, size_t n) {
   switch (k) {

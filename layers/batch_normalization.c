@@ -135,6 +135,7 @@ static int bn_plan(nto_layer *l, nto_err *err) {
  * adds pipeline and vectorize instead of waiting on one chain), combined
  * pairwise at the end. */
 #define BN_LANES 8
+_Static_assert(BN_LANES == 8, "lanes_total adds 8 lanes");
 
 static double lanes_total(const double *a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));

@@ -566,6 +566,7 @@ static void depthwise_forward(const conv_geom *g, const float *x,
  * latency of an add, lanes vectorize.
  */
 #define DW_LANES 8
+_Static_assert(DW_LANES == 8, "the dW tap sums add 8 lanes");
 
 static void depthwise_backward(const conv_geom *g, const float *x,
                                const float *w, const float *dy, float *dx,
