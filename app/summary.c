@@ -75,7 +75,7 @@ static void print_windows(const nto_model *m, long threads) {
   const int windows[] = {1, 2, 4, 8};
   size_t ws = nto_model_mem_plan(m).workspace;
   char a[32], b[32], c[32];
-  printf("\noffloading (train --window N), with %ld BLAS threads: resident "
+  printf("\noffloading (train --window N), with %ld threads: resident "
          "tensors + workspace %s, estimated peak RSS, swap traffic per "
          "iteration\n",
          threads, cli_bytes(ws, b, sizeof b));
