@@ -908,7 +908,9 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   }
   if (!dw && !din)
     return;
-  if (din)
+  /* dX accumulates (col2im, depthwise), except one 1x1 image per GEMM:
+   * there the GEMM writes every element of dX with beta = 0 */
+  if (din && !(p->path == PATH_1X1 && p->chunk == 1))
     memset(din, 0, (size_t)l->batch * in_img * sizeof *din);
   if (p->path == PATH_DEPTHWISE) {
     if (dw)

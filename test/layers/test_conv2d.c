@@ -385,6 +385,8 @@ static size_t run_once(const conv_case *k, size_t bound, const float *x,
   ws_check(ws, l.ws_bytes);
   for (size_t i = 0; i < l.ws_bytes / sizeof(float); i++)
     ws[i] = CANARY; /* backward must not depend on forward's leftovers */
+  for (size_t i = 0; i < nto_shape_numel(k->in); i++)
+    dx[i] = CANARY; /* nor on what dX held: it is written with "=" */
   nto_bwd bw = {.dout = dy, .ws = ws};
   bw.in[0] = x;
   bw.din[0] = dx;
