@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_int(const char *opt, const char *v, long min, long max, long *out) {
   nto_err err = {0};
@@ -12,6 +13,20 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out) {
   }
   if (nto_parse_int(v, min, max, out, &err) != 0) {
     cli_error("option %s: %s", opt, err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+int cli_chunk_grads(const char *v, nto_chunk_grads *out) {
+  if (!v || !strcmp(v, "auto"))
+    *out = NTO_CHUNK_GRADS_AUTO;
+  else if (!strcmp(v, "on"))
+    *out = NTO_CHUNK_GRADS_ON;
+  else if (!strcmp(v, "off"))
+    *out = NTO_CHUNK_GRADS_OFF;
+  else {
+    cli_error("--chunk-grads: expected auto, on or off, got '%s'", v);
     return -1;
   }
   return 0;

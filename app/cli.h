@@ -18,6 +18,10 @@ enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
  * naming the option and returns -1 on failure. */
 int cli_int(const char *opt, const char *v, long min, long max, long *out);
 
+/* --chunk-grads's value: "auto", "on" or "off" (NULL: auto) into *out;
+ * prints a usage error and returns -1 for anything else. */
+int cli_chunk_grads(const char *v, nto_chunk_grads *out);
+
 /* The value after option argv[*i] (advancing *i), or NULL if none. */
 const char *cli_value(int argc, char **argv, int *i);
 

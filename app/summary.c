@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: nntrainer-offload summary MODEL.ini [--batch-size B]\n"
+    "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
+    "T]\n"
+    "                                 [--chunk-grads auto|on|off]\n"
     "\n"
     "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
     "and the bytes it keeps from forward to backward (its saved tensors,\n"
@@ -21,7 +23,10 @@ static const char usage[] =
     "\n"
     "  --batch-size B   batch size (default: the INI's batch_size)\n"
     "  --threads T      compute threads train will use, for the estimated\n"
-    "                   peak RSS (default: online CPUs)\n";
+    "                   peak RSS (default: online CPUs)\n"
+    "  --chunk-grads auto|on|off\n"
+    "                   as for train: where large weights' gradients are\n"
+    "                   computed (default auto)\n";
 
 /* Bytes layer l keeps from its forward step to its backward step. */
 static size_t saved_bytes(const nto_graph *g, const nto_layer *l) {
@@ -105,6 +110,7 @@ static void print_windows(const nto_model *m, long threads) {
 int cmd_summary(int argc, char **argv) {
   const char *path = NULL;
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
+  nto_chunk_grads chunk_grads = NTO_CHUNK_GRADS_AUTO;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
@@ -112,6 +118,9 @@ int cmd_summary(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--batch-size")) {
       if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
                   &batch) != 0)
+        return CLI_USAGE;
+    } else if (!strcmp(argv[i], "--chunk-grads")) {
+      if (cli_chunk_grads(cli_value(argc, argv, &i), &chunk_grads) != 0)
         return CLI_USAGE;
     } else if (!strcmp(argv[i], "--threads")) {
       if (cli_int("--threads", cli_value(argc, argv, &i), 1, 256, &threads) !=
@@ -135,7 +144,8 @@ int cmd_summary(int argc, char **argv) {
   nto_err err = {0};
   nto_model *m = NULL;
   int rc = nto_config_load(&c, path, &err);
-  nto_model_opts o = {.batch = (int)batch, .plan_only = 1};
+  nto_model_opts o = {
+      .batch = (int)batch, .plan_only = 1, .chunk_grads = chunk_grads};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
    * (parallel.h): plan with train's thread count */

@@ -1002,16 +1002,8 @@ static int offload_opts(run *r, nto_model_opts *mo) {
                  : mc->swap_path[0] ? mc->swap_path
                                     : NULL;
   oo->no_direct = o->no_direct;
-  mo->chunk_grads = NTO_CHUNK_GRADS_AUTO;
-  if (o->chunk_grads && !strcmp(o->chunk_grads, "on")) {
-    mo->chunk_grads = NTO_CHUNK_GRADS_ON;
-  } else if (o->chunk_grads && !strcmp(o->chunk_grads, "off")) {
-    mo->chunk_grads = NTO_CHUNK_GRADS_OFF;
-  } else if (o->chunk_grads && strcmp(o->chunk_grads, "auto") != 0) {
-    cli_error("--chunk-grads: expected auto, on or off, got '%s'",
-              o->chunk_grads);
+  if (cli_chunk_grads(o->chunk_grads, &mo->chunk_grads) != 0)
     return -1;
-  }
   mo->prefetch = NTO_PREFETCH_STEPS;
   if (o->prefetch && !strcmp(o->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;

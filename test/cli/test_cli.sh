@@ -37,6 +37,11 @@ expect missing_file 2 "cannot open" -- "$exe" summary "$tmp/none.ini"
 expect bad_config 2 "bad.ini: \[c\] key 'filters'" -- "$exe" train "$tmp/bad.ini"
 expect summary 0 "12557322 trainable parameters" -- "$exe" summary res/resnet18.ini
 expect summary_windows 0 "window 1: .* of tensors; .* MiB read" -- "$exe" summary res/resnet18.ini
+# ResNet-18 b10 window 1: the last stage's gradients by chunk (auto) or whole
+expect summary_chunk_auto 0 "window 1: 20.4 MiB of tensors" -- "$exe" summary \
+  res/resnet18.ini --batch-size 10
+expect summary_chunk_off 0 "window 1: 26.5 MiB of tensors" -- "$exe" summary \
+  res/resnet18.ini --batch-size 10 --chunk-grads off
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
   --data synthetic --iterations 3 --eval-samples 8 --save "$tmp/w.bin"
 [ -s "$tmp/w.bin" ] && [ -s "$tmp/w.safetensors" ] && passes=$((passes + 1)) ||
