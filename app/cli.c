@@ -1,5 +1,6 @@
 /* cli.c - shared CLI helpers. See cli.h. */
 #include "cli.h"
+#include "parallel.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -30,6 +31,13 @@ int cli_chunk_grads(const char *v, nto_chunk_grads *out) {
     return -1;
   }
   return 0;
+}
+
+void cli_compute_threads(long threads) {
+  nto_err err = {0};
+  int t = threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX : (int)threads;
+  if (nto_parallel_set_threads(t, &err) != 0)
+    fprintf(stderr, "warning: %s\n", err.msg);
 }
 
 void cli_error(const char *fmt, ...) {

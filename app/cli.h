@@ -22,6 +22,11 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out);
  * prints a usage error and returns -1 for anything else. */
 int cli_chunk_grads(const char *v, nto_chunk_grads *out);
 
+/* Start the compute threads (parallel.h) for --threads T, at most
+ * NTO_PARALLEL_MAX; a failure is a warning on stderr (fewer threads:
+ * slower, the same results). */
+void cli_compute_threads(long threads);
+
 /* The value after option argv[*i] (advancing *i), or NULL if none. */
 const char *cli_value(int argc, char **argv, int *i);
 

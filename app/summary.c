@@ -149,11 +149,8 @@ int cmd_summary(int argc, char **argv) {
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
    * (parallel.h): plan with train's thread count */
-  if (rc == 0 &&
-      nto_parallel_set_threads(threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX
-                                                          : (int)threads,
-                               &err) != 0)
-    fprintf(stderr, "warning: %s\n", err.msg);
+  if (rc == 0)
+    cli_compute_threads(threads);
   if (rc == 0) {
     rc = nto_model_create(&m, &c, &o, &err);
     status = cli_status(rc);

@@ -1071,14 +1071,8 @@ int cmd_train(int argc, char **argv) {
   double t0 = now_s();
   install_signals();
   openblas_set_num_threads((int)r.o.threads);
-  int rc = nto_parallel_set_threads(
-      r.o.threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX : (int)r.o.threads,
-      &err);
-  if (rc != 0) { /* fewer compute threads: slower, same results */
-    fprintf(stderr, "warning: %s\n", err.msg);
-    rc = 0;
-  }
-  rc = nto_config_load(&r.c, r.o.model, &err);
+  cli_compute_threads(r.o.threads);
+  int rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   if (rc == 0 && offload_opts(&r, &mo) != 0) {

@@ -214,6 +214,14 @@ static int by_chunk(const nto_model *m, int i, int j, int row) {
   return m->chunk_grads == NTO_CHUNK_GRADS_ON || rows_cache(m, i, j) > 0;
 }
 
+/* Does U step k of weight j of layer i (gradient by chunk) read the
+ * layer's inputs? Its backward does, unless a rows cache built by the
+ * first U step stands in for them. The plan's uses (update_uses) and the
+ * executor (update_chunk) both ask this. */
+static int rows_read_input(const nto_model *m, int i, int j, int k) {
+  return m->g.layers[i].bwd_needs_input && (m->dw_cache[i][j] < 0 || k == 0);
+}
+
 /* The per-chunk gradient tensors of weight j of layer i (dw_first) and
  * the cache of their rows (dw_cache) when it is smaller than the whole
  * gradient. */
@@ -416,8 +424,7 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
     use(m, P, s, m->dw_first[i][j] + k, NTO_USE_WRITE);
     use(m, P, s, dout_tensor(m, i), NTO_USE_READ);
     use(m, P, s, cache, k == 0 ? NTO_USE_WRITE : NTO_USE_READ);
-    for (int q = 0; l->bwd_needs_input && (cache < 0 || k == 0) && q < l->n_in;
-         q++)
+    for (int q = 0; rows_read_input(m, i, j, k) && q < l->n_in; q++)
       use(m, P, s, m->out_t[l->in[q]], NTO_USE_READ);
     if (l->bwd_needs_output)
       use(m, P, s, m->out_t[i], NTO_USE_READ);
@@ -1012,9 +1019,7 @@ static void update_chunk(nto_model *m, int i, int j, int k, double lr) {
     nto_bwd b = {0};
     int cache = m->dw_cache[i][j];
     for (int q = 0; q < l->n_in; q++)
-      b.in[q] = l->bwd_needs_input && (cache < 0 || k == 0)
-                    ? T(m, m->out_t[l->in[q]])
-                    : NULL;
+      b.in[q] = rows_read_input(m, i, j, k) ? T(m, m->out_t[l->in[q]]) : NULL;
     b.out = l->bwd_needs_output ? T(m, m->out_t[i]) : NULL;
     b.dout = T(m, dout_tensor(m, i));
     for (int q = 0; q < l->n_w; q++)
