@@ -33,6 +33,15 @@ int cli_chunk_grads(const char *v, nto_chunk_grads *out) {
   return 0;
 }
 
+int cli_keep_resident(const char *v, int *no_keep) {
+  if (!v || !strcmp(v, "on") || !strcmp(v, "off")) {
+    *no_keep = v && !strcmp(v, "off");
+    return 0;
+  }
+  cli_error("--keep-resident: expected on or off, got '%s'", v);
+  return -1;
+}
+
 void cli_compute_threads(long threads) {
   nto_err err = {0};
   int t = threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX : (int)threads;

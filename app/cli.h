@@ -22,6 +22,11 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out);
  * prints a usage error and returns -1 for anything else. */
 int cli_chunk_grads(const char *v, nto_chunk_grads *out);
 
+/* --keep-resident's value: "on" (NULL too) or "off" into *no_keep (0 or
+ * 1, nto_offload_opts.no_keep); prints a usage error naming the command
+ * and returns -1 for anything else. */
+int cli_keep_resident(const char *v, int *no_keep);
+
 /* Start the compute threads (parallel.h) for --threads T, at most
  * NTO_PARALLEL_MAX; a failure is a warning on stderr (fewer threads:
  * slower, the same results). */

@@ -12,6 +12,7 @@ static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
     "                                 [--chunk-grads auto|on|off]\n"
+    "                                 [--keep-resident on|off]\n"
     "\n"
     "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
     "and the bytes it keeps from forward to backward (its saved tensors,\n"
@@ -26,7 +27,10 @@ static const char usage[] =
     "                   peak RSS (default: online CPUs)\n"
     "  --chunk-grads auto|on|off\n"
     "                   as for train: where large weights' gradients are\n"
-    "                   computed (default auto)\n";
+    "                   computed (default auto)\n"
+    "  --keep-resident on|off\n"
+    "                   as for train: whether tensors stay in RAM between\n"
+    "                   uses where the window has room (default on)\n";
 
 /* Bytes layer l keeps from its forward step to its backward step. */
 static size_t saved_bytes(const nto_graph *g, const nto_layer *l) {
@@ -76,7 +80,7 @@ static size_t estimate_rss(size_t tensors, long threads) {
  * (the larger of the training and inference schedules) + workspace, the
  * estimated peak RSS, and the swap traffic of a training iteration
  * (schedule.h); then the same estimate with everything resident. */
-static void print_windows(const nto_model *m, long threads) {
+static void print_windows(const nto_model *m, long threads, int no_keep) {
   const int windows[] = {1, 2, 4, 8};
   size_t ws = nto_model_mem_plan(m).workspace;
   char a[32], b[32], c[32];
@@ -89,8 +93,9 @@ static void print_windows(const nto_model *m, long threads) {
     nto_err err = {0};
     size_t need = 0;
     if (nto_model_window_bytes(m, windows[i], &need, &err) != 0 ||
-        nto_schedule_build(&sc, nto_model_plan(m, NTO_PASS_TRAIN), windows[i],
-                           NULL, &err) != 0) {
+        (no_keep ? nto_schedule_build
+                 : nto_schedule_keep)(&sc, nto_model_plan(m, NTO_PASS_TRAIN),
+                                      windows[i], NULL, &err) != 0) {
       printf("  window %d: %s\n", windows[i], err.msg);
       continue;
     }
@@ -111,6 +116,7 @@ int cmd_summary(int argc, char **argv) {
   const char *path = NULL;
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
   nto_chunk_grads chunk_grads = NTO_CHUNK_GRADS_AUTO;
+  int no_keep = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
@@ -119,8 +125,15 @@ int cmd_summary(int argc, char **argv) {
       if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
                   &batch) != 0)
         return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--chunk-grads")) {
-      if (cli_chunk_grads(cli_value(argc, argv, &i), &chunk_grads) != 0)
+    } else if (!strcmp(argv[i], "--chunk-grads") ||
+               !strcmp(argv[i], "--keep-resident")) {
+      const char *opt = argv[i], *v = cli_value(argc, argv, &i);
+      if (!v) {
+        cli_error("option %s needs a value", opt);
+        return CLI_USAGE;
+      }
+      if (!strcmp(opt, "--chunk-grads") ? cli_chunk_grads(v, &chunk_grads) != 0
+                                        : cli_keep_resident(v, &no_keep) != 0)
         return CLI_USAGE;
     } else if (!strcmp(argv[i], "--threads")) {
       if (cli_int("--threads", cli_value(argc, argv, &i), 1, 256, &threads) !=
@@ -172,7 +185,7 @@ int cmd_summary(int argc, char **argv) {
          cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
          cli_bytes(p.workspace, f, sizeof f));
-  print_windows(m, threads);
+  print_windows(m, threads, no_keep);
   nto_model_free(m);
   nto_parallel_free();
   nto_config_free(&c);

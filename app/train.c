@@ -86,6 +86,12 @@ static const char usage[] =
     "                        column matrix is smaller than its weight);\n"
     "                        'on': wherever possible (slower); results\n"
     "                        differ by rounding between the modes\n"
+    "  --keep-resident on|off\n"
+    "                        'on' (default): a tensor that leaves the\n"
+    "                        window stays in RAM until its next use where\n"
+    "                        the window's memory has room for it (fewer\n"
+    "                        bytes moved, same peak); 'off': evicted at\n"
+    "                        once\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -107,6 +113,7 @@ typedef struct opts {
   long warmup;             /* iterations left out of the report */
   int no_direct;
   const char *chunk_grads; /* --chunk-grads auto|on|off, NULL: auto */
+  const char *keep;        /* --keep-resident on|off, NULL: on */
   const char *checkpoint;  /* --checkpoint, NULL: off */
   long checkpoint_every;   /* 0: once per epoch */
   const char *resume;      /* --resume, NULL: a new run */
@@ -158,7 +165,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
                !strcmp(a, "--report-json") || !strcmp(a, "--memory-budget") ||
                !strcmp(a, "--trace") || !strcmp(a, "--checkpoint") ||
                !strcmp(a, "--resume") || !strcmp(a, "--prefetch") ||
-               !strcmp(a, "--chunk-grads")) {
+               !strcmp(a, "--chunk-grads") || !strcmp(a, "--keep-resident")) {
       const char **dst = !strcmp(a, "--data")            ? &o->data
                          : !strcmp(a, "--save")          ? &o->save
                          : !strcmp(a, "--window")        ? &o->window
@@ -171,6 +178,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
                          : !strcmp(a, "--resume")        ? &o->resume
                          : !strcmp(a, "--prefetch")      ? &o->prefetch
                          : !strcmp(a, "--chunk-grads")   ? &o->chunk_grads
+                         : !strcmp(a, "--keep-resident") ? &o->keep
                                                          : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
@@ -1002,7 +1010,8 @@ static int offload_opts(run *r, nto_model_opts *mo) {
                  : mc->swap_path[0] ? mc->swap_path
                                     : NULL;
   oo->no_direct = o->no_direct;
-  if (cli_chunk_grads(o->chunk_grads, &mo->chunk_grads) != 0)
+  if (cli_chunk_grads(o->chunk_grads, &mo->chunk_grads) != 0 ||
+      cli_keep_resident(o->keep, &oo->no_keep) != 0)
     return -1;
   mo->prefetch = NTO_PREFETCH_STEPS;
   if (o->prefetch && !strcmp(o->prefetch, "time")) {

@@ -100,6 +100,9 @@ typedef struct nto_offload_opts {
   void *log_user;
   nto_trace_fn trace; /* NULL: off */
   void *trace_user;
+  int no_keep;  /* 1: evict a tensor as soon as it leaves the window,
+                   even where the region has room to keep it until its
+                   next use (default 0: keep there; nto_schedule_keep) */
   int checksum; /* checksums of swapped tensors: 1 on, -1 off, 0 the
                    default (NTO_OFFLOAD_CHECKSUM_DEFAULT); the environment
                    variable NTO_SWAP_CHECKSUM=0|1 overrides this */

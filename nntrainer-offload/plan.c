@@ -106,7 +106,11 @@ int nto_plan_finish(nto_plan *p, nto_err *err) {
                          "plan: bad access of tensor %d "
                          "at step %d",
                          p->acc[i].t, p->acc[i].step);
-  qsort(p->acc, (size_t)p->n_acc, sizeof *p->acc, by_step_tensor);
+  int sorted = 1; /* nto_plan_add_holds records in order */
+  for (int i = 1; i < p->n_acc && sorted; i++)
+    sorted = by_step_tensor(&p->acc[i - 1], &p->acc[i]) <= 0;
+  if (!sorted)
+    qsort(p->acc, (size_t)p->n_acc, sizeof *p->acc, by_step_tensor);
   int n = merge_duplicates(p->acc, p->n_acc);
   if (build_lists(p, n) != 0)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
@@ -126,6 +130,80 @@ int nto_plan_finish(nto_plan *p, nto_err *err) {
                          t, p->use_step[k]);
   }
   return 0;
+}
+
+static int by_hold_tensor(const void *a, const void *b) {
+  const nto_plan_hold *x = *(const nto_plan_hold *const *)a,
+                      *y = *(const nto_plan_hold *const *)b;
+  if (x->t != y->t)
+    return (x->t > y->t) - (x->t < y->t);
+  return (x > y) - (x < y);
+}
+
+/* Record step s's accesses of p merged with the holds hs[0..n) (sorted
+ * by tensor) in tensor order. */
+static int copy_step(nto_plan *out, const nto_plan *p, int s,
+                     const nto_plan_hold *const *hs, int n) {
+  int k = p->step_first[s], k1 = p->step_first[s + 1], i = 0, rc = 0;
+  while (rc == 0 && (k < k1 || i < n)) {
+    if (i == n || (k < k1 && p->step_t[k] <= hs[i]->t)) {
+      rc = nto_plan_use(out, s, p->step_t[k], p->step_mode[k]);
+      k++;
+    } else {
+      rc = nto_plan_use(out, s, hs[i++]->t, NTO_USE_HOLD);
+    }
+  }
+  return rc;
+}
+
+int nto_plan_add_holds(nto_plan *out, const nto_plan *p, const nto_plan_hold *h,
+                       int n, nto_err *err) {
+  int S = p->n_steps;
+  for (int i = 0; i < n; i++)
+    if (h[i].t < 0 || h[i].t >= p->n_tensors || h[i].from < 0 ||
+        h[i].from > h[i].to || h[i].to - h[i].from >= S) {
+      memset(out, 0, sizeof *out);
+      return nto_err_set(err, NTO_EINVAL,
+                         "plan: bad hold of tensor %d on steps %d..%d", h[i].t,
+                         h[i].from, h[i].to);
+    }
+  int rc = nto_plan_init(out, S, p->n_tensors, p->bytes, p->persistent, err);
+  if (rc != 0)
+    return rc;
+  /* the holds of each step, by tensor: sorted once, then bucketed by
+   * step in that order */
+  const nto_plan_hold **by_t = malloc(((size_t)n + 1) * sizeof *by_t);
+  int *first = by_t ? calloc((size_t)S + 1, sizeof *first) : NULL, total = 0;
+  for (int i = 0; first && i < n; i++) {
+    by_t[i] = &h[i];
+    for (int s = h[i].from; s <= h[i].to; s++, total++)
+      first[s % S + 1]++;
+  }
+  const nto_plan_hold **at =
+      first ? malloc(((size_t)total + 1) * sizeof *at) : NULL;
+  int *fill = at ? calloc((size_t)S + 1, sizeof *fill) : NULL;
+  rc = fill ? 0 : NTO_ENOMEM;
+  if (rc == 0) {
+    qsort(by_t, (size_t)n, sizeof *by_t, by_hold_tensor);
+    for (int s = 0; s < S; s++)
+      first[s + 1] += first[s];
+    for (int i = 0; i < n; i++)
+      for (int s = by_t[i]->from; s <= by_t[i]->to; s++)
+        at[first[s % S] + fill[s % S]++] = by_t[i];
+  }
+  for (int s = 0; s < S && rc == 0; s++)
+    rc = copy_step(out, p, s, at + first[s], first[s + 1] - first[s]);
+  free(by_t);
+  free(first);
+  free(at);
+  free(fill);
+  if (rc == NTO_ENOMEM)
+    nto_err_set(err, rc, "out of memory");
+  if (rc == 0)
+    rc = nto_plan_finish(out, err);
+  if (rc != 0)
+    nto_plan_free(out);
+  return rc;
 }
 
 void nto_plan_free(nto_plan *p) {

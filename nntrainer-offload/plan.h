@@ -73,6 +73,23 @@ int nto_plan_use(nto_plan *p, int s, int t, int mode);
  */
 int nto_plan_finish(nto_plan *p, nto_err *err);
 
+/* Holds of tensor t on the steps from .. to of a pass (to may be >= S:
+ * the steps wrap into the next pass, from .. S-1 and 0 .. to-S). */
+typedef struct nto_plan_hold {
+  int t, from, to;
+} nto_plan_hold;
+
+/*
+ * out = p (finished; borrowed) plus the n holds h[0..n): a new finished
+ * plan with the same tensors and steps in which every step of h[i] also
+ * holds h[i].t (a step that uses it already keeps its mode). Used to keep
+ * a tensor resident through a gap between two uses (schedule.h). Returns
+ * 0, NTO_EINVAL (a hold naming a bad tensor or step range) or NTO_ENOMEM;
+ * out is zeroed on error.
+ */
+int nto_plan_add_holds(nto_plan *out, const nto_plan *p, const nto_plan_hold *h,
+                       int n, nto_err *err);
+
 /* Release the lists; p may be zeroed or half-built. */
 void nto_plan_free(nto_plan *p);
 

@@ -228,8 +228,10 @@ static int by_size(const void *x, const void *y, void *ctx) {
   return a->seg[0][0] < b->seg[0][0] ? -1 : a->seg[0][0] > b->seg[0][0];
 }
 
-/* Greedy best fit of the intervals in one region; returns its size, or
- * (size_t)-1 when out of memory. */
+/* Greedy best fit of the intervals in one region (largest first, each at
+ * the lowest offset free of every placed interval overlapping it in
+ * time: a sweep over the placed intervals, kept sorted by offset);
+ * returns its size, or (size_t)-1 when out of memory. */
 static size_t place(model *m) {
   int *idx = malloc((size_t)(m->n_iv + 1) * sizeof *idx);
   int *placed = malloc((size_t)(m->n_iv + 1) * sizeof *placed);
@@ -247,20 +249,21 @@ static size_t place(model *m) {
   for (int i = 0; i < n; i++) {
     interval *v = &m->iv[idx[i]];
     size_t len = m->p->bytes[v->t], off = 0;
-    for (int moved = 1; moved;) {
-      moved = 0;
-      for (int j = 0; j < np; j++) {
-        const interval *u = &m->iv[placed[j]];
-        size_t ul = m->p->bytes[u->t];
-        if (off < u->offset + ul && u->offset < off + len &&
-            time_overlap(v, u)) {
-          off = u->offset + ul;
-          moved = 1;
-        }
-      }
+    int at = np; /* where v goes in the offset order */
+    for (int j = 0; j < np; j++) {
+      const interval *u = &m->iv[placed[j]];
+      if (u->offset >= off + len)
+        break; /* the sweep has found room below u */
+      size_t hi = u->offset + m->p->bytes[u->t];
+      if (hi > off && time_overlap(v, u))
+        off = hi;
     }
     v->offset = off;
-    placed[np++] = idx[i];
+    while (at > 0 && m->iv[placed[at - 1]].offset > off)
+      at--;
+    memmove(placed + at + 1, placed + at, (size_t)(np - at) * sizeof *placed);
+    placed[at] = idx[i];
+    np++;
     if (off + len > region)
       region = off + len;
   }
@@ -330,8 +333,7 @@ static int fill(nto_schedule *sc, model *m) {
   return 0;
 }
 
-/* Resident bytes at the busiest instant of the cycle. */
-static size_t busiest(const model *m) {
+static size_t busiest(const model *m, size_t *live) {
   size_t best = 0;
   for (long g = 0; g < 3L * m->S; g++) {
     size_t sum = 0;
@@ -341,6 +343,7 @@ static size_t busiest(const model *m) {
         if (v->seg[q][0] <= g && g <= v->seg[q][1])
           sum += m->p->bytes[v->t];
     }
+    live[g] = sum;
     if (sum > best)
       best = sum;
   }
@@ -407,6 +410,7 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
   size_t nt = (size_t)p->n_tensors + 1;
   sc->upto = malloc(((size_t)m.S + 1) * sizeof *sc->upto);
   sc->enter_read = calloc((size_t)m.S + 1, sizeof *sc->enter_read);
+  sc->live = malloc((3 * (size_t)m.S + 1) * sizeof *sc->live);
   unsigned char *init = malloc(nt);
   m.open_iv = malloc(nt * sizeof(int));
   m.pend_rec = malloc(nt * sizeof(int));
@@ -414,7 +418,7 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
   m.pend = malloc(nt * sizeof(int));
   m.acts = malloc(nt * sizeof(nto_act));
   int rc = init && m.open_iv && m.pend_rec && m.open_before && m.pend &&
-                   m.acts && sc->upto && sc->enter_read
+                   m.acts && sc->upto && sc->enter_read && sc->live
                ? 0
                : NTO_ENOMEM;
   if (rc == 0) {
@@ -441,7 +445,7 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
                      "not periodic (window %d)",
                      m.w.n);
   if (rc == 0) {
-    sc->peak = busiest(&m);
+    sc->peak = busiest(&m, sc->live);
     sc->region = place(&m);
     if (sc->region == (size_t)-1)
       rc = NTO_ENOMEM;
@@ -471,5 +475,183 @@ void nto_schedule_free(nto_schedule *sc) {
   free(sc->written);
   free(sc->upto);
   free(sc->enter_read);
+  free(sc->live);
   memset(sc, 0, sizeof *sc);
+}
+
+/* ---- keeping tensors resident through gaps (nto_schedule_keep) ---- */
+
+/* Tensor t between its uses a and b (b >= S: in the next pass). */
+typedef struct gap {
+  int t, a, b;
+} gap;
+
+static int gap_order(const void *x, const void *y, void *ctx) {
+  const nto_plan *p = ctx;
+  const gap *u = x, *v = y;
+  if (u->b - u->a != v->b - v->a)
+    return u->b - u->a < v->b - v->a ? -1 : 1;
+  if (p->bytes[u->t] != p->bytes[v->t])
+    return p->bytes[u->t] > p->bytes[v->t] ? -1 : 1;
+  return u->t != v->t ? (u->t < v->t ? -1 : 1) : (u->a > v->a) - (u->a < v->a);
+}
+
+/* upto of step s counted from the pass of step 0 (s may be >= S). */
+static long upto_at(const nto_schedule *sc, long s) {
+  return sc->upto[s % sc->n_steps] + (s / sc->n_steps) * sc->n_steps;
+}
+
+/* The gaps of p under the frontier of sc, in trial order, into *out. */
+static int list_gaps(const nto_plan *p, const nto_schedule *sc, gap **out,
+                     int *n_out) {
+  int S = p->n_steps, n = 0;
+  gap *g = malloc(((size_t)p->use_first[p->n_tensors] + 1) * sizeof *g);
+  if (!g)
+    return NTO_ENOMEM;
+  for (int t = 0; t < p->n_tensors; t++) {
+    int k0 = p->use_first[t], k1 = p->use_first[t + 1];
+    for (int k = k0; k < k1; k++) {
+      int a = p->use_step[k];
+      int last = k + 1 == k1;
+      if (last && !p->persistent[t])
+        break; /* transient content does not cross a pass */
+      int b = last ? p->use_step[k0] + S : p->use_step[k + 1];
+      if (b - a > 1 && upto_at(sc, a) < b && nto_plan_needed_after(p, t, a))
+        g[n++] = (gap){t, a, b};
+    }
+  }
+  qsort_r(g, (size_t)n, sizeof *g, gap_order, (void *)p);
+  *out = g;
+  *n_out = n;
+  return 0;
+}
+
+/* The instants at which t is out of the region (modelled) in gap g:
+ * from the end of the write after a (3(a+1)+2) until the step that reads
+ * t back enters (the first step e with b within its frontier) into
+ * [*x0, *x1) of the unrolled cycle. */
+static void out_instants(const nto_schedule *sc, const gap *g, long *x0,
+                         long *x1) {
+  long e = g->a + 1;
+  while (e < g->b && upto_at(sc, e) < g->b)
+    e++;
+  *x0 = 3L * (g->a + 1) + 2;
+  *x1 = 3L * e;
+}
+
+/* Does t fit the region at every instant of g where it is out, given the
+ * resident bytes live[0..3S)? */
+static int may_fit(const nto_plan *p, const nto_schedule *sc,
+                   const size_t *live, const gap *g, size_t region) {
+  long T = 3L * p->n_steps, x0, x1;
+  out_instants(sc, g, &x0, &x1);
+  for (long x = x0; x < x1; x++)
+    if (live[x % T] + p->bytes[g->t] > region)
+      return 0;
+  return 1;
+}
+
+/* The schedule of p with the holds h[0..n); *better: its region is
+ * within `region` and it moves fewer bytes than *sc, in which case it
+ * replaces *sc. */
+static int try_holds(nto_schedule *sc, const nto_plan *p, int n_win,
+                     const int *upto, const nto_plan_hold *h, int n,
+                     size_t region, int *better, nto_err *err) {
+  nto_plan held;
+  nto_schedule trial;
+  *better = 0;
+  int rc = nto_plan_add_holds(&held, p, h, n, err);
+  if (rc == 0)
+    rc = nto_schedule_build(&trial, &held, n_win, upto, err);
+  nto_plan_free(&held);
+  if (rc != 0)
+    return rc;
+  *better = trial.region <= region && trial.read_bytes + trial.written_bytes <
+                                          sc->read_bytes + sc->written_bytes;
+  if (*better) {
+    nto_schedule_free(sc);
+    *sc = trial;
+  } else {
+    nto_schedule_free(&trial);
+  }
+  return 0;
+}
+
+/* Keep the holds h[n_h .. n_h + k) (appended to the n_h kept ones) that
+ * can be kept: all at once, else each half in turn. Returns the holds
+ * kept now at h[n_h ..], their count in *kept. */
+static int keep_batch(nto_schedule *sc, const nto_plan *p, int n_win,
+                      const int *upto, nto_plan_hold *h, int n_h, int k,
+                      size_t region, int *kept, nto_err *err) {
+  int better = 0, rc = 0;
+  *kept = 0;
+  if (k == 0)
+    return 0;
+  rc = try_holds(sc, p, n_win, upto, h, n_h + k, region, &better, err);
+  if (rc != 0 || better || k == 1) {
+    *kept = better ? k : 0;
+    return rc;
+  }
+  int half = k / 2, k1 = 0, k2 = 0;
+  nto_plan_hold *rest = malloc((size_t)(k - half) * sizeof *rest);
+  if (!rest)
+    return NTO_ENOMEM;
+  memcpy(rest, h + n_h + half, (size_t)(k - half) * sizeof *rest);
+  rc = keep_batch(sc, p, n_win, upto, h, n_h, half, region, &k1, err);
+  if (rc == 0) {
+    memcpy(h + n_h + k1, rest, (size_t)(k - half) * sizeof *rest);
+    rc =
+        keep_batch(sc, p, n_win, upto, h, n_h + k1, k - half, region, &k2, err);
+  }
+  free(rest);
+  *kept = k1 + k2;
+  return rc;
+}
+
+/* Gaps tried per schedule build: a batch that fits (the usual case) costs
+ * one build; one that does not is split in halves. */
+#define KEEP_BATCH 32
+
+int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
+                      const int *upto, nto_err *err) {
+  int rc = nto_schedule_build(sc, p, n, upto, err);
+  if (rc != 0)
+    return rc;
+  long T = 3L * p->n_steps;
+  gap *g = NULL;
+  int n_g = 0, n_h = 0;
+  nto_plan_hold *h = NULL;
+  size_t *live = malloc(((size_t)T + 1) * sizeof *live);
+  rc = live ? list_gaps(p, sc, &g, &n_g) : NTO_ENOMEM;
+  if (rc == 0 && !(h = malloc(((size_t)n_g + 1) * sizeof *h)))
+    rc = NTO_ENOMEM;
+  size_t region = sc->region, fit = sc->peak;
+  if (rc == 0)
+    memcpy(live, sc->live, (size_t)T * sizeof *live);
+  for (int i = 0, k = 0; i <= n_g && rc == 0; i++) {
+    if (i < n_g && may_fit(p, sc, live, &g[i], fit)) {
+      long x0, x1;
+      out_instants(sc, &g[i], &x0, &x1);
+      for (long x = x0; x < x1; x++) /* modelled: t stays */
+        live[x % T] += p->bytes[g[i].t];
+      h[n_h + k++] = (nto_plan_hold){g[i].t, g[i].a + 1, g[i].b - 1};
+    }
+    if (k > 0 && (k == KEEP_BATCH || i == n_g)) {
+      int kept = 0;
+      rc = keep_batch(sc, p, n, upto, h, n_h, k, region, &kept, err);
+      n_h += kept;
+      k = 0;
+      if (rc == 0) /* back to the schedule's own bytes */
+        memcpy(live, sc->live, (size_t)T * sizeof *live);
+    }
+  }
+  sc->n_kept = n_h;
+  free(g);
+  free(h);
+  free(live);
+  if (rc == NTO_ENOMEM)
+    nto_err_set(err, rc, "out of memory");
+  if (rc != 0)
+    nto_schedule_free(sc);
+  return rc;
 }

@@ -371,6 +371,47 @@ static void test_small_nets(void **state) {
     check_net(&nets[i]);
 }
 
+/* Keeping tensors in the window's spare room until their next use
+ * (nto_schedule_keep, the default) against evicting them at once
+ * (no_keep): the same losses, weights and outputs as everything resident,
+ * fewer bytes read and written, as many as the schedule planned. */
+static void test_keep_resident(void **state) {
+  (void)state;
+  const net_case nets[] = {
+      {"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+      {"test/data/nets/narrow_deep.ini", 2, 3, 0},
+  };
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "keep"), 0);
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+    result ref = {0};
+    run(&nets[i], 0, NTO_IO_AUTO, dir, &ref);
+    for (int window = 1; window <= 2; window++) {
+      nto_offload_stats st[2];
+      for (int no_keep = 0; no_keep < 2; no_keep++) {
+        result r = {0};
+        nto_model_opts o = {0};
+        o.offload.window = window;
+        o.offload.no_keep = no_keep;
+        run_with(&nets[i], o, dir, NULL, &r, &st[no_keep]);
+        check_equal(&nets[i], &ref, &r, window, NTO_IO_AUTO);
+        result_free(&r);
+      }
+      uint64_t kept = st[0].read_bytes + st[0].written_bytes,
+               evicted = st[1].read_bytes + st[1].written_bytes;
+      if (kept >= evicted)
+        fail_msg("%s window %d: %llu bytes moved keeping, %llu evicting",
+                 nets[i].ini, window, (unsigned long long)kept,
+                 (unsigned long long)evicted);
+      assert_true(st[0].planned_read < st[1].planned_read ||
+                  st[0].planned_written < st[1].planned_written);
+    }
+    result_free(&ref);
+  }
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 /* The compute threads (parallel.h) split batch normalization, depthwise
  * convolution, activations and optimizer updates by features, channels
  * and elements: the same bits with 1 and 3 threads, resident and with a
@@ -917,6 +958,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
       cmocka_unit_test(test_chunked_update),
+      cmocka_unit_test(test_keep_resident),
       cmocka_unit_test(test_compute_threads),
       cmocka_unit_test(test_state_machine),
       cmocka_unit_test(test_io_error_surfaces),

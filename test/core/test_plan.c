@@ -248,6 +248,56 @@ static void test_window_resident_sets(void **state) {
   free(in_ram);
 }
 
+/* nto_plan_add_holds: holds on the steps of a gap, across the wrap and
+ * merged into a step that already uses the tensor; the window then keeps
+ * a:out from F_d to B_b at N = 1 (no write, no read), which the plain plan
+ * writes and reads back (test_window_resident_sets); bad holds refused. */
+static void test_plan_holds(void **state) {
+  fixture *f = *state;
+  const nto_plan *p = nto_model_plan(f->m, NTO_PASS_TRAIN);
+  int a = find(f->m, "a:out"), wa = find(f->m, "a:weight");
+  const nto_plan_hold h[] = {{a, 5, 10}, {wa, 12, 15}};
+  nto_plan held;
+  nto_err err = {0};
+  assert_int_equal(nto_plan_add_holds(&held, p, h, 2, &err), 0);
+  const int H = NTO_USE_HOLD;
+  /* a:out: F_a..F_d as before, held 5..10, read by B_b (11) */
+  int k0 = p->use_first[a], n0 = p->use_first[a + 1] - k0;
+  int k1 = held.use_first[a], n1 = held.use_first[a + 1] - k1;
+  assert_int_equal(n1, n0 + 6);
+  for (int i = 0, j = 0; i < n1; i++) {
+    int st = held.use_step[k1 + i], md = held.use_mode[k1 + i];
+    if (st >= 5 && st <= 10) {
+      assert_int_equal(md, H);
+    } else {
+      assert_int_equal(st, p->use_step[k0 + j]);
+      assert_int_equal(md, p->use_mode[k0 + j]);
+      j++;
+    }
+  }
+  /* a:weight: held 12, 13 and (wrapped) 0; F_a (1) keeps its mode plus
+   * the hold; B_a (12) is a use already */
+  USES(&held, "a:weight", {0, H}, {1, R | H}, {12, RW | H}, {13, H});
+  for (int s = 0; s < held.n_steps; s++) /* step lists stay sorted */
+    for (int k = held.step_first[s] + 1; k < held.step_first[s + 1]; k++)
+      assert_true(held.step_t[k - 1] < held.step_t[k]);
+  unsigned char *in_ram = calloc((size_t)p->n_tensors, 1);
+  int writes, loads;
+  drive(&held, 1, 8, in_ram, a, &writes, &loads);
+  assert_true(in_ram[a]);
+  assert_int_equal(writes, 0);
+  assert_int_equal(loads, 0);
+  free(in_ram);
+  nto_plan_free(&held);
+  const nto_plan_hold bad[] = {{a, 3, 2}, {a, 0, 14}, {-1, 1, 2}};
+  for (int i = 0; i < 3; i++) {
+    err = (nto_err){0};
+    assert_int_equal(nto_plan_add_holds(&held, p, &bad[i], 1, &err),
+                     NTO_EINVAL);
+    assert_non_null(strstr(err.msg, "bad hold"));
+  }
+}
+
 /* Claim [off, off + bytes) for t in the page map; fails if taken. */
 static void claim(int *owner, int t, size_t off, size_t bytes,
                   const nto_model *m) {
@@ -266,14 +316,17 @@ static void unclaim(int *owner, size_t off, size_t bytes) {
 
 /* Replay a schedule with its modelled timing (writes complete during the
  * next step) for three passes: no buffer may ever be placed over one in
- * use, everything stays inside the region, and every tensor a step uses
- * holds its buffer when the step runs. */
+ * use, everything stays inside the region, every tensor a step uses
+ * holds its buffer when the step runs, and no buffer whose content is
+ * newer than its swap copy is dropped (a persistent one freed): p is the
+ * model's plan, also for a schedule of the plan with holds. */
 static void replay(const nto_model *m, const nto_plan *p,
                    const nto_schedule *sc) {
   size_t pages = sc->region / 4096 + 1;
   int *owner = malloc(pages * sizeof *owner);
   size_t *off = calloc((size_t)p->n_tensors, sizeof *off);
   int *pend = malloc((size_t)p->n_tensors * sizeof *pend), np = 0;
+  unsigned char *newer = calloc((size_t)p->n_tensors, 1);
   for (size_t q = 0; q < pages; q++)
     owner[q] = -1;
   for (int i = 0; i < sc->n_prime; i++) {
@@ -292,12 +345,20 @@ static void replay(const nto_model *m, const nto_plan *p,
         int t = p->step_t[k];
         if (p->bytes[t] && owner[off[t] / 4096] != t)
           fail_msg("step %d runs without %s", s, nto_model_tensor(m, t)->name);
+        newer[t] |= (p->step_mode[k] & NTO_USE_WRITE) != 0;
       }
       for (int i = 0; i < np; i++) /* last step's writes complete */
         unclaim(owner, off[pend[i]], p->bytes[pend[i]]);
       np = 0;
       for (int i = sc->end_first[s]; i < sc->end_first[s + 1]; i++) {
         const nto_sched_act *a = &sc->end[i];
+        if ((a->kind == NTO_ACT_DROP ||
+             (a->kind == NTO_ACT_FREE && p->persistent[a->t])) &&
+            newer[a->t])
+          fail_msg("step %d lets go of %s, newer than its swap copy", s,
+                   nto_model_tensor(m, a->t)->name);
+        if (a->kind == NTO_ACT_WRITE)
+          newer[a->t] = 0;
         if (a->kind == NTO_ACT_WRITE && !a->keep)
           pend[np++] = a->t;
         else if (a->kind != NTO_ACT_WRITE)
@@ -305,6 +366,7 @@ static void replay(const nto_model *m, const nto_plan *p,
       }
     }
   }
+  free(newer);
   free(owner);
   free(off);
   free(pend);
@@ -348,6 +410,30 @@ static void check_frontier(const nto_model *m, const nto_plan *p, int n) {
   free(upto);
 }
 
+/* Keeping tensors in the region's room (nto_schedule_keep) against the
+ * plain schedule `plain` of window n: no larger region, no more bytes,
+ * fewer where it kept a gap (the training passes of these nets always
+ * have one while the window holds less than half the pass), and a replay
+ * against the model's own plan (the holds are the schedule's business) that
+ * keeps every update. */
+static void check_keep(const nto_model *m, const nto_plan *p, int n,
+                       int training, const nto_schedule *plain) {
+  nto_schedule sc;
+  nto_err err = {0};
+  if (nto_schedule_keep(&sc, p, n, NULL, &err) != 0)
+    fail_msg("keep, window %d: %s", n, err.msg);
+  uint64_t moved = sc.read_bytes + sc.written_bytes,
+           plain_moved = plain->read_bytes + plain->written_bytes;
+  assert_true(sc.region <= plain->region);
+  assert_true(moved <= plain_moved);
+  assert_true(sc.n_kept == 0 ? moved == plain_moved : moved < plain_moved);
+  if (training && plain_moved > 0 && p->n_steps > 2 * sc.window &&
+      sc.n_kept == 0)
+    fail_msg("window %d of %d steps: no gap kept", n, p->n_steps);
+  replay(m, p, &sc);
+  nto_schedule_free(&sc);
+}
+
 /* The schedule's placement holds on real networks for several windows,
  * and the region is the busiest instant's bytes at window 1. */
 static void test_schedule_placement(void **state) {
@@ -370,6 +456,7 @@ static void test_schedule_placement(void **state) {
           fail_msg("%s window %d: %s", nets[i], windows[w], err.msg);
         assert_true(sc.peak <= sc.region);
         replay(m, p, &sc);
+        check_keep(m, p, windows[w], pass == NTO_PASS_TRAIN, &sc);
         nto_schedule_free(&sc);
       }
       for (int w = 0; w < 3; w++)
@@ -387,6 +474,7 @@ int main(void) {
       cmocka_unit_test(test_dead_points),
       cmocka_unit_test(test_running_stats_dirty_in_forward),
       cmocka_unit_test(test_window_resident_sets),
+      cmocka_unit_test(test_plan_holds),
       cmocka_unit_test(test_schedule_placement),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
