@@ -2,6 +2,9 @@
 #include "cli.h"
 
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #ifndef NTO_VERSION
 #define NTO_VERSION "unknown"
@@ -25,7 +28,24 @@ static const char usage[] =
     "\n"
     "exit status: 0 ok, 1 runtime failure, 2 usage or config error\n";
 
+/*
+ * Large allocations go to mmap and back to the kernel when freed. glibc
+ * raises its mmap threshold after a large block is freed (up to 32 MiB),
+ * and then the per-tensor buffers of weight initialization and saving
+ * come from the heap, which keeps their pages: measured with
+ * `train res/resnet18.ini --batch-size 10 --window 1`, peak RSS 38.7-41.1
+ * MiB with the dynamic threshold, 34.4-34.7 MiB with a fixed 128 KiB one
+ * (glibc's default start value; setting it turns the adjustment off).
+ * Training steps allocate nothing, so iterations see no extra faults.
+ */
+static void fixed_mmap_threshold(void) {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
+}
+
 int main(int argc, char **argv) {
+  fixed_mmap_threshold();
   if (argc < 2) {
     fputs(usage, stderr);
     return CLI_USAGE;
