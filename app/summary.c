@@ -65,8 +65,10 @@ static void print_table(const nto_model *m) {
 /* What train holds beyond summary's own RSS, per BLAS thread: OpenBLAS's
  * packing buffers (about 2.8 MiB per thread in smaps for ResNet-18), the
  * data pipeline, the I/O rings and threads. Calibrated against `bench`
- * (docs/benchmarks.md, "summary's estimate against bench"). */
-#define BLAS_THREAD_BYTES ((size_t)5 << 20)
+ * (docs/benchmarks.md, "summary's estimate against bench"); 5 MiB before
+ * the CLI fixed malloc's mmap threshold (app/main.c), which stopped the
+ * heap from keeping about 4 MiB of freed buffers. */
+#define BLAS_THREAD_BYTES ((size_t)3 << 20)
 
 /* Estimated peak RSS of `train` holding `tensors` bytes of tensors and
  * workspace: this process's own RSS now (code, libraries, the model's
