@@ -94,10 +94,12 @@ static void print_windows(const nto_model *m, long threads, int no_keep) {
     nto_schedule sc;
     nto_err err = {0};
     size_t need = 0;
-    if (nto_model_window_bytes(m, windows[i], &need, &err) != 0 ||
-        (no_keep ? nto_schedule_build
-                 : nto_schedule_keep)(&sc, nto_model_plan(m, NTO_PASS_TRAIN),
-                                      windows[i], NULL, &err) != 0) {
+    const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+    int rc = nto_model_window_bytes(m, windows[i], &need, &err);
+    if (rc == 0)
+      rc = no_keep ? nto_schedule_build(&sc, p, windows[i], NULL, &err)
+                   : nto_schedule_keep(&sc, p, windows[i], NULL, &err);
+    if (rc != 0) {
       printf("  window %d: %s\n", windows[i], err.msg);
       continue;
     }
