@@ -566,7 +566,12 @@ static void depthwise_forward(const conv_geom *g, const float *x,
  * latency of an add, lanes vectorize.
  */
 #define DW_LANES 8
-_Static_assert(DW_LANES == 8, "the dW tap sums add 8 lanes");
+_Static_assert(DW_LANES == 8, "dw_lanes_total adds 8 lanes");
+
+/* The DW_LANES partial sums of a dW tap, added pairwise. */
+static float dw_lanes_total(const float *a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
 
 static void depthwise_backward(const conv_geom *g, const float *x,
                                const float *w, const float *dy, float *dx,
@@ -615,8 +620,7 @@ static void depthwise_backward(const conv_geom *g, const float *x,
           }
         }
         if (dwf)
-          dwf[wi] +=
-              ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+          dwf[wi] += dw_lanes_total(s);
       }
     }
   }
@@ -717,8 +721,7 @@ static void depthwise_backward_s1(const conv_geom *g, const float *x,
                 a[j] += src[i + j] * dyp[i + j];
             for (; i < n; i++)
               a[i % DW_LANES] += src[i] * dyp[i];
-            dw[(size_t)f * kk + wi] += ((a[0] + a[1]) + (a[2] + a[3])) +
-                                       ((a[4] + a[5]) + (a[6] + a[7]));
+            dw[(size_t)f * kk + wi] += dw_lanes_total(a);
           }
           if (dx) {
             float wv = w[(size_t)f * kk + wi], *dst = dxp + off;
