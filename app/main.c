@@ -32,10 +32,11 @@ static const char usage[] =
  * Large allocations go to mmap and back to the kernel when freed. glibc
  * raises its mmap threshold after a large block is freed (up to 32 MiB),
  * and then the per-tensor buffers of weight initialization and saving
- * come from the heap, which keeps their pages: measured with
- * `train res/resnet18.ini --batch-size 10 --window 1`, peak RSS 38.7-41.1
- * MiB with the dynamic threshold, 34.4-34.7 MiB with a fixed 128 KiB one
- * (glibc's default start value; setting it turns the adjustment off).
+ * come from the heap, which keeps their pages: ResNet-18 b10 at window 1
+ * peaked at 38.7-41.1 MiB RSS with the dynamic threshold, 34.4-34.7 MiB
+ * with a fixed 128 KiB one (glibc's default start value; setting it turns
+ * the adjustment off; docs/benchmarks.md, "Keeping tensors in the
+ * region's room, and malloc's mmap threshold", has the command).
  * Training steps allocate nothing, so iterations see no extra faults.
  */
 static void fixed_mmap_threshold(void) {

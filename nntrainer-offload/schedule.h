@@ -114,9 +114,10 @@ void nto_schedule_free(nto_schedule *sc);
  * Results of training cannot change: only residency does. The action
  * lists are those of the plan with holds; the engine runs them against
  * p unchanged (a held tensor is simply never released). sc->n_kept
- * counts the gaps kept. Cost: about one plain build per batch (ResNet-18
- * at window 1: 10 ms; MobileNetV2 224: 0.2-0.4 s). Returns what
- * nto_schedule_build returns.
+ * counts the gaps kept. Cost: a plain build per batch plus one per
+ * half tried (docs/design-offload.md: about 0.12 s per window for
+ * ResNet-18, 0.8 s for MobileNetV2 224). Returns what nto_schedule_build
+ * returns.
  */
 int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
                       const int *upto, nto_err *err);
