@@ -23,8 +23,7 @@ static void remember(nto_autowin *c, int n, double ms) {
       c->tried_ms[i] = ms;
       return;
     }
-  int i = c->n_tried < NTO_AUTOWIN_TRIED ? c->n_tried++
-                                          : n % NTO_AUTOWIN_TRIED;
+  int i = c->n_tried < NTO_AUTOWIN_TRIED ? c->n_tried++ : n % NTO_AUTOWIN_TRIED;
   c->tried_n[i] = n;
   c->tried_ms[i] = ms;
 }
@@ -41,8 +40,10 @@ static int fastest(const nto_autowin *c) {
   return best;
 }
 
-/* far: the stall was more than 4 targets (grow 4x instead of 2x). */
+/* far: the stall was more than 4 targets (grow 4x instead of 2x);
+ * a good window that now stalls less than that grows by a quarter. */
 static int after_stall(nto_autowin *c, int n, int far) {
+  int was_good = c->hi == n;
   c->lo = n;
   c->since_lo = 0;
   if (c->hi && c->hi <= n)
@@ -51,6 +52,8 @@ static int after_stall(nto_autowin *c, int n, int far) {
     return n;
   if (c->hi)
     return c->hi > c->lo + 1 ? c->lo + (c->hi - c->lo) / 2 : c->hi;
+  if (n < c->max && was_good && !far)
+    return n + (n + 3) / 4 < c->max ? n + (n + 3) / 4 : c->max;
   if (n < c->max) {
     int grow = far ? 4 : 2;
     return n <= c->max / grow ? n * grow : c->max;
@@ -72,6 +75,8 @@ static int after_good(nto_autowin *c, int n, int idled, int free) {
   if (idled && (free || c->since_lo >= NTO_AUTOWIN_REPROBE))
     c->lo = 0;
   int floor = c->lo + 1 > c->min ? c->lo + 1 : c->min;
+  if (c->lo > 0 && n - c->lo <= n / 8)
+    return n; /* close enough to the smallest good window */
   if (n > floor && (idled || c->lo > 0)) { /* bisect towards lo */
     int mid = c->lo + (n - c->lo) / 2;
     return mid > floor ? mid : floor;
@@ -89,6 +94,21 @@ int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s) {
   int free = s->io_busy_ms < 0.2 * c->idle * it;
   c->since_lo++;
   int far = s->stall_ms > 4 * c->target * it;
+  /* after a change of N the part after the priming reads looks better
+   * than the steady state (the priming read ahead for it): only a far
+   * stall is judged there, else the next, steady iteration decides */
+  if (s->full_ms <= 0 && !far) {
+    c->n = n;
+    return n;
+  }
+  /* a marginal stall at the good window in use: forgiven once */
+  int marginal = stalled && n == c->hi && s->stall_ms <= 2 * c->target * it;
+  if (marginal && !c->forgiven) {
+    c->forgiven = 1;
+    c->n = n;
+    return n;
+  }
+  c->forgiven = 0;
   c->n = clamp(c, stalled ? after_stall(c, n, far)
                           : after_good(c, n, idled, free));
   return c->n;
