@@ -8,8 +8,13 @@
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
  * (plus --batch-size, --swap-dir, --io, --memory-budget and --no-direct
  * when given), one configuration after the other, so that each has its own
- * peak RSS (the kernel's VmHWM is per process). Before the runs, the swap
- * directory's sequential write then read bandwidth is measured once
+ * peak RSS (the kernel's VmHWM is per process). With --rounds R the list
+ * runs R times, configurations interleaved (round 1: every configuration,
+ * then round 2, ...), so that a slow spell of a shared machine hits every
+ * configuration alike; each figure is the median over the rounds (peak
+ * RSS and resident peak: the largest), and the ratio the median of the
+ * per-round ratios, each against the same round's `all` run. Before the runs,
+ * the swap directory's sequential write then read bandwidth is measured once
  * through our own I/O layer (io/swap.h file, io/iobackend.h queue with the
  * runs' backend; O_DIRECT unless refused; depth 16, 1 MiB requests, up to
  * 256 MiB).
@@ -20,9 +25,10 @@
  * report's figures; a floor, the larger of the compute time (the `all`
  * run's median, else the run's median minus its stall) and the swap
  * traffic at the measured bandwidth; median / floor; and whether the saved
- * weights are byte-identical to the `all` run's (else to the first
- * configuration's). Output: a table on stdout, optionally CSV, JSON and an
- * SVG plot of peak RSS against median iteration time (drawn by gnuplot).
+ * weights of every round are byte-identical to the first round's `all`
+ * run's (else to the first configuration's). Output: a table on stdout,
+ * optionally CSV, JSON and an SVG plot of peak RSS against median iteration
+ * time (drawn by gnuplot).
  *
  * Child stdout and stderr go to TMP/CFG.out and TMP/CFG.err in a mkdtemp
  * directory under $TMPDIR or /tmp, removed at the end. Errors are returned
@@ -37,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -45,13 +52,15 @@
 #include <unistd.h>
 
 #define MAX_CONFIGS 32
-#define LABEL_MAX 16            /* "all", "auto" or up to 15 digits */
-#define BW_DEPTH 16u            /* requests in flight */
-#define BW_BLOCK (1u << 20)     /* bytes per request */
-#define BW_TOTAL (256ull << 20) /* bytes written, then read */
-#define BW_MIN (16ull << 20)    /* less free space than this: refuse */
-#define STDERR_TAIL 8           /* lines of a failed child's stderr shown */
-#define REPORT_MAX (64L << 20)  /* larger --report-json files: refused */
+#define MAX_ROUNDS 16
+#define PATH_LEN (PATH_MAX + 64) /* the temporary directory + a file name */
+#define LABEL_MAX 16             /* "all", "auto" or up to 15 digits */
+#define BW_DEPTH 16u             /* requests in flight */
+#define BW_BLOCK (1u << 20)      /* bytes per request */
+#define BW_TOTAL (256ull << 20)  /* bytes written, then read */
+#define BW_MIN (16ull << 20)     /* less free space than this: refuse */
+#define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
+#define REPORT_MAX (64L << 20)   /* larger --report-json files: refused */
 
 static const char usage[] =
     "usage: nntrainer-offload bench MODEL.ini [options]\n"
@@ -66,6 +75,9 @@ static const char usage[] =
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
+    "  --rounds R            run the list R times, configurations\n"
+    "                        interleaved; medians over rounds (default 1,\n"
+    "                        at most 16)\n"
     "  --batch-size B        batch size (default: the INI's batch_size)\n"
     "  --data DIR|synthetic  training data (default synthetic)\n"
     "  --csv FILE            also write the results as CSV\n"
@@ -84,6 +96,7 @@ typedef struct bench_opts {
   const char *model, *windows, *data, *csv, *json, *plot;
   const char *swap_dir, *io, *budget; /* NULL: not given */
   long iterations, warmup, batch;     /* batch 0: the INI's */
+  long rounds;
   int no_direct;
   char labels[MAX_CONFIGS][LABEL_MAX];
   int n;
@@ -102,9 +115,11 @@ typedef struct report {
 
 typedef struct config {
   const char *label;
-  int ok;                        /* ran, and its report was read */
+  int ok;                        /* every round ran, and its report was read */
   char failure[NTO_ERR_MSG_MAX]; /* why not, when !ok */
-  report r;
+  report runs[MAX_ROUNDS];       /* per round */
+  double ratios[MAX_ROUNDS];     /* per round: median / that round's floor */
+  report r;                      /* over the rounds (see the top) */
   double floor_ms, ratio;
   const char *identical; /* "yes", "no" or "-" */
 } config;
@@ -213,6 +228,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   o->data = "synthetic";
   o->iterations = 5;
   o->warmup = 1;
+  o->rounds = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char **dst = string_opt(o, a);
@@ -233,6 +249,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       target = &o->iterations;
     } else if (!strcmp(a, "--warmup")) {
       target = &o->warmup, min = 0;
+    } else if (!strcmp(a, "--rounds")) {
+      target = &o->rounds, max = MAX_ROUNDS;
     } else if (!strcmp(a, "--batch-size")) {
       target = &o->batch, max = 1 << 20;
     } else if (a[0] == '-') {
@@ -495,18 +513,27 @@ static void tmp_path(const bench *b, const char *label, const char *ext,
   snprintf(out, len, "%s/%s.%s", b->tmp, label, ext);
 }
 
-/* Run the train child of configuration c; c->failure on failure. */
-static int run_child(const bench *b, config *c) {
+/* The files of configuration label in round k (0-based): label.kK.ext. */
+static void run_path(const bench *b, const char *label, int k, const char *ext,
+                     char *out, size_t len) {
+  char name[LABEL_MAX + 16];
+  snprintf(name, sizeof name, "%s.k%d", label, k);
+  tmp_path(b, name, ext, out, len);
+}
+
+/* Run the train child of configuration c in round k; c->failure on
+ * failure. */
+static int run_child(const bench *b, config *c, int k) {
   const bench_opts *o = &b->o;
-  char iters[32], warm[32], batch[32], json[PATH_MAX + 32];
-  char save[PATH_MAX + 32], out[PATH_MAX + 32], errf[PATH_MAX + 32];
+  char iters[32], warm[32], batch[32], json[PATH_LEN];
+  char save[PATH_LEN], out[PATH_LEN], errf[PATH_LEN];
   snprintf(iters, sizeof iters, "%ld", o->warmup + o->iterations);
   snprintf(warm, sizeof warm, "%ld", o->warmup);
   snprintf(batch, sizeof batch, "%ld", o->batch);
-  tmp_path(b, c->label, "json", json, sizeof json);
-  tmp_path(b, c->label, "bin", save, sizeof save);
-  tmp_path(b, c->label, "out", out, sizeof out);
-  tmp_path(b, c->label, "err", errf, sizeof errf);
+  run_path(b, c->label, k, "json", json, sizeof json);
+  run_path(b, c->label, k, "bin", save, sizeof save);
+  run_path(b, c->label, k, "out", out, sizeof out);
+  run_path(b, c->label, k, "err", errf, sizeof errf);
   /* "N:time": --window N --prefetch time */
   char window[LABEL_MAX];
   snprintf(window, sizeof window, "%s", c->label);
@@ -946,41 +973,101 @@ static int same_bytes(const char *a, const char *b, int *same, nto_err *err) {
   return rc;
 }
 
-/* Fill identical for every configuration; returns the number that
- * differ (or could not be compared). */
-static int compare_weights(bench *b) {
-  int bad = 0;
+/* Compare round k's saved weights of every configuration with the
+ * reference's of round 0, then delete round k's files but those (at most
+ * one round of weight files on disk). identical: "yes" while every round
+ * matched, "no" once one did not, "-" when never compared. */
+static void compare_round(bench *b, int k) {
   const config *ref = &b->cfg[b->ref];
-  char rp[PATH_MAX + 32], cp[PATH_MAX + 32];
-  tmp_path(b, ref->label, "bin", rp, sizeof rp);
+  char rp[PATH_LEN], cp[PATH_LEN];
+  run_path(b, ref->label, 0, "bin", rp, sizeof rp);
   for (int i = 0; i < b->o.n; i++) {
     config *c = &b->cfg[i];
     int same = 0;
     nto_err err = {0};
-    c->identical = "-";
-    if (!c->ok || !ref->ok)
-      continue;
-    tmp_path(b, c->label, "bin", cp, sizeof cp);
-    if (same_bytes(rp, cp, &same, &err) != 0)
-      cli_error("bench: %s", err.msg);
-    c->identical = same ? "yes" : "no";
-    bad += !same;
+    run_path(b, c->label, k, "bin", cp, sizeof cp);
+    if (c->ok && ref->ok && strcmp(c->identical, "no") != 0) {
+      if (same_bytes(rp, cp, &same, &err) != 0)
+        cli_error("bench: %s", err.msg);
+      c->identical = same ? "yes" : "no";
+    }
+    if (i != b->ref || k > 0)
+      unlink(cp);
   }
+}
+
+/* The number of configurations whose weights differ (or could not be
+ * compared) after compare_round. */
+static int count_differ(const bench *b) {
+  int bad = 0;
+  for (int i = 0; i < b->o.n; i++)
+    bad += b->cfg[i].ok && b->cfg[b->ref].ok &&
+           strcmp(b->cfg[i].identical, "yes") != 0;
   return bad;
 }
 
-/* floor = max(compute, read / read bw + written / write bw), in ms. */
+/* Median of v[0..n) (n >= 1; v is reordered). */
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++) /* insertion sort: n <= MAX_ROUNDS */
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The figure at byte offset off of the n runs' reports: their median, or
+ * their largest (largest != 0). */
+static double over_runs(const report *runs, int n, size_t off, int largest) {
+  double v[MAX_ROUNDS];
+  for (int k = 0; k < n; k++)
+    memcpy(&v[k], (const char *)&runs[k] + off, sizeof v[k]);
+  double m = median(v, n); /* sorts v */
+  return largest ? v[n - 1] : m;
+}
+
+/* c->r from its runs: round 0's report with the figures over the rounds. */
+static void summarize_runs(config *c, int n) {
+  const report *u = c->runs;
+  c->r = u[0];
+#define OVER(f, largest)                                                       \
+  (c->r.f = over_runs(u, n, offsetof(report, f), largest))
+  OVER(peak_rss, 1);
+  OVER(resident_peak, 1);
+  OVER(median_ms, 0);
+  OVER(p90_ms, 0);
+  OVER(stall_ms, 0);
+  OVER(read_mib, 0);
+  OVER(written_mib, 0);
+#undef OVER
+}
+
+/* Per round: floor = max(compute, read / read bw + written / write bw), in
+ * ms, compute = that round's `all` median (else the run's median minus its
+ * stall); ratio = median / floor. Then the figures over the rounds. */
 static void derive_floors(bench *b) {
+  int R = (int)b->o.rounds;
   const config *all = b->all >= 0 && b->cfg[b->all].ok ? &b->cfg[b->all] : NULL;
   for (int i = 0; i < b->o.n; i++) {
     config *c = &b->cfg[i];
     if (!c->ok)
       continue;
-    double compute = all ? all->r.median_ms : c->r.median_ms - c->r.stall_ms;
-    double io = 1e3 * (c->r.read_mib / b->bw.read_mib_s +
-                       c->r.written_mib / b->bw.write_mib_s);
-    c->floor_ms = compute > io ? compute : io;
-    c->ratio = c->floor_ms > 0 ? c->r.median_ms / c->floor_ms : 0;
+    double floors[MAX_ROUNDS];
+    for (int k = 0; k < R; k++) {
+      const report *r = &c->runs[k];
+      double compute =
+          all ? all->runs[k].median_ms : r->median_ms - r->stall_ms;
+      double io = 1e3 * (r->read_mib / b->bw.read_mib_s +
+                         r->written_mib / b->bw.write_mib_s);
+      floors[k] = compute > io ? compute : io;
+      c->ratios[k] = floors[k] > 0 ? r->median_ms / floors[k] : 0;
+    }
+    summarize_runs(c, R);
+    c->floor_ms = median(floors, R);
+    double ratios[MAX_ROUNDS];
+    memcpy(ratios, c->ratios, sizeof ratios);
+    c->ratio = median(ratios, R);
   }
 }
 
@@ -1001,6 +1088,11 @@ static void print_header(const bench *b) {
   printf("bench %s: batch %ld, %ld iterations measured after %ld warm-up, "
          "data %s\n",
          b->o.model, b->batch, b->o.iterations, b->o.warmup, b->o.data);
+  if (b->o.rounds > 1)
+    printf("%ld rounds, configurations interleaved: medians over the rounds "
+           "(peak RSS, resident: largest); ratio: median of the rounds' "
+           "ratios\n",
+           b->o.rounds);
   printf("swap %s: write %.0f MiB/s, read %.0f MiB/s (%s, %s, depth %u, "
          "%u MiB requests, %llu MiB)\n",
          bw->dir, bw->write_mib_s, bw->read_mib_s,
@@ -1031,6 +1123,17 @@ static void print_table(const bench *b) {
            w, c->label, r->window, MIB(r->peak_rss), MIB(r->resident_peak),
            r->median_ms, r->p90_ms, r->stall_ms, r->read_mib, r->written_mib,
            c->floor_ms, c->ratio, c->identical);
+  }
+  if (b->o.rounds > 1) {
+    printf("\nratio per round:\n");
+    for (int i = 0; i < b->o.n; i++) {
+      if (!b->cfg[i].ok)
+        continue;
+      printf("%-*s", w, b->cfg[i].label);
+      for (int k = 0; k < b->o.rounds; k++)
+        printf(" %6.2f", b->cfg[i].ratios[k]);
+      printf("\n");
+    }
   }
   printf("\nfloor = max(compute, read/read bandwidth + written/write "
          "bandwidth); compute = %s\n",
@@ -1089,7 +1192,7 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void json_config(FILE *f, const config *c) {
+static void json_config(FILE *f, const config *c, int rounds) {
   const report *r = &c->r;
   fprintf(f, "    {\"config\": ");
   json_string(f, c->label);
@@ -1100,7 +1203,8 @@ static void json_config(FILE *f, const config *c) {
                "\"stall_ms_per_iteration\": null, "
                "\"read_mib_per_iteration\": null, "
                "\"written_mib_per_iteration\": null, \"floor_ms\": null, "
-               "\"ratio\": null, \"weights_identical\": \"-\"}");
+               "\"ratio\": null, \"ratios\": null, "
+               "\"weights_identical\": \"-\"}");
     return;
   }
   fprintf(f, ", \"status\": \"ok\", \"window\": ");
@@ -1114,10 +1218,12 @@ static void json_config(FILE *f, const config *c) {
           "\"stall_ms_per_iteration\": %.3f, "
           "\"read_mib_per_iteration\": %.3f, "
           "\"written_mib_per_iteration\": %.3f, \"floor_ms\": %.3f, "
-          "\"ratio\": %.4f, \"weights_identical\": \"%s\"}",
+          "\"ratio\": %.4f, \"ratios\": [",
           MIB(r->peak_rss), MIB(r->resident_peak), r->median_ms, r->p90_ms,
-          r->stall_ms, r->read_mib, r->written_mib, c->floor_ms, c->ratio,
-          c->identical);
+          r->stall_ms, r->read_mib, r->written_mib, c->floor_ms, c->ratio);
+  for (int k = 0; k < rounds; k++)
+    fprintf(f, "%s%.4f", k ? ", " : "", c->ratios[k]);
+  fprintf(f, "], \"weights_identical\": \"%s\"}", c->identical);
 }
 
 static int write_json(const bench *b, const char *path, nto_err *err) {
@@ -1130,8 +1236,8 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
   json_string(f, b->o.model);
   fprintf(f,
           ",\n  \"batch\": %ld,\n  \"iterations\": %ld,\n"
-          "  \"warmup\": %ld,\n",
-          b->batch, b->o.iterations, b->o.warmup);
+          "  \"warmup\": %ld,\n  \"rounds\": %ld,\n",
+          b->batch, b->o.iterations, b->o.warmup, b->o.rounds);
   fprintf(f,
           "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
           "\"block_bytes\": %u, \"depth\": %u, \"direct\": %s, "
@@ -1144,7 +1250,7 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
   json_string(f, bw->dir);
   fprintf(f, "},\n  \"configs\": [\n");
   for (int i = 0; i < b->o.n; i++) {
-    json_config(f, &b->cfg[i]);
+    json_config(f, &b->cfg[i], (int)b->o.rounds);
     fprintf(f, "%s\n", i + 1 < b->o.n ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
@@ -1212,8 +1318,8 @@ static int write_plot_files(const bench *b, const char *dat, const char *gp,
 
 /* --plot: run gnuplot, or say why there is no plot. */
 static int write_plot(const bench *b, const char *svg, nto_err *err) {
-  char exe[PATH_MAX], dat[PATH_MAX + 32], gp[PATH_MAX + 32];
-  char out[PATH_MAX + 32], errf[PATH_MAX + 32];
+  char exe[PATH_MAX], dat[PATH_LEN], gp[PATH_LEN];
+  char out[PATH_LEN], errf[PATH_LEN];
   int ran = 0;
   for (int i = 0; i < b->o.n; i++)
     ran += b->cfg[i].ok;
@@ -1243,37 +1349,57 @@ static int write_plot(const bench *b, const char *svg, nto_err *err) {
 
 /* ---- the whole run ------------------------------------------------------ */
 
-/* Run every configuration; returns the number that failed. */
-static int run_all(bench *b) {
-  int failed = 0;
-  for (int i = 0; i < b->o.n; i++) {
-    config *c = &b->cfg[i];
-    char json[PATH_MAX + 32], out[PATH_MAX + 32], errf[PATH_MAX + 32];
-    nto_err err = {0};
-    double t0 = now_s();
-    fprintf(stderr, "bench: [%d/%d] window %s ...", i + 1, b->o.n, c->label);
-    int rc = run_child(b, c);
-    tmp_path(b, c->label, "json", json, sizeof json);
-    if (rc == 0 && read_report(json, &c->r, &err) != 0) {
-      snprintf(c->failure, sizeof c->failure, "%s", err.msg);
-      rc = -1;
-    }
-    c->ok = rc == 0;
-    fprintf(stderr, " %s (%.2f s)\n", c->ok ? "ok" : "FAILED", now_s() - t0);
-    if (c->ok && c->r.measured != (double)b->o.iterations)
-      fprintf(stderr,
-              "bench: note: window %s measured %.0f iterations, not "
-              "%ld (too few batches in one epoch of the data?)\n",
-              c->label, c->r.measured, b->o.iterations);
-    if (c->ok)
-      continue;
-    failed++;
-    tmp_path(b, c->label, "out", out, sizeof out);
-    tmp_path(b, c->label, "err", errf, sizeof errf);
-    cli_error("bench: configuration '%s' failed: %s; the end of its output:",
-              c->label, c->failure);
-    print_tail(errf, out);
+/* Run configuration c in round k into c->runs[k]; c->ok = 0 (and its
+ * output shown) on failure. */
+static void run_one(bench *b, config *c, int k) {
+  char json[PATH_LEN], out[PATH_LEN], errf[PATH_LEN];
+  nto_err err = {0};
+  double t0 = now_s();
+  int R = (int)b->o.rounds;
+  if (R > 1)
+    fprintf(stderr, "bench: round %d/%d: window %s ...", k + 1, R, c->label);
+  else
+    fprintf(stderr, "bench: [%d/%d] window %s ...", (int)(c - b->cfg) + 1,
+            b->o.n, c->label);
+  int rc = run_child(b, c, k);
+  run_path(b, c->label, k, "json", json, sizeof json);
+  if (rc == 0 && read_report(json, &c->runs[k], &err) != 0) {
+    snprintf(c->failure, sizeof c->failure, "%s", err.msg);
+    rc = -1;
   }
+  c->ok = rc == 0;
+  fprintf(stderr, " %s (%.2f s)\n", c->ok ? "ok" : "FAILED", now_s() - t0);
+  if (c->ok && c->runs[k].measured != (double)b->o.iterations)
+    fprintf(stderr,
+            "bench: note: window %s measured %.0f iterations, not "
+            "%ld (too few batches in one epoch of the data?)\n",
+            c->label, c->runs[k].measured, b->o.iterations);
+  if (c->ok)
+    return;
+  run_path(b, c->label, k, "out", out, sizeof out);
+  run_path(b, c->label, k, "err", errf, sizeof errf);
+  cli_error("bench: configuration '%s' failed: %s; the end of its output:",
+            c->label, c->failure);
+  print_tail(errf, out);
+}
+
+/* Run every configuration, --rounds times, interleaved (a configuration
+ * that failed is not run again); compares each round's weights. Returns
+ * the number of configurations that failed. */
+static int run_all(bench *b) {
+  for (int i = 0; i < b->o.n; i++) {
+    b->cfg[i].ok = 1;
+    b->cfg[i].identical = "-";
+  }
+  for (int k = 0; k < b->o.rounds; k++) {
+    for (int i = 0; i < b->o.n; i++)
+      if (b->cfg[i].ok)
+        run_one(b, &b->cfg[i], k);
+    compare_round(b, k);
+  }
+  int failed = 0;
+  for (int i = 0; i < b->o.n; i++)
+    failed += !b->cfg[i].ok;
   return failed;
 }
 
@@ -1344,7 +1470,7 @@ int cmd_bench(int argc, char **argv) {
     return CLI_RUNTIME;
   }
   int failed = run_all(&b);
-  int differ = compare_weights(&b);
+  int differ = count_differ(&b);
   derive_floors(&b);
   int files = write_results(&b);
   remove_tmpdir(b.tmp);

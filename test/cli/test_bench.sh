@@ -73,10 +73,10 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 def num(x): return isinstance(x, (int, float)) and not isinstance(x, bool)
 def integer(x): return isinstance(x, int) and not isinstance(x, bool)
-assert set(d) == {"model", "batch", "iterations", "warmup", "bandwidth", "configs"}, sorted(d)
+assert set(d) == {"model", "batch", "iterations", "warmup", "rounds", "bandwidth", "configs"}, sorted(d)
 assert isinstance(d["model"], str) and d["model"].endswith("tiny_resnet.ini")
 assert integer(d["batch"]) and d["batch"] == 4
-assert d["iterations"] == 3 and d["warmup"] == 1
+assert d["iterations"] == 3 and d["warmup"] == 1 and d["rounds"] == 1
 bw = d["bandwidth"]
 assert num(bw["read_mib_s"]) and bw["read_mib_s"] > 0, bw
 assert num(bw["write_mib_s"]) and bw["write_mib_s"] > 0, bw
@@ -85,15 +85,16 @@ assert isinstance(bw["direct"], bool), bw
 keys = {"config", "status", "window", "peak_rss_mib", "resident_peak_mib",
         "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
         "read_mib_per_iteration", "written_mib_per_iteration", "floor_ms",
-        "ratio", "weights_identical"}
+        "ratio", "ratios", "weights_identical"}
 c = d["configs"]
 assert isinstance(c, list) and len(c) == 3, c
 assert [x["config"] for x in c] == ["1", "2:time", "all"], c
 for x in c:
     assert set(x) == keys, sorted(x)
     assert x["status"] == "ok" and x["weights_identical"] == "yes", x
-    for k in keys - {"config", "status", "window", "weights_identical"}:
+    for k in keys - {"config", "status", "window", "ratios", "weights_identical"}:
         assert num(x[k]) and x[k] >= 0, (k, x)
+    assert x["ratios"] == [x["ratio"]], x
 assert c[0]["window"] == 1 and c[1]["window"] == 2 and c[2]["window"] == "all", c
 assert c[0]["read_mib_per_iteration"] > 0 and c[2]["read_mib_per_iteration"] == 0, c
 assert abs(c[2]["ratio"] - 1) < 1e-9, c[2]
@@ -112,6 +113,34 @@ else
   grep -q "no plot: gnuplot not found; install Debian's gnuplot-nox" "$tmp/run.out" &&
     pass || fail svg_note "no note about gnuplot" "$tmp/run.out"
 fi
+
+# --rounds 3: configurations interleaved (the order of the runs on stderr),
+# each figure over the rounds, the ratio the median of the rounds' ratios,
+# each round's weights compared, one round of weight files at a time.
+expect rounds 0 "3 rounds, configurations interleaved" -- "$exe" bench "$net" \
+  --windows 1,all --rounds 3 --iterations 2 --warmup 0 --json "$tmp/k.json" \
+  --swap-dir "$tmp/swap" $direct
+cp "$tmp/out" "$tmp/rounds.out"
+order=$(sed -n 's/^bench: round \([0-9]\)\/3: window \([a-z0-9]*\) .*/\1\2/p' "$tmp/rounds.out" | tr '\n' ' ')
+[ "$order" = "11 1all 21 2all 31 3all " ] && pass ||
+  fail rounds_order "expected 1 then all in each of 3 rounds, got '$order'" "$tmp/rounds.out"
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$tmp/k.json" >"$tmp/py" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["rounds"] == 3, d
+one, al = d["configs"]
+for x in (one, al):
+    assert x["status"] == "ok" and x["weights_identical"] == "yes", x
+    assert len(x["ratios"]) == 3 and all(r > 0 for r in x["ratios"]), x
+    assert abs(x["ratio"] - sorted(x["ratios"])[1]) < 1e-3, x
+assert al["ratios"] == [1.0, 1.0, 1.0], al
+assert one["read_mib_per_iteration"] > 0, one
+EOF
+  [ $? -eq 0 ] && pass || fail rounds_json "rounds JSON check failed" "$tmp/py"
+fi
+expect rounds_zero 2 "rounds" -- "$exe" bench "$net" --rounds 0
+expect rounds_many 2 "rounds" -- "$exe" bench "$net" --rounds 17
 
 expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
 expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
