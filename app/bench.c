@@ -976,7 +976,8 @@ static int same_bytes(const char *a, const char *b, int *same, nto_err *err) {
 /* Compare round k's saved weights of every configuration with the
  * reference's of round 0, then delete round k's files but those (at most
  * one round of weight files on disk). identical: "yes" while every round
- * matched, "no" once one did not, "-" when never compared. */
+ * matched, "no" once one did not, "-" when the run or the reference
+ * failed (or was never compared). */
 static void compare_round(bench *b, int k) {
   const config *ref = &b->cfg[b->ref];
   char rp[PATH_LEN], cp[PATH_LEN];
@@ -986,7 +987,9 @@ static void compare_round(bench *b, int k) {
     int same = 0;
     nto_err err = {0};
     run_path(b, c->label, k, "bin", cp, sizeof cp);
-    if (c->ok && ref->ok && strcmp(c->identical, "no") != 0) {
+    if (!c->ok || !ref->ok) /* failures are final: never "yes" again */
+      c->identical = "-";
+    else if (strcmp(c->identical, "no") != 0) {
       if (same_bytes(rp, cp, &same, &err) != 0)
         cli_error("bench: %s", err.msg);
       c->identical = same ? "yes" : "no";
