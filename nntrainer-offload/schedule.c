@@ -333,6 +333,8 @@ static int fill(nto_schedule *sc, model *m) {
   return 0;
 }
 
+/* Resident bytes at the busiest instant of the cycle; those at every
+ * instant g into live[g] (g < 3S). */
 static size_t busiest(const model *m, size_t *live) {
   size_t best = 0;
   for (long g = 0; g < 3L * m->S; g++) {
@@ -539,14 +541,12 @@ static void out_instants(const nto_schedule *sc, const gap *g, long *x0,
   *x1 = 3L * e;
 }
 
-/* Does t fit the region at every instant of g where it is out, given the
- * resident bytes live[0..3S)? */
-static int may_fit(const nto_plan *p, const nto_schedule *sc,
-                   const size_t *live, const gap *g, size_t region) {
-  long T = 3L * p->n_steps, x0, x1;
-  out_instants(sc, g, &x0, &x1);
+/* Do `bytes` more fit within `region` at the instants [x0, x1) of the
+ * unrolled cycle, given the resident bytes live[0..T)? */
+static int may_fit(const size_t *live, long T, long x0, long x1, size_t bytes,
+                   size_t region) {
   for (long x = x0; x < x1; x++)
-    if (live[x % T] + p->bytes[g->t] > region)
+    if (live[x % T] + bytes > region)
       return 0;
   return 1;
 }
@@ -629,9 +629,10 @@ int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
   if (rc == 0)
     memcpy(live, sc->live, (size_t)T * sizeof *live);
   for (int i = 0, k = 0; i <= n_g && rc == 0; i++) {
-    if (i < n_g && may_fit(p, sc, live, &g[i], fit)) {
-      long x0, x1;
+    long x0 = 0, x1 = 0;
+    if (i < n_g)
       out_instants(sc, &g[i], &x0, &x1);
+    if (i < n_g && may_fit(live, T, x0, x1, p->bytes[g[i].t], fit)) {
       for (long x = x0; x < x1; x++) /* modelled: t stays */
         live[x % T] += p->bytes[g[i].t];
       h[n_h + k++] = (nto_plan_hold){g[i].t, g[i].a + 1, g[i].b - 1};
