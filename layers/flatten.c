@@ -1,12 +1,13 @@
 /*
  * flatten.c - the `flatten` layer: (N, C, H, W) -> (N, 1, 1, C*H*W), as in
  * nntrainer (features on the width axis). NCHW memory order is kept, so
- * forward and backward are plain copies. No keys.
+ * the output is a view of the input (out_is_input: one tensor, forward
+ * copies nothing) and backward is a plain copy. No keys.
  */
 #include "layer.h"
 #include "registry.h"
 
-/* out_shape = (N, 1, 1, C*H*W). Returns 0, or NTO_ESHAPE if C*H*W does
+/* out_shape = (N, 1, 1, C*H*W), a view of the input. Returns 0, or NTO_ESHAPE if C*H*W does
  * not fit an int. */
 static int flatten_plan(nto_layer *l, nto_err *err) {
   nto_shape s = l->in_shape[0];
@@ -15,6 +16,7 @@ static int flatten_plan(nto_layer *l, nto_err *err) {
     return nto_err_set(err, NTO_ESHAPE, "flatten of %d:%d:%d is too large", s.c,
                        s.h, s.w);
   l->out_shape = (nto_shape){.n = s.n, .c = 1, .h = 1, .w = (int)per};
+  l->out_is_input = 1;
   return 0;
 }
 

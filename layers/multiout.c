@@ -4,15 +4,17 @@
  * that every consumer reads; the executor sums the consumers' gradients into
  * dout before calling backward. So:
  *   forward:  out = in          backward: din = dout
- * No keys.
+ * The output is a view of the input (out_is_input): the model gives both one
+ * tensor, so forward copies nothing and the content is kept once. No keys.
  */
 #include "layer.h"
 #include "registry.h"
 
-/* out_shape = in_shape[0]. Always 0. */
+/* out_shape = in_shape[0], a view of the input. Always 0. */
 static int multiout_plan(nto_layer *l, nto_err *err) {
   (void)err;
   l->out_shape = l->in_shape[0];
+  l->out_is_input = 1;
   return 0;
 }
 

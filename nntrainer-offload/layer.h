@@ -155,6 +155,11 @@ struct nto_layer {
   size_t ws_bytes;      /* workspace needed by forward and backward */
   int bwd_needs_input;  /* backward reads in[] */
   int bwd_needs_output; /* backward reads out */
+  int out_is_input;     /* 1: the output is a view of in[0] (same bytes,
+                           same NCHW order: flatten, multiout). The model
+                           gives both one tensor, so forward copies
+                           nothing and the content is saved and swapped
+                           once; set by plan */
   nto_out_kind out_kind;
   int trainable; /* INI `trainable` (default 1): 0 freezes all weights */
 };
@@ -177,7 +182,8 @@ int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
 int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
 
 /* Start of a plan that may run again on the same layer: clears the
- * weights, saved tensors, workspace, bwd_needs_* flags and out_kind. */
+ * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input and
+ * out_kind. */
 void nto_layer_plan_reset(nto_layer *l);
 
 /* set_prop of a layer type without keys: always NTO_ENOKEY. */
@@ -185,8 +191,9 @@ int nto_layer_no_keys(nto_layer *l, const char *key, const char *value,
                       nto_err *err);
 
 /* Identity forward and backward of layers whose output has the bytes of
- * their single input (flatten, multiout): out = in, din = dout (skipped
- * when din is NULL or the same buffer). Sizes from l->out_shape. */
+ * their single input (flatten, multiout): out = in (skipped when out is
+ * in's buffer, as for a view, out_is_input), din = dout (skipped when din
+ * is NULL or the same buffer). Sizes from l->out_shape. */
 void nto_layer_copy_forward(nto_layer *l, const nto_fwd *f);
 void nto_layer_copy_backward(nto_layer *l, const nto_bwd *b);
 

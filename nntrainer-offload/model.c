@@ -277,8 +277,11 @@ static int build_tensors(nto_model *m) {
   int n_state = nto_opt_state_count(&m->opt);
   for (int i = 0; i < L; i++) {
     nto_layer *l = &g->layers[i];
-    m->out_t[i] =
-        add_tensor(m, l->name, "out", l->out_shape, NTO_ROLE_ACTIVATION, i);
+    /* a view (flatten, multiout) shares its input's tensor */
+    m->out_t[i] = l->out_is_input && l->n_in == 1
+                      ? m->out_t[l->in[0]]
+                      : add_tensor(m, l->name, "out", l->out_shape,
+                                   NTO_ROLE_ACTIVATION, i);
     m->edge_t[i] = malloc((size_t)(l->n_in ? l->n_in : 1) * sizeof(int));
     if (m->out_t[i] < 0 || !m->edge_t[i])
       return -1;
@@ -338,7 +341,8 @@ static void use(nto_model *m, int pass, int s, int t, int mode) {
 static void forward_uses(nto_model *m, int pass, int i) {
   nto_layer *l = &m->g.layers[i];
   int train = pass == NTO_PASS_TRAIN;
-  use(m, pass, i, m->out_t[i], NTO_USE_WRITE);
+  if (!l->out_is_input) /* a view writes nothing: its input is its output */
+    use(m, pass, i, m->out_t[i], NTO_USE_WRITE);
   for (int k = 0; k < l->n_in; k++)
     use(m, pass, i, m->out_t[l->in[k]], NTO_USE_READ);
   for (int j = 0; j < l->n_w; j++)

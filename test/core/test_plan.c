@@ -155,6 +155,48 @@ static void test_running_stats_dirty_in_forward(void **state) {
   nto_config_free(&c);
 }
 
+/* A view (multiout, flatten) shares its input's tensor: no tensor of its
+ * own, its F step writes nothing, and the shared tensor is written once
+ * (by the producer) and read through the view by every consumer, the
+ * backward steps included. */
+static void test_views_share_input(void **state) {
+  (void)state;
+  const char *nets[] = {"test/data/nets/tiny_resnet.ini",
+                        "test/data/nets/fmnist_small.ini"};
+  for (int n = 0; n < 2; n++) {
+    nto_config c;
+    nto_model *m = NULL;
+    nto_err err = {0};
+    nto_model_opts o = {.plan_only = 1};
+    assert_int_equal(nto_config_load(&c, nets[n], &err), 0);
+    assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+    const nto_graph *g = nto_model_graph(m);
+    const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+    int views = 0;
+    for (int i = 0; i < g->n_layers; i++) {
+      const nto_layer *l = &g->layers[i];
+      if (!l->out_is_input)
+        continue;
+      views++;
+      char own[NTO_NAME_MAX + 8], shared[NTO_NAME_MAX + 8];
+      snprintf(own, sizeof own, "%s:out", l->name);
+      snprintf(shared, sizeof shared, "%s:out", g->layers[l->in[0]].name);
+      for (int t = 0; t < nto_model_tensor_count(m); t++)
+        assert_string_not_equal(nto_model_tensor(m, t)->name, own);
+      for (int k = p->step_first[i]; k < p->step_first[i + 1]; k++)
+        assert_false(p->step_mode[k] & W);
+      int t = find(m, shared), k0 = p->use_first[t], k1 = p->use_first[t + 1];
+      assert_true(p->use_mode[k0] & W); /* the producer's forward */
+      for (int k = k0 + 1; k < k1; k++)
+        assert_int_equal(p->use_mode[k], R);
+      assert_true(p->use_step[k1 - 1] >= g->n_layers); /* a backward read */
+    }
+    assert_true(views >= 1);
+    nto_model_free(m);
+    nto_config_free(&c);
+  }
+}
+
 /* Drive a window of n over `passes` training passes with instant reads
  * and each step's writes completing during the next step; record which
  * tensors are in RAM (resident, loading or writing) while step `at` of
@@ -473,6 +515,7 @@ int main(void) {
       cmocka_unit_test(test_inference_uses),
       cmocka_unit_test(test_dead_points),
       cmocka_unit_test(test_running_stats_dirty_in_forward),
+      cmocka_unit_test(test_views_share_input),
       cmocka_unit_test(test_window_resident_sets),
       cmocka_unit_test(test_plan_holds),
       cmocka_unit_test(test_schedule_placement),
