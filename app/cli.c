@@ -42,6 +42,15 @@ int cli_keep_resident(const char *v, int *no_keep) {
   return -1;
 }
 
+int cli_recompute(const char *v, nto_recompute *out) {
+  if (!v || !strcmp(v, "on") || !strcmp(v, "off")) {
+    *out = v && !strcmp(v, "off") ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON;
+    return 0;
+  }
+  cli_error("--recompute: expected on or off, got '%s'", v);
+  return -1;
+}
+
 void cli_compute_threads(long threads) {
   nto_err err = {0};
   int t = threads > NTO_PARALLEL_MAX ? NTO_PARALLEL_MAX : (int)threads;

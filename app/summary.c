@@ -12,11 +12,13 @@ static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
     "                                 [--chunk-grads auto|on|off]\n"
-    "                                 [--keep-resident on|off]\n"
+    "                                 [--keep-resident on|off] [--recompute "
+    "on|off]\n"
     "\n"
     "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
     "and the bytes it keeps from forward to backward (its saved tensors,\n"
-    "plus its inputs or output when its backward reads them), then totals\n"
+    "plus its inputs or output when its backward reads them and does not\n"
+    "recompute them: --recompute), then totals\n"
     "and the planned memory of training with everything resident, and,\n"
     "for offloading with windows 1, 2, 4 and 8, the planned memory of\n"
     "resident tensors, the estimated peak RSS of `train` and the swap\n"
@@ -30,18 +32,25 @@ static const char usage[] =
     "                   computed (default auto)\n"
     "  --keep-resident on|off\n"
     "                   as for train: whether tensors stay in RAM between\n"
-    "                   uses where the window has room (default on)\n";
+    "                   uses where the window has room (default on)\n"
+    "  --recompute on|off\n"
+    "                   as for train: whether backward recomputes the\n"
+    "                   activations after batch normalization (default on)\n";
 
-/* Bytes layer l keeps from its forward step to its backward step. */
-static size_t saved_bytes(const nto_graph *g, const nto_layer *l) {
+/* Bytes layer i keeps from its forward step to its backward step (an
+ * output or input that backward recomputes is not kept). */
+static size_t saved_bytes(const nto_model *m, int i) {
+  const nto_graph *g = nto_model_graph(m);
+  const nto_layer *l = &g->layers[i];
   size_t b = 0;
   for (int k = 0; k < l->n_saved; k++)
     b += nto_shape_bytes(l->saved[k].shape);
-  if (l->bwd_needs_output)
+  if (l->bwd_needs_output && !nto_model_recomputed(m, i))
     b += nto_shape_bytes(l->out_shape);
   if (l->bwd_needs_input)
     for (int k = 0; k < l->n_in; k++)
-      b += nto_shape_bytes(g->layers[l->in[k]].out_shape);
+      if (!nto_model_recomputed(m, l->in[k]))
+        b += nto_shape_bytes(g->layers[l->in[k]].out_shape);
   return b;
 }
 
@@ -58,7 +67,7 @@ static void print_table(const nto_model *m) {
         params += nto_shape_numel(l->w[j].shape);
     printf("%-36.36s %-20s %-14s %12zu %12s\n", l->name, l->ops->type,
            nto_shape_str(l->out_shape, 0, shape, sizeof shape), params,
-           cli_bytes(saved_bytes(g, l), bytes, sizeof bytes));
+           cli_bytes(saved_bytes(m, i), bytes, sizeof bytes));
   }
 }
 
@@ -121,6 +130,7 @@ int cmd_summary(int argc, char **argv) {
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
   nto_chunk_grads chunk_grads = NTO_CHUNK_GRADS_AUTO;
   int no_keep = 0;
+  nto_recompute recompute = NTO_RECOMPUTE_ON;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
@@ -130,14 +140,21 @@ int cmd_summary(int argc, char **argv) {
                   &batch) != 0)
         return CLI_USAGE;
     } else if (!strcmp(argv[i], "--chunk-grads") ||
-               !strcmp(argv[i], "--keep-resident")) {
+               !strcmp(argv[i], "--keep-resident") ||
+               !strcmp(argv[i], "--recompute")) {
       const char *opt = argv[i], *v = cli_value(argc, argv, &i);
       if (!v) {
         cli_error("option %s needs a value", opt);
         return CLI_USAGE;
       }
-      if (!strcmp(opt, "--chunk-grads") ? cli_chunk_grads(v, &chunk_grads) != 0
-                                        : cli_keep_resident(v, &no_keep) != 0)
+      int bad;
+      if (!strcmp(opt, "--chunk-grads"))
+        bad = cli_chunk_grads(v, &chunk_grads);
+      else if (!strcmp(opt, "--keep-resident"))
+        bad = cli_keep_resident(v, &no_keep);
+      else
+        bad = cli_recompute(v, &recompute);
+      if (bad)
         return CLI_USAGE;
     } else if (!strcmp(argv[i], "--threads")) {
       if (cli_int("--threads", cli_value(argc, argv, &i), 1, 256, &threads) !=
@@ -162,7 +179,8 @@ int cmd_summary(int argc, char **argv) {
   nto_model *m = NULL;
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {
-      .batch = (int)batch, .plan_only = 1, .chunk_grads = chunk_grads};
+      .batch = (int)batch, .plan_only = 1, .chunk_grads = chunk_grads,
+      .recompute = recompute};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
    * (parallel.h): plan with train's thread count */

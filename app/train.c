@@ -92,6 +92,11 @@ static const char usage[] =
     "                        the window's memory has room for it (fewer\n"
     "                        bytes moved, same peak); 'off': evicted at\n"
     "                        once\n"
+    "  --recompute on|off    'on' (default): backward recomputes an\n"
+    "                        activation that follows batch normalization\n"
+    "                        from the normalization's input instead of\n"
+    "                        keeping (or swapping) it from the forward;\n"
+    "                        results are bit-identical either way\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -114,6 +119,7 @@ typedef struct opts {
   int no_direct;
   const char *chunk_grads; /* --chunk-grads auto|on|off, NULL: auto */
   const char *keep;        /* --keep-resident on|off, NULL: on */
+  const char *recompute;   /* --recompute on|off, NULL: on */
   const char *checkpoint;  /* --checkpoint, NULL: off */
   long checkpoint_every;   /* 0: once per epoch */
   const char *resume;      /* --resume, NULL: a new run */
@@ -165,7 +171,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
                !strcmp(a, "--report-json") || !strcmp(a, "--memory-budget") ||
                !strcmp(a, "--trace") || !strcmp(a, "--checkpoint") ||
                !strcmp(a, "--resume") || !strcmp(a, "--prefetch") ||
-               !strcmp(a, "--chunk-grads") || !strcmp(a, "--keep-resident")) {
+               !strcmp(a, "--chunk-grads") || !strcmp(a, "--keep-resident") ||
+               !strcmp(a, "--recompute")) {
       const char **dst = !strcmp(a, "--data")            ? &o->data
                          : !strcmp(a, "--save")          ? &o->save
                          : !strcmp(a, "--window")        ? &o->window
@@ -179,6 +186,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
                          : !strcmp(a, "--prefetch")      ? &o->prefetch
                          : !strcmp(a, "--chunk-grads")   ? &o->chunk_grads
                          : !strcmp(a, "--keep-resident") ? &o->keep
+                         : !strcmp(a, "--recompute")     ? &o->recompute
                                                          : &o->report_json;
       if (!(*dst = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
@@ -1011,7 +1019,8 @@ static int offload_opts(run *r, nto_model_opts *mo) {
                                     : NULL;
   oo->no_direct = o->no_direct;
   if (cli_chunk_grads(o->chunk_grads, &mo->chunk_grads) != 0 ||
-      cli_keep_resident(o->keep, &oo->no_keep) != 0)
+      cli_keep_resident(o->keep, &oo->no_keep) != 0 ||
+      cli_recompute(o->recompute, &mo->recompute) != 0)
     return -1;
   mo->prefetch = NTO_PREFETCH_STEPS;
   if (o->prefetch && !strcmp(o->prefetch, "time")) {

@@ -257,4 +257,7 @@ const nto_layer_ops nto_activation_layer = {
     .plan = act_plan,
     .forward = act_forward,
     .backward = act_backward,
+    .replay = act_forward, /* a pure function of the input; in place is
+                              fine (each element reads only itself; the
+                              model replays only elementwise kinds) */
 };

@@ -168,6 +168,30 @@ static double feature_sum(const float *x, int n, int inner, size_t stride,
 }
 
 /*
+ * y = (x - mean) * (gamma * inv_std) + beta over features [f0, f1), with
+ * the float mean and inv_std of the batch: the training forward's output,
+ * and its replay's (one function, so that both round alike). x, y:
+ * (n, nf, inner); the vectors (nf).
+ */
+static void bn_normalize(const float *x, float *y, int n, int nf, int inner,
+                         const float *gamma, const float *beta,
+                         const float *mean, const float *inv_std, int f0,
+                         int f1) {
+  size_t fstride = (size_t)nf * inner;
+  for (int f = f0; f < f1; f++) {
+    float muf = mean[f], scale = gamma[f] * inv_std[f], b = beta[f];
+    const float *xf = x + (size_t)f * inner;
+    float *yf = y + (size_t)f * inner;
+    for (int i = 0; i < n; i++) {
+      const float *xr = xf + i * fstride;
+      float *yr = yf + i * fstride;
+      for (int k = 0; k < inner; k++)
+        yr[k] = (xr[k] - muf) * scale + b;
+    }
+  }
+}
+
+/*
  * Training forward. x, y: (n, nf, inner); gamma, beta: (nf);
  * mean, inv_std: (nf) written; rmean, rvar: (nf) updated with momentum.
  */
@@ -186,14 +210,8 @@ static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
     rvar[f] = (float)(momentum * rvar[f] + (1.0 - momentum) * var_u);
     mean[f] = (float)mu;
     inv_std[f] = (float)inv;
-    float muf = mean[f], scale = gamma[f] * inv_std[f], b = beta[f];
-    float *yf = y + (size_t)f * inner;
-    for (int i = 0; i < n; i++) {
-      const float *xr = xf + i * fstride;
-      float *yr = yf + i * fstride;
-      for (int k = 0; k < inner; k++)
-        yr[k] = (xr[k] - muf) * scale + b;
-    }
+    /* while the feature's x is in cache */
+    bn_normalize(x, y, n, nf, inner, gamma, beta, mean, inv_std, f, f + 1);
   }
 }
 
@@ -242,6 +260,27 @@ static void bn_forward_range(void *ctx, size_t a, size_t b, int slot) {
                     f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]],
                     f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon,
                     (int)a, (int)b);
+}
+
+/* Features [a, b) of a replay (ctx: the layer and its nto_fwd). */
+static void bn_replay_range(void *ctx, size_t a, size_t b, int slot) {
+  const bn_job *j = ctx;
+  const nto_fwd *f = j->f;
+  const bn_priv *p = j->l->priv;
+  (void)slot;
+  bn_normalize(f->in[0], f->out, j->l->batch, p->nf, p->inner,
+               f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]], f->saved[p->imean],
+               f->saved[p->iinv], (int)a, (int)b);
+}
+
+/* ops.replay: the last training forward's output again, from f->in[0],
+ * gamma, beta and the saved mean and inv_std, through the forward's own
+ * bn_normalize, so bit for bit what it wrote (the running statistics are
+ * neither read nor updated). f->out may equal f->in[0]. */
+static void bn_replay(nto_layer *l, const nto_fwd *f) {
+  const bn_priv *p = l->priv;
+  bn_job j = {l, f, NULL};
+  nto_parallel_for((size_t)p->nf, 1, 0, bn_replay_range, &j);
 }
 
 /* f->in[0] -> f->out, both (N, C, H, W); see the formulas at the top.
@@ -339,4 +378,5 @@ const nto_layer_ops nto_batch_normalization_layer = {
     .plan = bn_plan,
     .forward = bn_forward,
     .backward = bn_backward,
+    .replay = bn_replay,
 };

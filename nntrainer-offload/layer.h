@@ -111,6 +111,16 @@ typedef struct nto_layer_ops {
   void (*forward)(nto_layer *l, const nto_fwd *f);
   void (*backward)(nto_layer *l, const nto_bwd *b);
   /*
+   * Optional (NULL: the output is never recomputed). Write into f->out,
+   * bit for bit, what the last training forward wrote there, from the same
+   * f->in, f->w and f->saved (as that forward left them), updating
+   * nothing (no running statistics, no saved tensor, no random draw).
+   * f->out may equal f->in[0]. f->training is 1. The model uses it to
+   * recompute a cheap activation in backward instead of keeping it from
+   * the forward (model.h nto_recompute).
+   */
+  void (*replay)(nto_layer *l, const nto_fwd *f);
+  /*
    * Optional (NULL: weight gradients only come whole from backward). For
    * optimizer updates in chunks (model.h update_chunk): weight_row gives
    * the row length (elements) of weight j's gradient viewed as rows, 0 if

@@ -62,6 +62,14 @@ struct nto_model {
   int (*dw_row)[NTO_MAX_WEIGHTS];
   int (*dw_cache)[NTO_MAX_WEIGHTS];
   nto_chunk_grads chunk_grads; /* opts.chunk_grads */
+  /* Recomputed activations (model.h nto_recompute): re_t[t] for a tensor
+   * t < n_re is the tensor an R step writes its content into again before
+   * its first backward reader, which reads that one instead; -1: t itself
+   * is kept. re_at[i] for an activation layer i recomputed so: the layer
+   * before whose B step its R step runs; -1 otherwise. */
+  int recompute;
+  int *re_t, n_re;
+  int *re_at;
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
    * its B_i followed by its U steps. */
   struct step_desc *steps;
@@ -98,7 +106,7 @@ struct nto_model {
 
 /* One step of the training pass. */
 typedef struct step_desc {
-  char kind; /* 'F', 'B' or 'U' */
+  char kind; /* 'F', 'B', 'U' or 'R' */
   int layer;
   int w, chunk; /* U: weight index and chunk */
 } step_desc;
@@ -328,6 +336,69 @@ static int build_tensors(nto_model *m) {
   return 0;
 }
 
+/* The latest layer (the first in backward order) after r whose backward
+ * step reads layer i's output: a consumer that reads its inputs, or one
+ * reading a view (flatten, multiout) of it; r if none. */
+static int first_bwd_reader(const nto_model *m, int i, int r) {
+  const nto_edge *e = m->g.consumers[i];
+  for (int c = 0; c < m->g.n_consumers[i]; c++) {
+    const nto_layer *l = &m->g.layers[e[c].layer];
+    if (l->out_is_input)
+      r = first_bwd_reader(m, e[c].layer, r);
+    else if (l->bwd_needs_input && e[c].layer > r)
+      r = e[c].layer;
+  }
+  return r;
+}
+
+/* May layer i's output be recomputed in backward (model.h nto_recompute)?
+ * i: an activation without weights or saved tensors whose output the loss
+ * does not read; its input: a replayable layer (batch normalization) read
+ * by i alone, whose backward reads its own input (which is therefore kept
+ * anyway) and whose input is not recomputed itself. */
+static int recomputable(const nto_model *m, int i) {
+  const nto_layer *a = &m->g.layers[i];
+  int t = m->out_t[i];
+  if (!a->ops->replay || a->n_in != 1 || a->n_w || a->n_saved ||
+      a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
+      t == m->out_t[m->L - 1] || t == m->out_t[m->logits_layer])
+    return 0;
+  const nto_layer *p = &m->g.layers[a->in[0]];
+  return p->ops->replay && p->n_in == 1 && !p->out_is_input &&
+         p->out_kind == NTO_OUT_PLAIN && p->bwd_needs_input &&
+         m->g.n_consumers[a->in[0]] == 1 && m->re_t[m->out_t[p->in[0]]] < 0;
+}
+
+/* Decide which activations are recomputed and add their recomputed
+ * tensors. Returns 0 or -1 when out of memory. */
+static int add_recomputed(nto_model *m) {
+  m->n_re = m->n_t;
+  m->re_t = malloc((size_t)m->n_re * sizeof *m->re_t);
+  m->re_at = malloc((size_t)m->L * sizeof *m->re_at);
+  if (!m->re_t || !m->re_at)
+    return -1;
+  for (int t = 0; t < m->n_re; t++)
+    m->re_t[t] = -1;
+  for (int i = 0; i < m->L; i++) {
+    m->re_at[i] = -1;
+    if (!m->recompute || !recomputable(m, i))
+      continue;
+    const nto_layer *a = &m->g.layers[i];
+    int t = add_tensor(m, a->name, "out.recomputed", a->out_shape,
+                       NTO_ROLE_ACTIVATION, i);
+    if (t < 0)
+      return -1;
+    m->re_t[m->out_t[i]] = t;
+    m->re_at[i] = first_bwd_reader(m, i, i);
+  }
+  return 0;
+}
+
+/* The tensor backward reads for t: its recomputed twin, or t. */
+static int bwd_tensor(const nto_model *m, int t) {
+  return t >= 0 && t < m->n_re && m->re_t[t] >= 0 ? m->re_t[t] : t;
+}
+
 /* Step s of pass `pass` accesses tensor t (t < 0: none) with mode. */
 static void use(nto_model *m, int pass, int s, int t, int mode) {
   nto_plan *p = pass == NTO_PASS_TRAIN ? m->rec_train : &m->plan[pass];
@@ -395,11 +466,11 @@ static void backward_uses(nto_model *m, int i) {
     return;
   for (int k = 0; k < l->n_in; k++) {
     if (l->bwd_needs_input)
-      use(m, P, s, m->out_t[l->in[k]], NTO_USE_READ);
+      use(m, P, s, bwd_tensor(m, m->out_t[l->in[k]]), NTO_USE_READ);
     use(m, P, s, m->edge_t[i][k], NTO_USE_WRITE);
   }
   if (l->bwd_needs_output)
-    use(m, P, s, m->out_t[i], NTO_USE_READ);
+    use(m, P, s, bwd_tensor(m, m->out_t[i]), NTO_USE_READ);
   for (int k = 0; k < l->n_saved; k++)
     use(m, P, s, l->saved[k].tensor, NTO_USE_READ);
   for (int j = 0; j < l->n_w; j++) {
@@ -429,15 +500,16 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
     use(m, P, s, dout_tensor(m, i), NTO_USE_READ);
     use(m, P, s, cache, k == 0 ? NTO_USE_WRITE : NTO_USE_READ);
     for (int q = 0; rows_read_input(m, i, j, k) && q < l->n_in; q++)
-      use(m, P, s, m->out_t[l->in[q]], NTO_USE_READ);
+      use(m, P, s, bwd_tensor(m, m->out_t[l->in[q]]), NTO_USE_READ);
     if (l->bwd_needs_output)
-      use(m, P, s, m->out_t[i], NTO_USE_READ);
+      use(m, P, s, bwd_tensor(m, m->out_t[i]), NTO_USE_READ);
     for (int q = 0; q < l->n_saved; q++)
       use(m, P, s, l->saved[q].tensor, NTO_USE_READ);
   }
   use(m, P, s, m->state_t[i][j][2 * k], NTO_USE_RW);
   use(m, P, s, m->state_t[i][j][2 * k + 1], NTO_USE_RW);
-  while (next < m->n_steps && m->steps[next].kind == 'U')
+  while (next < m->n_steps &&
+         (m->steps[next].kind == 'U' || m->steps[next].kind == 'R'))
     next++;
   if (next == m->n_steps)
     return;
@@ -447,14 +519,29 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
         use(m, P, s, fb->step_t[x], NTO_USE_HOLD);
 }
 
+/* R step s: activation layer a's output is recomputed from its input
+ * layer's (batch normalization's) input, weights and saved tensors. */
+static void recompute_uses(nto_model *m, int s, int a) {
+  const nto_layer *p = &m->g.layers[m->g.layers[a].in[0]];
+  int P = NTO_PASS_TRAIN;
+  use(m, P, s, m->out_t[p->in[0]], NTO_USE_READ);
+  for (int j = 0; j < p->n_w; j++)
+    use(m, P, s, p->w[j].tensor, NTO_USE_READ);
+  for (int k = 0; k < p->n_saved; k++)
+    use(m, P, s, p->saved[k].tensor, NTO_USE_READ);
+  use(m, P, s, m->re_t[m->out_t[a]], NTO_USE_WRITE);
+}
+
 /* The training pass's step table (see struct nto_model). Returns 0 or -1
  * when out of memory. */
 static int build_steps(nto_model *m) {
   int n = 2 * m->L;
-  for (int i = 0; i < m->L; i++)
+  for (int i = 0; i < m->L; i++) {
+    n += m->re_at[i] >= 0;
     for (int j = 0; j < m->g.layers[i].n_w; j++)
       if (updated(m, i, j) && m->n_chunk[i][j] > 1)
         n += m->n_chunk[i][j];
+  }
   m->steps = malloc((size_t)n * sizeof *m->steps);
   m->b_step = malloc((size_t)m->L * sizeof *m->b_step);
   if (!m->steps || !m->b_step)
@@ -463,6 +550,9 @@ static int build_steps(nto_model *m) {
   for (int i = 0; i < m->L; i++)
     m->steps[s++] = (step_desc){'F', i, -1, -1};
   for (int i = m->L - 1; i >= 0; i--) {
+    for (int a = m->L - 1; a >= 0; a--)
+      if (m->re_at[a] == i)
+        m->steps[s++] = (step_desc){'R', a, -1, -1};
     m->b_step[i] = s;
     m->steps[s++] = (step_desc){'B', i, -1, -1};
     for (int j = 0; j < m->g.layers[i].n_w; j++)
@@ -490,7 +580,7 @@ static int build_plans(nto_model *m, nto_err *err) {
     pers[t] =
         m->t[t].role == NTO_ROLE_WEIGHT || m->t[t].role == NTO_ROLE_OPT_STATE;
   }
-  nto_plan fb; /* the F and B uses alone, to find what U steps hold */
+  nto_plan fb; /* the F, R and B uses alone, to find what U steps hold */
   int rc = nto_plan_init(&fb, m->n_steps, m->n_t, bytes, pers, err);
   if (rc == 0)
     rc = nto_plan_init(&m->plan[NTO_PASS_TRAIN], m->n_steps, m->n_t, bytes,
@@ -507,6 +597,9 @@ static int build_plans(nto_model *m, nto_err *err) {
       if (pass == 1)
         forward_uses(m, NTO_PASS_EVAL, i);
     }
+    for (int s = 0; s < m->n_steps; s++)
+      if (m->steps[s].kind == 'R')
+        recompute_uses(m, s, m->steps[s].layer);
     if (pass == 0)
       rc = m->plan_oom ? nto_err_set(err, NTO_ENOMEM, "out of memory")
                        : nto_plan_finish(&fb, err);
@@ -903,7 +996,9 @@ int nto_model_create(nto_model **out, const nto_config *c,
   if (m->chunk_elems == 0)
     m->chunk_elems = 1;
   m->chunk_grads = opts->chunk_grads;
-  if (rc == 0 && (build_tensors(m) != 0 || build_steps(m) != 0))
+  m->recompute = opts->recompute == NTO_RECOMPUTE_ON;
+  if (rc == 0 && (build_tensors(m) != 0 || add_recomputed(m) != 0 ||
+                  build_steps(m) != 0))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {
     m->loss_grad_t = -1;
@@ -958,6 +1053,8 @@ void nto_model_free(nto_model *m) {
   free(m->dw_row);
   free(m->dw_cache);
   free(m->steps);
+  free(m->re_t);
+  free(m->re_at);
   free(m->b_step);
   free(m->t);
   free(m->life);
@@ -1023,8 +1120,10 @@ static void update_chunk(nto_model *m, int i, int j, int k, double lr) {
     nto_bwd b = {0};
     int cache = m->dw_cache[i][j];
     for (int q = 0; q < l->n_in; q++)
-      b.in[q] = rows_read_input(m, i, j, k) ? T(m, m->out_t[l->in[q]]) : NULL;
-    b.out = l->bwd_needs_output ? T(m, m->out_t[i]) : NULL;
+      b.in[q] = rows_read_input(m, i, j, k)
+                    ? T(m, bwd_tensor(m, m->out_t[l->in[q]]))
+                    : NULL;
+    b.out = l->bwd_needs_output ? T(m, bwd_tensor(m, m->out_t[i])) : NULL;
     b.dout = T(m, dout_tensor(m, i));
     for (int q = 0; q < l->n_w; q++)
       b.w[q] = q == j ? T(m, l->w[q].tensor) : NULL;
@@ -1059,10 +1158,11 @@ static void backward_step(nto_model *m, int i, double lr) {
   }
   nto_bwd b = {0};
   for (int k = 0; k < l->n_in; k++) {
-    b.in[k] = l->bwd_needs_input ? T(m, m->out_t[l->in[k]]) : NULL;
+    b.in[k] =
+        l->bwd_needs_input ? T(m, bwd_tensor(m, m->out_t[l->in[k]])) : NULL;
     b.din[k] = T(m, m->edge_t[i][k]);
   }
-  b.out = l->bwd_needs_output ? T(m, m->out_t[i]) : NULL;
+  b.out = l->bwd_needs_output ? T(m, bwd_tensor(m, m->out_t[i])) : NULL;
   b.dout = dout;
   for (int j = 0; j < l->n_w; j++) {
     b.w[j] = T(m, l->w[j].tensor);
@@ -1080,6 +1180,27 @@ static void backward_step(nto_model *m, int i, double lr) {
     if (m->n_chunk[i][j] == 1)
       update_chunk(m, i, j, 0, lr);
   }
+}
+
+/* R step: activation layer a's output again, into its recomputed tensor:
+ * its input layer's replay (batch normalization from the input, mean and
+ * inv_std its forward saved) then the activation's, in place (layer.h
+ * replay): bit for bit the forward's output. */
+static void recompute_step(nto_model *m, int a) {
+  nto_layer *al = &m->g.layers[a], *pl = &m->g.layers[al->in[0]];
+  float *out = T(m, m->re_t[m->out_t[a]]);
+  nto_fwd f = {0};
+  f.in[0] = T(m, m->out_t[pl->in[0]]);
+  f.out = out;
+  for (int j = 0; j < pl->n_w; j++)
+    f.w[j] = T(m, pl->w[j].tensor);
+  for (int k = 0; k < pl->n_saved; k++)
+    f.saved[k] = T(m, pl->saved[k].tensor);
+  f.ws = m->ws;
+  f.training = 1;
+  pl->ops->replay(pl, &f);
+  nto_fwd g = {.in = {out}, .out = out, .ws = m->ws, .training = 1};
+  al->ops->replay(al, &g);
 }
 
 /* The loss on the last forward; writes its gradient when grad != 0. */
@@ -1121,6 +1242,10 @@ static int run_step(nto_model *m, int pass, int s, const float *x,
   int i = d->layer;
   if (d->kind == 'U') {
     update_chunk(m, i, d->w, d->chunk, lr);
+    return 0;
+  }
+  if (d->kind == 'R') {
+    recompute_step(m, i);
     return 0;
   }
   if (i == L - 1) {
@@ -1607,6 +1732,10 @@ const char *nto_model_step_name(const nto_model *m, int pass, int s, char *buf,
 
 const nto_plan *nto_model_plan(const nto_model *m, int pass) {
   return &m->plan[pass];
+}
+
+int nto_model_recomputed(const nto_model *m, int i) {
+  return bwd_tensor(m, m->out_t[i]) != m->out_t[i];
 }
 
 const nto_tensor *nto_model_tensor(const nto_model *m, int t) {

@@ -4,12 +4,14 @@
  * the residency policy, not this interface).
  *
  * Execution plan: one training iteration is the step sequence
- *   F_0 .. F_{L-1}, then B_{L-1} (U ...) .. B_0 (U ...)
+ *   F_0 .. F_{L-1}, then (R ...) B_{L-1} (U ...) .. (R ...) B_0 (U ...)
  * (step index s: F_i = i; the loss is computed at the start of B_{L-1},
  * step L), with the optimizer update of layer i fused into B_i; for a
  * weight larger than the update chunk (NTO_UPDATE_CHUNK) the update runs
  * instead in U steps right after B_i, one per chunk of its elements, so
- * its optimizer state is never needed in RAM all at once. Parameter
+ * its optimizer state is never needed in RAM all at once. An R step
+ * recomputes an activation right before its first backward reader
+ * (nto_recompute). Parameter
  * gradients live only from B_i to its last U step. For every tensor the plan
  * records the first and last step that use it. Weights and optimizer state
  * persist; activations, saved tensors, edge gradients and parameter gradients
@@ -81,6 +83,24 @@ typedef enum {
   NTO_CHUNK_GRADS_OFF,  /* always whole */
 } nto_chunk_grads;
 
+/* Whether backward recomputes cheap activations (model option recompute).
+ * An activation (relu, relu6, leaky_relu, tanh, none) whose input is a
+ * batch_normalization output read by nothing else has its output kept
+ * from its forward to its backward: for its own backward and for the
+ * next layers' (a convolution's weight gradient). Recomputed, that output
+ * dies after the forward's last read, and an R step right before its first
+ * backward reader writes it again from what batch normalization's backward
+ * keeps anyway (its input, mean, inv_std, gamma, beta: layer.h replay),
+ * bit for bit, in one element-wise pass. That output then takes no RAM
+ * between forward and backward and no swap traffic: ResNet-18 b10 window 1
+ * moves 201.1 + 167.1 instead of 220.4 + 187.1 MiB per iteration, and
+ * MobileNetV2 224 b10 167.9 + 167.9 instead of 399.5 + 399.5 MiB
+ * (docs/design-offload.md, "Recomputed activations"). */
+typedef enum {
+  NTO_RECOMPUTE_ON, /* default */
+  NTO_RECOMPUTE_OFF,
+} nto_recompute;
+
 /* Executor steps for a trace: step s of pass `pass` waited for its reads
  * from t_begin_ms to t_ready_ms and ran until t_end_ms (CLOCK_MONOTONIC,
  * ms). Called on the executor thread after each step. */
@@ -109,6 +129,7 @@ typedef struct nto_model_opts {
                             fits, or the minimum the model needs). */
   nto_prefetch prefetch; /* with a window: how far ahead reads go */
   nto_chunk_grads chunk_grads; /* default (0): auto */
+  nto_recompute recompute;     /* default (0): on */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                   "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */
@@ -298,6 +319,11 @@ void nto_model_reset_offload_stats(nto_model *m);
 /* The static plan of a pass (NTO_PASS_*): per-step and per-tensor uses
  * over the tensor table (tests, summary). Valid while the model lives. */
 const nto_plan *nto_model_plan(const nto_model *m, int pass);
+/* 1 when the output of layer i (0 <= i < n_layers; for a view, of the
+ * layer it views) is recomputed in backward (nto_recompute) instead of
+ * kept from the forward, else 0. */
+int nto_model_recomputed(const nto_model *m, int i);
+
 /* Tensor descriptor t (0 <= t < nto_model_tensor_count). */
 const nto_tensor *nto_model_tensor(const nto_model *m, int t);
 int nto_model_tensor_count(const nto_model *m);

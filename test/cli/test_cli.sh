@@ -38,10 +38,18 @@ expect bad_config 2 "bad.ini: \[c\] key 'filters'" -- "$exe" train "$tmp/bad.ini
 expect summary 0 "12557322 trainable parameters" -- "$exe" summary res/resnet18.ini
 expect summary_windows 0 "window 1: .* of tensors; .* MiB read" -- "$exe" summary res/resnet18.ini
 # ResNet-18 b10 window 1: the last stage's gradients by chunk (auto) or whole
-expect summary_chunk_auto 0 "window 1: 20.4 MiB of tensors" -- "$exe" summary \
+expect summary_chunk_auto 0 "window 1: 19.8 MiB of tensors" -- "$exe" summary \
   res/resnet18.ini --batch-size 10
-expect summary_chunk_off 0 "window 1: 26.5 MiB of tensors" -- "$exe" summary \
+expect summary_chunk_off 0 "window 1: 24.6 MiB of tensors" -- "$exe" summary \
   res/resnet18.ini --batch-size 10 --chunk-grads off
+# activations after batch normalization recomputed in backward (default) or
+# kept: the swap traffic of window 1
+expect summary_recompute 0 "window 1: .* 201.1 MiB read, 167.1 MiB written" -- \
+  "$exe" summary res/resnet18.ini --batch-size 10
+expect summary_recompute_off 0 "window 1: .* 220.4 MiB read, 187.1 MiB written" \
+  -- "$exe" summary res/resnet18.ini --batch-size 10 --recompute off
+expect recompute_bad 2 "--recompute: expected on or off, got 'maybe'" -- \
+  "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
   --data synthetic --iterations 3 --eval-samples 8 --save "$tmp/w.bin"
 [ -s "$tmp/w.bin" ] && [ -s "$tmp/w.safetensors" ] && passes=$((passes + 1)) ||

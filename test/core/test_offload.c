@@ -412,6 +412,48 @@ static void test_keep_resident(void **state) {
   tmpdir_remove(dir);
 }
 
+/* Recomputing the activations after batch normalization in backward
+ * (model.h nto_recompute) gives the same bits as keeping them, resident
+ * and at windows 1 and 2, and moves fewer bytes. */
+static void test_recompute(void **state) {
+  (void)state;
+  const net_case nets[] = {
+      {"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+      {"test/data/nets/mobile_block.ini", 2, 3, 0},
+  };
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "recompute"), 0);
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+    result ref = {0};
+    nto_model_opts kept = {.recompute = NTO_RECOMPUTE_OFF};
+    run_with(&nets[i], kept, dir, NULL, &ref, NULL);
+    for (int window = 0; window <= 2; window++) {
+      nto_offload_stats st[2];
+      for (int off = 0; off < 2; off++) {
+        result r = {0};
+        nto_model_opts o = {
+            .recompute = off ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON};
+        o.offload.window = window;
+        run_with(&nets[i], o, dir, NULL, &r, &st[off]);
+        check_equal(&nets[i], &ref, &r, window, NTO_IO_AUTO);
+        result_free(&r);
+      }
+      if (window > 0 && (st[0].planned_read >= st[1].planned_read ||
+                         st[0].planned_written >= st[1].planned_written))
+        fail_msg("%s window %d: recomputing plans %llu + %llu bytes, "
+                 "keeping %llu + %llu",
+                 nets[i].ini, window,
+                 (unsigned long long)st[0].planned_read,
+                 (unsigned long long)st[0].planned_written,
+                 (unsigned long long)st[1].planned_read,
+                 (unsigned long long)st[1].planned_written);
+    }
+    result_free(&ref);
+  }
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 /* The compute threads (parallel.h) split batch normalization, depthwise
  * convolution, activations and optimizer updates by features, channels
  * and elements: the same bits with 1 and 3 threads, resident and with a
@@ -959,6 +1001,7 @@ int main(void) {
       cmocka_unit_test(test_small_nets),
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_keep_resident),
+      cmocka_unit_test(test_recompute),
       cmocka_unit_test(test_compute_threads),
       cmocka_unit_test(test_state_machine),
       cmocka_unit_test(test_io_error_surfaces),

@@ -158,7 +158,7 @@ static void test_running_stats_dirty_in_forward(void **state) {
 /* A view (multiout, flatten) shares its input's tensor: no tensor of its
  * own, its F step writes nothing, and the shared tensor is written once
  * (by the producer) and read through the view by every consumer, the
- * backward steps included. */
+ * backward steps included (activations kept, not recomputed). */
 static void test_views_share_input(void **state) {
   (void)state;
   const char *nets[] = {"test/data/nets/tiny_resnet.ini",
@@ -167,7 +167,7 @@ static void test_views_share_input(void **state) {
     nto_config c;
     nto_model *m = NULL;
     nto_err err = {0};
-    nto_model_opts o = {.plan_only = 1};
+    nto_model_opts o = {.plan_only = 1, .recompute = NTO_RECOMPUTE_OFF};
     assert_int_equal(nto_config_load(&c, nets[n], &err), 0);
     assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
     const nto_graph *g = nto_model_graph(m);
@@ -195,6 +195,87 @@ static void test_views_share_input(void **state) {
     nto_model_free(m);
     nto_config_free(&c);
   }
+}
+
+/* tiny_resnet.ini: conv0 -> bn0 -> bn0/activation (relu) -> out0 (a view)
+ * -> res_conv1 and the residual addition. Recomputed (model.h
+ * nto_recompute), the relu's output is dead after the forward; an R step
+ * right before res_conv1's B step (its first backward reader) writes its
+ * twin from bn0's input, weights and saved statistics, and the backward
+ * steps read the twin. Without recomputing, the output itself is read in
+ * backward and there is no R step. */
+static void test_recompute_uses(void **state) {
+  (void)state;
+  nto_config c;
+  nto_model *m[2] = {NULL, NULL};
+  nto_err err = {0};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
+                   0);
+  for (int off = 0; off < 2; off++) {
+    nto_model_opts o = {
+        .plan_only = 1,
+        .recompute = off ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON};
+    assert_int_equal(nto_model_create(&m[off], &c, &o, &err), 0);
+  }
+  const nto_graph *g = nto_model_graph(m[0]);
+  int L = g->n_layers, relu = -1, conv1 = -1;
+  for (int i = 0; i < L; i++) {
+    relu = !strcmp(g->layers[i].name, "bn0/activation") ? i : relu;
+    conv1 = !strcmp(g->layers[i].name, "res_conv1") ? i : conv1;
+  }
+  assert_true(relu > 0 && conv1 > relu);
+  assert_true(nto_model_recomputed(m[0], relu));
+  assert_false(nto_model_recomputed(m[1], relu));
+  const nto_plan *p = nto_model_plan(m[0], NTO_PASS_TRAIN);
+  const nto_plan *q = nto_model_plan(m[1], NTO_PASS_TRAIN);
+  int n_r = 0; /* R steps: one per relu after a batch normalization */
+  for (int i = 0; i < L; i++)
+    n_r += nto_model_recomputed(m[0], i) && !g->layers[i].out_is_input;
+  assert_true(n_r >= 2);
+  assert_int_equal(p->n_steps, q->n_steps + n_r);
+  /* kept: read in backward; recomputed: dead after the forward */
+  int t = find(m[0], "bn0/activation:out");
+  assert_true(q->use_step[q->use_first[t + 1] - 1] >= L);
+  assert_true(p->use_step[p->use_first[t + 1] - 1] < L);
+  for (int k = p->use_first[t] + 1; k < p->use_first[t + 1]; k++)
+    assert_int_equal(p->use_mode[k], R);
+  /* the twin: written by the R step, then read by backward steps only */
+  int tw = find(m[0], "bn0/activation:out.recomputed");
+  int k0 = p->use_first[tw], k1 = p->use_first[tw + 1], rs = p->use_step[k0];
+  char name[128];
+  assert_int_equal(p->use_mode[k0], W);
+  nto_model_step_name(m[0], NTO_PASS_TRAIN, rs, name, sizeof name);
+  assert_string_equal(name + strcspn(name, " "), " bn0/activation");
+  assert_int_equal(name[0], 'R');
+  assert_true(k1 - k0 >= 3); /* res_conv1's B, the relu's B, ... */
+  for (int k = k0 + 1; k < k1; k++)
+    assert_int_equal(p->use_mode[k], R);
+  assert_int_equal(p->use_step[k0 + 1], rs + 1);
+  nto_model_step_name(m[0], NTO_PASS_TRAIN, rs + 1, name, sizeof name);
+  assert_string_equal(name + strcspn(name, " "), " res_conv1");
+  assert_int_equal(name[0], 'B');
+  /* what the R step reads: bn0's input, weights and saved statistics */
+  const char *reads[] = {"conv0:out",  "bn0:moving_mean", "bn0:moving_variance",
+                         "bn0:gamma",  "bn0:beta",        "bn0:mean",
+                         "bn0:inv_std"};
+  int n_read = 0;
+  for (int k = p->step_first[rs]; k < p->step_first[rs + 1]; k++) {
+    if (p->step_t[k] == tw)
+      continue;
+    assert_int_equal(p->step_mode[k], R);
+    n_read++;
+  }
+  assert_int_equal(n_read, 7);
+  for (int r = 0; r < 7; r++) {
+    int x = find(m[0], reads[r]), hit = 0;
+    for (int k = p->step_first[rs]; k < p->step_first[rs + 1]; k++)
+      hit |= p->step_t[k] == x;
+    if (!hit)
+      fail_msg("the R step does not read %s", reads[r]);
+  }
+  for (int off = 0; off < 2; off++)
+    nto_model_free(m[off]);
+  nto_config_free(&c);
 }
 
 /* Drive a window of n over `passes` training passes with instant reads
@@ -516,6 +597,7 @@ int main(void) {
       cmocka_unit_test(test_dead_points),
       cmocka_unit_test(test_running_stats_dirty_in_forward),
       cmocka_unit_test(test_views_share_input),
+      cmocka_unit_test(test_recompute_uses),
       cmocka_unit_test(test_window_resident_sets),
       cmocka_unit_test(test_plan_holds),
       cmocka_unit_test(test_schedule_placement),
