@@ -28,15 +28,18 @@ static void remember(nto_autowin *c, int n, double ms) {
   c->tried_ms[i] = ms;
 }
 
-/* The measured window with the shortest iteration. */
+/* The measured window with the shortest iteration, or the largest one
+ * within NTO_AUTOWIN_TIE of it (autowin.h). */
 static int fastest(const nto_autowin *c) {
-  int best = c->n;
   double best_ms = -1;
   for (int i = 0; i < c->n_tried; i++)
-    if (best_ms < 0 || c->tried_ms[i] < best_ms) {
+    if (best_ms < 0 || c->tried_ms[i] < best_ms)
       best_ms = c->tried_ms[i];
+  int best = c->n_tried ? 0 : c->n;
+  for (int i = 0; i < c->n_tried; i++)
+    if (c->tried_ms[i] <= best_ms * (1.0 + NTO_AUTOWIN_TIE) &&
+        c->tried_n[i] > best)
       best = c->tried_n[i];
-    }
   return best;
 }
 

@@ -28,7 +28,11 @@
  *     that got faster is noticed. Otherwise stay.
  *   - at max and still stalled (storage slower than compute at any
  *     window): settle on the window with the shortest iteration measured
- *     so far and stay there.
+ *     so far and stay there; windows within NTO_AUTOWIN_TIE of that time
+ *     count as tied and the largest of them wins (it stalls least and
+ *     moves the fewest bytes, and one iteration on a shared host varies
+ *     by that much: the README's run measured 1919 ms at N = 4 and 2166 ms
+ *     at N = 8 with 15.8% and 7.7% stall).
  * Growing geometrically then bisecting reaches the smallest good N in
  * O(log max) iterations. The first N steps after a window change wait for the
  * reads that prime the new window, which no window hides: the caller judges the
@@ -46,6 +50,8 @@
 
 #define NTO_AUTOWIN_TRIED 32   /* windows whose iteration time is kept */
 #define NTO_AUTOWIN_REPROBE 10 /* iterations before a stall is forgotten */
+#define NTO_AUTOWIN_TIE 0.15   /* settling: iteration times within this
+                                  fraction of the fastest are tied */
 
 typedef struct nto_autowin {
   int min, max;  /* bounds of N, 1 <= min <= max */
