@@ -71,7 +71,8 @@ struct nto_model {
   int *re_t, n_re;
   int *re_at;
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
-   * its B_i followed by its U steps. */
+   * the R steps of the activations whose first backward reader it is,
+   * its B_i, and its U steps. */
   struct step_desc *steps;
   int n_steps;
   int *b_step; /* per layer: index of B_i */
