@@ -178,9 +178,10 @@ int cmd_summary(int argc, char **argv) {
   nto_err err = {0};
   nto_model *m = NULL;
   int rc = nto_config_load(&c, path, &err);
-  nto_model_opts o = {
-      .batch = (int)batch, .plan_only = 1, .chunk_grads = chunk_grads,
-      .recompute = recompute};
+  nto_model_opts o = {.batch = (int)batch,
+                      .plan_only = 1,
+                      .chunk_grads = chunk_grads,
+                      .recompute = recompute};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
    * (parallel.h): plan with train's thread count */

@@ -7,8 +7,8 @@
 #include "layer.h"
 #include "registry.h"
 
-/* out_shape = (N, 1, 1, C*H*W), a view of the input. Returns 0, or NTO_ESHAPE if C*H*W does
- * not fit an int. */
+/* out_shape = (N, 1, 1, C*H*W), a view of the input. Returns 0, or
+ * NTO_ESHAPE if C*H*W does not fit an int. */
 static int flatten_plan(nto_layer *l, nto_err *err) {
   nto_shape s = l->in_shape[0];
   size_t per = nto_shape_sample(s);

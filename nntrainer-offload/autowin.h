@@ -50,8 +50,9 @@
 
 #define NTO_AUTOWIN_TRIED 32   /* windows whose iteration time is kept */
 #define NTO_AUTOWIN_REPROBE 10 /* iterations before a stall is forgotten */
-#define NTO_AUTOWIN_TIE 0.15   /* settling: iteration times within this
-                                  fraction of the fastest are tied */
+#define NTO_AUTOWIN_TIE                                                        \
+  0.15 /* settling: iteration times within this                                \
+          fraction of the fastest are tied */
 
 typedef struct nto_autowin {
   int min, max;  /* bounds of N, 1 <= min <= max */

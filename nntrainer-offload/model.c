@@ -998,8 +998,8 @@ int nto_model_create(nto_model **out, const nto_config *c,
     m->chunk_elems = 1;
   m->chunk_grads = opts->chunk_grads;
   m->recompute = opts->recompute == NTO_RECOMPUTE_ON;
-  if (rc == 0 && (build_tensors(m) != 0 || add_recomputed(m) != 0 ||
-                  build_steps(m) != 0))
+  if (rc == 0 &&
+      (build_tensors(m) != 0 || add_recomputed(m) != 0 || build_steps(m) != 0))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {
     m->loss_grad_t = -1;

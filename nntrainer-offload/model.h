@@ -128,8 +128,8 @@ typedef struct nto_model_opts {
                             (NTO_ECONFIG naming the largest window that
                             fits, or the minimum the model needs). */
   nto_prefetch prefetch; /* with a window: how far ahead reads go */
-  nto_chunk_grads chunk_grads; /* default (0): auto */
-  nto_recompute recompute;     /* default (0): on */
+  nto_chunk_grads chunk_grads;  /* default (0): auto */
+  nto_recompute recompute;      /* default (0): on */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                   "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */

@@ -193,8 +193,12 @@ static void test_settle_ties_go_to_larger(void **state) {
     nto_autowin_init(&c, 1, 11);
     for (int i = 0; i < 12; i++) {
       int n = c.n;
-      double t = n == 1 ? 2389 : n == 2 ? 2300 : n == 4 ? 1919 : n == 8 ? 2166
-                 : close ? 2150 : 2226; /* 11: tied with 4 or not */
+      double t = n == 1   ? 2389
+                 : n == 2 ? 2300
+                 : n == 4 ? 1919
+                 : n == 8 ? 2166
+                 : close  ? 2150
+                          : 2226; /* 11: tied with 4 or not */
       nto_autowin_sample s = {n, t, 0.10 * t, t, t};
       nto_autowin_next(&c, &s);
     }

@@ -431,8 +431,8 @@ static void test_recompute(void **state) {
       nto_offload_stats st[2];
       for (int off = 0; off < 2; off++) {
         result r = {0};
-        nto_model_opts o = {
-            .recompute = off ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON};
+        nto_model_opts o = {.recompute =
+                                off ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON};
         o.offload.window = window;
         run_with(&nets[i], o, dir, NULL, &r, &st[off]);
         check_equal(&nets[i], &ref, &r, window, NTO_IO_AUTO);
@@ -442,8 +442,7 @@ static void test_recompute(void **state) {
                          st[0].planned_written >= st[1].planned_written))
         fail_msg("%s window %d: recomputing plans %llu + %llu bytes, "
                  "keeping %llu + %llu",
-                 nets[i].ini, window,
-                 (unsigned long long)st[0].planned_read,
+                 nets[i].ini, window, (unsigned long long)st[0].planned_read,
                  (unsigned long long)st[0].planned_written,
                  (unsigned long long)st[1].planned_read,
                  (unsigned long long)st[1].planned_written);

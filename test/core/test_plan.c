@@ -212,9 +212,9 @@ static void test_recompute_uses(void **state) {
   assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
                    0);
   for (int off = 0; off < 2; off++) {
-    nto_model_opts o = {
-        .plan_only = 1,
-        .recompute = off ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON};
+    nto_model_opts o = {.plan_only = 1,
+                        .recompute =
+                            off ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON};
     assert_int_equal(nto_model_create(&m[off], &c, &o, &err), 0);
   }
   const nto_graph *g = nto_model_graph(m[0]);
