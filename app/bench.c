@@ -975,9 +975,10 @@ static int same_bytes(const char *a, const char *b, int *same, nto_err *err) {
 
 /* Compare round k's saved weights of every configuration with the
  * reference's of round 0, then delete round k's files but those (at most
- * one round of weight files on disk). identical: "yes" while every round
- * matched, "no" once one did not, "-" when the run or the reference
- * failed (or was never compared). */
+ * one round of weight files on disk; the .safetensors copy that train
+ * writes next to each .bin is never compared and goes at once). identical:
+ * "yes" while every round matched, "no" once one did not, "-" when the run or
+ * the reference failed (or was never compared). */
 static void compare_round(bench *b, int k) {
   const config *ref = &b->cfg[b->ref];
   char rp[PATH_LEN], cp[PATH_LEN];
@@ -996,6 +997,8 @@ static void compare_round(bench *b, int k) {
     }
     if (i != b->ref || k > 0)
       unlink(cp);
+    run_path(b, c->label, k, "safetensors", cp, sizeof cp);
+    unlink(cp);
   }
 }
 
