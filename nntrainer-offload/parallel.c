@@ -54,11 +54,10 @@ static void run_range(nto_range_fn fn, void *ctx, size_t n, size_t grain, int k,
     fn(ctx, a, b, k);
 }
 
+/* A worker: created with every signal blocked (nto_parallel_set_threads),
+ * so SIGINT/SIGTERM reach the executor, not a compute thread. */
 static void *worker(void *arg) {
   int k = (int)(size_t)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);
   pthread_mutex_lock(&P.mu);
   unsigned long seen = P.born[k]; /* jobs after it are this worker's */
   for (;;) {
@@ -105,18 +104,28 @@ int nto_parallel_set_threads(int t, nto_err *err) {
   pthread_mutex_lock(&P.mu);
   P.keep = t;
   pthread_mutex_unlock(&P.mu);
-  while (P.threads < t) {
+  /* workers inherit a mask with every signal blocked (as offload.c's I/O
+   * threads), from their first instruction on */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = 0;
+  while (rc == 0 && P.threads < t) {
     int k = P.threads;
     P.born[k] = P.gen; /* no job runs now: gen is stable */
-    int rc = pthread_create(&P.tid[k], NULL, worker, (void *)(size_t)k);
-    if (rc != 0) {
-      shrink(k);
-      return nto_err_set(err, NTO_ENOMEM,
-                         "cannot start compute thread %d of %d: %s", k + 1, t,
-                         strerror(rc));
+    rc = pthread_create(&P.tid[k], NULL, worker, (void *)(size_t)k);
+    if (rc == 0) {
+      pthread_setname_np(P.tid[k], "nto-compute");
+      P.threads = k + 1;
     }
-    pthread_setname_np(P.tid[k], "nto-compute");
-    P.threads = k + 1;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    int k = P.threads;
+    shrink(k);
+    return nto_err_set(err, NTO_ENOMEM,
+                       "cannot start compute thread %d of %d: %s", k + 1, t,
+                       strerror(rc));
   }
   return 0;
 }
