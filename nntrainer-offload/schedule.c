@@ -553,19 +553,23 @@ static int may_fit(const size_t *live, long T, long x0, long x1, size_t bytes,
 
 /* The schedule of p with the holds h[0..n); *better: its region is
  * within `region` and it moves fewer bytes than *sc, in which case it
- * replaces *sc. */
+ * replaces *sc. A trial that cannot be built (e.g. not periodic) is not
+ * better; only running out of memory is an error. */
 static int try_holds(nto_schedule *sc, const nto_plan *p, int n_win,
                      const int *upto, const nto_plan_hold *h, int n,
                      size_t region, int *better, nto_err *err) {
   nto_plan held;
   nto_schedule trial;
+  nto_err terr = {0};
   *better = 0;
-  int rc = nto_plan_add_holds(&held, p, h, n, err);
+  int rc = nto_plan_add_holds(&held, p, h, n, &terr);
   if (rc == 0)
-    rc = nto_schedule_build(&trial, &held, n_win, upto, err);
+    rc = nto_schedule_build(&trial, &held, n_win, upto, &terr);
   nto_plan_free(&held);
+  if (rc == NTO_ENOMEM)
+    return nto_err_set(err, rc, "%s", terr.msg);
   if (rc != 0)
-    return rc;
+    return 0;
   *better = trial.region <= region && trial.read_bytes + trial.written_bytes <
                                           sc->read_bytes + sc->written_bytes;
   if (*better) {
@@ -578,32 +582,32 @@ static int try_holds(nto_schedule *sc, const nto_plan *p, int n_win,
 }
 
 /* Keep the holds h[n_h .. n_h + k) (appended to the n_h kept ones) that
- * can be kept: all at once, else each half in turn. Returns the holds
- * kept now at h[n_h ..], their count in *kept. */
+ * can be kept: all at once (unless `refused`: that very set was just
+ * refused), else each half in turn. Returns the holds kept now at
+ * h[n_h ..], their count in *kept. */
 static int keep_batch(nto_schedule *sc, const nto_plan *p, int n_win,
                       const int *upto, nto_plan_hold *h, int n_h, int k,
-                      size_t region, int *kept, nto_err *err) {
+                      int refused, size_t region, int *kept, nto_err *err) {
   int better = 0, rc = 0;
   *kept = 0;
   if (k == 0)
     return 0;
-  rc = try_holds(sc, p, n_win, upto, h, n_h + k, region, &better, err);
+  if (!refused)
+    rc = try_holds(sc, p, n_win, upto, h, n_h + k, region, &better, err);
   if (rc != 0 || better || k == 1) {
     *kept = better ? k : 0;
     return rc;
   }
   int half = k / 2, k1 = 0, k2 = 0;
-  nto_plan_hold *rest = malloc((size_t)(k - half) * sizeof *rest);
-  if (!rest)
-    return NTO_ENOMEM;
-  memcpy(rest, h + n_h + half, (size_t)(k - half) * sizeof *rest);
-  rc = keep_batch(sc, p, n_win, upto, h, n_h, half, region, &k1, err);
-  if (rc == 0) {
-    memcpy(h + n_h + k1, rest, (size_t)(k - half) * sizeof *rest);
-    rc =
-        keep_batch(sc, p, n_win, upto, h, n_h + k1, k - half, region, &k2, err);
-  }
-  free(rest);
+  rc = keep_batch(sc, p, n_win, upto, h, n_h, half, 0, region, &k1, err);
+  if (rc != 0)
+    return rc;
+  /* the first half keeps its k1 at h[n_h ..] and leaves the second half
+   * alone; close the gap. With the whole first half kept, the second
+   * half makes the set just refused: split it at once. */
+  memmove(h + n_h + k1, h + n_h + half, (size_t)(k - half) * sizeof *h);
+  rc = keep_batch(sc, p, n_win, upto, h, n_h + k1, k - half, k1 == half, region,
+                  &k2, err);
   *kept = k1 + k2;
   return rc;
 }
@@ -639,7 +643,7 @@ int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
     }
     if (k > 0 && (k == KEEP_BATCH || i == n_g)) {
       int kept = 0;
-      rc = keep_batch(sc, p, n, upto, h, n_h, k, region, &kept, err);
+      rc = keep_batch(sc, p, n, upto, h, n_h, k, 0, region, &kept, err);
       n_h += kept;
       k = 0;
       if (rc == 0) /* back to the schedule's own bytes */
