@@ -33,22 +33,29 @@ int cli_chunk_grads(const char *v, nto_chunk_grads *out) {
   return 0;
 }
 
-int cli_keep_resident(const char *v, int *no_keep) {
-  if (!v || !strcmp(v, "on") || !strcmp(v, "off")) {
-    *no_keep = v && !strcmp(v, "off");
+/* "on" (or NULL: the default) -> 1, "off" -> 0; else -1 after an error
+ * naming the option. */
+static int on_off(const char *opt, const char *v) {
+  if (!v || !strcmp(v, "on"))
+    return 1;
+  if (!strcmp(v, "off"))
     return 0;
-  }
-  cli_error("--keep-resident: expected on or off, got '%s'", v);
+  cli_error("%s: expected on or off, got '%s'", opt, v);
   return -1;
 }
 
+int cli_keep_resident(const char *v, int *no_keep) {
+  int on = on_off("--keep-resident", v);
+  if (on >= 0)
+    *no_keep = !on;
+  return on < 0 ? -1 : 0;
+}
+
 int cli_recompute(const char *v, nto_recompute *out) {
-  if (!v || !strcmp(v, "on") || !strcmp(v, "off")) {
-    *out = v && !strcmp(v, "off") ? NTO_RECOMPUTE_OFF : NTO_RECOMPUTE_ON;
-    return 0;
-  }
-  cli_error("--recompute: expected on or off, got '%s'", v);
-  return -1;
+  int on = on_off("--recompute", v);
+  if (on >= 0)
+    *out = on ? NTO_RECOMPUTE_ON : NTO_RECOMPUTE_OFF;
+  return on < 0 ? -1 : 0;
 }
 
 void cli_compute_threads(long threads) {

@@ -67,7 +67,6 @@ struct nto_model {
    * its first backward reader, which reads that one instead; -1: t itself
    * is kept. re_at[i] for an activation layer i recomputed so: the layer
    * before whose B step its R step runs; -1 otherwise. */
-  int recompute;
   int *re_t, n_re;
   int *re_at;
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
@@ -287,10 +286,9 @@ static int build_tensors(nto_model *m) {
   for (int i = 0; i < L; i++) {
     nto_layer *l = &g->layers[i];
     /* a view (flatten, multiout) shares its input's tensor */
-    m->out_t[i] = l->out_is_input && l->n_in == 1
-                      ? m->out_t[l->in[0]]
-                      : add_tensor(m, l->name, "out", l->out_shape,
-                                   NTO_ROLE_ACTIVATION, i);
+    m->out_t[i] = l->out_is_input ? m->out_t[l->in[0]]
+                                  : add_tensor(m, l->name, "out", l->out_shape,
+                                               NTO_ROLE_ACTIVATION, i);
     m->edge_t[i] = malloc((size_t)(l->n_in ? l->n_in : 1) * sizeof(int));
     if (m->out_t[i] < 0 || !m->edge_t[i])
       return -1;
@@ -370,9 +368,9 @@ static int recomputable(const nto_model *m, int i) {
          m->g.n_consumers[a->in[0]] == 1 && m->re_t[m->out_t[p->in[0]]] < 0;
 }
 
-/* Decide which activations are recomputed and add their recomputed
- * tensors. Returns 0 or -1 when out of memory. */
-static int add_recomputed(nto_model *m) {
+/* Decide which activations are recomputed (none unless `on`) and add
+ * their recomputed tensors. Returns 0 or -1 when out of memory. */
+static int add_recomputed(nto_model *m, int on) {
   m->n_re = m->n_t;
   m->re_t = malloc((size_t)m->n_re * sizeof *m->re_t);
   m->re_at = malloc((size_t)m->L * sizeof *m->re_at);
@@ -382,7 +380,7 @@ static int add_recomputed(nto_model *m) {
     m->re_t[t] = -1;
   for (int i = 0; i < m->L; i++) {
     m->re_at[i] = -1;
-    if (!m->recompute || !recomputable(m, i))
+    if (!on || !recomputable(m, i))
       continue;
     const nto_layer *a = &m->g.layers[i];
     int t = add_tensor(m, a->name, "out.recomputed", a->out_shape,
@@ -847,22 +845,32 @@ static int window_region(const nto_model *m, int n, const int *upto,
   return 0;
 }
 
+/* Bytes a window of n with frontier upto (NULL: s + n) needs: its
+ * region + the workspace; what a memory budget is checked against. */
+static int frontier_need(const nto_model *m, int n, const int *upto,
+                         size_t *need, nto_err *err) {
+  size_t region = 0;
+  int rc = window_region(m, n, upto, &region, err);
+  *need = rc == 0 ? region + nto_round_page(m->ws_bytes) : 0;
+  return rc;
+}
+
 /* The largest window (>= 1) whose region + workspace fits budget, or 0;
  * *min_need: what window 1 needs. Regions grow with N but not strictly
  * (placement), so the scan goes on past a miss and stops after 8 misses
  * in a row or at the longest window (the training pass's steps - 1). */
 static int largest_fit(const nto_model *m, size_t budget, int *best,
                        size_t *min_need, nto_err *err) {
-  size_t ws = nto_round_page(m->ws_bytes), region;
+  size_t need;
   int S = m->plan[NTO_PASS_TRAIN].n_steps, misses = 0;
   *best = 0;
   for (int n = 1; n <= (S > 2 ? S - 1 : 1) && misses < 8; n++) {
-    int rc = window_region(m, n, NULL, &region, err);
+    int rc = frontier_need(m, n, NULL, &need, err);
     if (rc != 0)
       return rc;
     if (n == 1)
-      *min_need = region + ws;
-    if (region + ws <= budget) {
+      *min_need = need;
+    if (need <= budget) {
       *best = n;
       misses = 0;
     } else {
@@ -919,10 +927,10 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts, int *window,
                        "im2col workspace of %s)",
                        src, b, m->g.batch, need, w);
   if (opts->window_mode == NTO_WINDOW_FIXED) {
-    size_t region = 0;
-    rc = window_region(m, *window, NULL, &region, err);
-    fmt_size(need, sizeof need, region + ws);
-    if (rc == 0 && region + ws > budget)
+    size_t wneed = 0;
+    rc = frontier_need(m, *window, NULL, &wneed, err);
+    fmt_size(need, sizeof need, wneed);
+    if (rc == 0 && wneed > budget)
       return nto_err_set(err, NTO_ECONFIG,
                          "%s %s: window %d needs %s (its tensor region "
                          "plus the im2col workspace of %s); the largest "
@@ -997,9 +1005,9 @@ int nto_model_create(nto_model **out, const nto_config *c,
   if (m->chunk_elems == 0)
     m->chunk_elems = 1;
   m->chunk_grads = opts->chunk_grads;
-  m->recompute = opts->recompute == NTO_RECOMPUTE_ON;
-  if (rc == 0 &&
-      (build_tensors(m) != 0 || add_recomputed(m) != 0 || build_steps(m) != 0))
+  if (rc == 0 && (build_tensors(m) != 0 ||
+                  add_recomputed(m, opts->recompute == NTO_RECOMPUTE_ON) != 0 ||
+                  build_steps(m) != 0))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {
     m->loss_grad_t = -1;
@@ -1073,15 +1081,14 @@ static float *T(const nto_model *m, int t) {
   return t >= 0 ? m->t[t].data : NULL;
 }
 
-/* F_i: run layer i's forward. */
-static void forward_step(nto_model *m, int i, const float *x, int training) {
-  nto_layer *l = &m->g.layers[i];
+/* The forward arguments of layer i (its inputs, weights, saved tensors,
+ * the workspace) writing into out. */
+static nto_fwd fwd_args(nto_model *m, int i, float *out, int training) {
+  const nto_layer *l = &m->g.layers[i];
   nto_fwd f = {0};
-  if (is_input(l))
-    memcpy(T(m, m->out_t[i]), x, nto_shape_bytes(l->out_shape));
   for (int k = 0; k < l->n_in; k++)
     f.in[k] = T(m, m->out_t[l->in[k]]);
-  f.out = T(m, m->out_t[i]);
+  f.out = out;
   for (int j = 0; j < l->n_w; j++)
     f.w[j] = T(m, l->w[j].tensor);
   for (int k = 0; k < l->n_saved; k++)
@@ -1089,6 +1096,15 @@ static void forward_step(nto_model *m, int i, const float *x, int training) {
   f.ws = m->ws;
   f.training = training;
   f.rng = &m->rng;
+  return f;
+}
+
+/* F_i: run layer i's forward. */
+static void forward_step(nto_model *m, int i, const float *x, int training) {
+  nto_layer *l = &m->g.layers[i];
+  if (is_input(l))
+    memcpy(T(m, m->out_t[i]), x, nto_shape_bytes(l->out_shape));
+  nto_fwd f = fwd_args(m, i, T(m, m->out_t[i]), training);
   l->ops->forward(l, &f);
 }
 
@@ -1190,15 +1206,7 @@ static void backward_step(nto_model *m, int i, double lr) {
 static void recompute_step(nto_model *m, int a) {
   nto_layer *al = &m->g.layers[a], *pl = &m->g.layers[al->in[0]];
   float *out = T(m, m->re_t[m->out_t[a]]);
-  nto_fwd f = {0};
-  f.in[0] = T(m, m->out_t[pl->in[0]]);
-  f.out = out;
-  for (int j = 0; j < pl->n_w; j++)
-    f.w[j] = T(m, pl->w[j].tensor);
-  for (int k = 0; k < pl->n_saved; k++)
-    f.saved[k] = T(m, pl->saved[k].tensor);
-  f.ws = m->ws;
-  f.training = 1;
+  nto_fwd f = fwd_args(m, al->in[0], out, 1);
   pl->ops->replay(pl, &f);
   nto_fwd g = {.in = {out}, .out = out, .ws = m->ws, .training = 1};
   al->ops->replay(al, &g);
@@ -1321,16 +1329,6 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
                            prime > 0 ? 0 : it};
   *next = nto_autowin_next(&m->ctl, &as);
   return 0;
-}
-
-/* Bytes a window of n with frontier upto (NULL: s + n) needs: its
- * region + the workspace; what a memory budget is checked against. */
-static int frontier_need(const nto_model *m, int n, const int *upto,
-                         size_t *need, nto_err *err) {
-  size_t region = 0;
-  int rc = window_region(m, n, upto, &region, err);
-  *need = rc == 0 ? region + nto_round_page(m->ws_bytes) : 0;
-  return rc;
 }
 
 /*

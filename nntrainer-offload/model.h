@@ -6,7 +6,7 @@
  * Execution plan: one training iteration is the step sequence
  *   F_0 .. F_{L-1}, then (R ...) B_{L-1} (U ...) .. (R ...) B_0 (U ...)
  * (step index s: F_i = i; the loss is computed at the start of B_{L-1},
- * step L), with the optimizer update of layer i fused into B_i; for a
+ * step L unless R steps come first), with the optimizer update of layer i fused into B_i; for a
  * weight larger than the update chunk (NTO_UPDATE_CHUNK) the update runs
  * instead in U steps right after B_i, one per chunk of its elements, so
  * its optimizer state is never needed in RAM all at once. An R step

@@ -52,10 +52,10 @@ static void adam_update(float *w, const float *g, float *m, float *v, size_t n,
   float wd = (float)o->weight_decay;
   if (o->kind == NTO_OPT_ADAMW) {
     float shrink = (float)(1.0 - lr * o->weight_decay);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) { /* decay, then the step: one pass */
       w[i] *= shrink;
-    for (size_t i = 0; i < n; i++)
       adam_element(&w[i], &m[i], &v[i], g[i], b1, b2, eps, step, sbc2);
+    }
   } else {
     for (size_t i = 0; i < n; i++)
       adam_element(&w[i], &m[i], &v[i], g[i] + wd * w[i], b1, b2, eps, step,
