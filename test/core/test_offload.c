@@ -428,7 +428,7 @@ static void test_recompute(void **state) {
     nto_model_opts kept = {.recompute = NTO_RECOMPUTE_OFF};
     run_with(&nets[i], kept, dir, NULL, &ref, NULL);
     for (int window = 0; window <= 2; window++) {
-      nto_offload_stats st[2];
+      nto_offload_stats st[2] = {{0}};
       /* resident with recompute off is the reference run itself */
       for (int off = 0; off < (window > 0 ? 2 : 1); off++) {
         result r = {0};
