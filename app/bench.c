@@ -70,8 +70,9 @@ static const char usage[] =
     "checks that the saved weights are identical to the 'all' run's.\n"
     "\n"
     "  --windows LIST        comma list of N (steps), auto and all\n"
-    "                        (default 1,2,4,auto,all); N:time or auto:time\n"
-    "                        runs that window with --prefetch time\n"
+    "                        (default 1,2,4,auto,all); N:time, N:room,\n"
+    "                        auto:time, auto:room run that window with\n"
+    "                        --prefetch time or room\n"
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
@@ -154,7 +155,8 @@ static double now_s(void) {
 static int valid_label(const char *s) {
   const char *colon = strchr(s, ':');
   size_t len = colon ? (size_t)(colon - s) : strlen(s);
-  if (colon && strcmp(colon + 1, "time") != 0 && strcmp(colon + 1, "steps"))
+  if (colon && strcmp(colon + 1, "time") != 0 && strcmp(colon + 1, "room") &&
+      strcmp(colon + 1, "steps"))
     return 0;
   if (len == 4 && !strncmp(s, "auto", 4))
     return 1;
@@ -187,7 +189,7 @@ static int parse_windows(bench_opts *o) {
     tok[len] = '\0';
     if (!valid_label(tok)) {
       cli_error("option --windows: expected N, auto or all (N and auto with "
-                "an optional :time or :steps), got '%s' in '%s'",
+                "an optional :time, :room or :steps), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
     }
@@ -534,7 +536,7 @@ static int run_child(const bench *b, config *c, int k) {
   run_path(b, c->label, k, "bin", save, sizeof save);
   run_path(b, c->label, k, "out", out, sizeof out);
   run_path(b, c->label, k, "err", errf, sizeof errf);
-  /* "N:time": --window N --prefetch time */
+  /* "N:time": --window N --prefetch time (likewise :room, :steps) */
   char window[LABEL_MAX];
   snprintf(window, sizeof window, "%s", c->label);
   char *prefetch = strchr(window, ':');

@@ -71,12 +71,15 @@ static const char usage[] =
     "  --io uring|psync      I/O backend (default: io_uring, psync where\n"
     "                        io_uring is refused)\n"
     "  --no-direct           swap through the page cache (no O_DIRECT)\n"
-    "  --prefetch steps|time when reads start: 'steps' (default): step\n"
+    "  --prefetch steps|time|room\n"
+    "                        when reads start: 'steps' (default): step\n"
     "                        s+N's at the start of step s; 'time': from\n"
     "                        the step times and read bandwidth measured in\n"
     "                        iterations 1 and 3, early enough to be done\n"
     "                        before each step runs (more tensors resident;\n"
-    "                        within --memory-budget if given)\n"
+    "                        within --memory-budget if given); 'room': as\n"
+    "                        'time' where the window's own memory has room,\n"
+    "                        so the peak stays that of 'steps'\n"
     "  --chunk-grads auto|on|off\n"
     "                        where the gradient of a weight above the\n"
     "                        update chunk (1 MiB) is computed: chunk by\n"
@@ -1025,8 +1028,11 @@ static int offload_opts(run *r, nto_model_opts *mo) {
   mo->prefetch = NTO_PREFETCH_STEPS;
   if (o->prefetch && !strcmp(o->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;
+  } else if (o->prefetch && !strcmp(o->prefetch, "room")) {
+    mo->prefetch = NTO_PREFETCH_ROOM;
   } else if (o->prefetch && strcmp(o->prefetch, "steps") != 0) {
-    cli_error("--prefetch: expected steps or time, got '%s'", o->prefetch);
+    cli_error("--prefetch: expected steps, time or room, got '%s'",
+              o->prefetch);
     return -1;
   }
   oo->io = NTO_IO_AUTO;

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define PASSES 4 /* unrolled; pass 1 is kept (see below) */
 
@@ -78,4 +79,148 @@ int nto_lookahead_frontier(int S, int n, const double *step_ms,
   free(start);
   free(issue);
   return most;
+}
+
+/* ---- fitting a frontier into a memory target (nto_lookahead_fit) ---- */
+
+typedef struct fit {
+  int S, n;
+  long *entry;  /* S: the step at whose start step j enters, counted
+                   from the start of j's pass (negative: the previous
+                   pass) */
+  size_t *live; /* 3S: the modelled resident bytes, updated per move */
+  const uint64_t *bytes;
+  size_t target;
+  long *mv_entry;   /* scratch, S: entries of the steps a move takes */
+  uint64_t *mv_sum; /* scratch, S + 1: their bytes, prefix sums */
+} fit;
+
+static long floor_div(long a, long b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/* Entry step of step a of any pass (a counted from the start of pass 0). */
+static long entry_at(const fit *f, long a) {
+  long q = floor_div(a, f->S);
+  return f->entry[a - q * f->S] + q * f->S;
+}
+
+/* The steps that entering step j (of pass 0) at step e takes along: j and
+ * the steps before it that enter after e, latest first, into mv_*;
+ * returns their count. Entries are nondecreasing, so they are a run. */
+static int gather_move(fit *f, int j, long e) {
+  int m = 0;
+  f->mv_sum[0] = 0;
+  for (long a = j; a > (long)j - f->S && entry_at(f, a) > e; a--, m++) {
+    long q = floor_div(a, f->S);
+    f->mv_entry[m] = entry_at(f, a);
+    f->mv_sum[m + 1] = f->mv_sum[m] + f->bytes[a - q * f->S];
+  }
+  return m;
+}
+
+static size_t *live_at(const fit *f, long t) {
+  long T = 3L * f->S, q = floor_div(t, T);
+  return &f->live[t - q * T];
+}
+
+/* Does moving the m gathered steps' entries to step e keep every instant
+ * within the target? Instants [3e, 3 * entry of j); at instant t the
+ * steps whose old entry is after t add their bytes (a prefix of the
+ * run, since the entries fall along it). */
+static int move_fits(const fit *f, int m, long e) {
+  int k = m;
+  for (long t = 3 * e; t < 3 * f->mv_entry[0]; t++) {
+    while (k > 0 && 3 * f->mv_entry[k - 1] <= t)
+      k--;
+    if (*live_at(f, t) + f->mv_sum[k] > f->target)
+      return 0;
+  }
+  return 1;
+}
+
+static void apply_move(fit *f, int j, int m, long e) {
+  int k = m;
+  for (long t = 3 * e; t < 3 * f->mv_entry[0]; t++) {
+    while (k > 0 && 3 * f->mv_entry[k - 1] <= t)
+      k--;
+    *live_at(f, t) += f->mv_sum[k];
+  }
+  for (int i = 0; i < m; i++) {
+    long a = (long)j - i, q = floor_div(a, f->S);
+    f->entry[a - q * f->S] = e - q * f->S;
+  }
+}
+
+typedef struct fit_cand {
+  double gain;
+  int j;
+} fit_cand;
+
+static int by_gain(const void *pa, const void *pb) {
+  const fit_cand *a = pa, *b = pb;
+  if (a->gain != b->gain)
+    return a->gain > b->gain ? -1 : 1;
+  return a->j - b->j;
+}
+
+int nto_lookahead_fit(int S, int n, const int *desired, const size_t *live,
+                      const uint64_t *enter_bytes, const double *gain,
+                      size_t target, int *upto) {
+  if (n < 1)
+    n = 1;
+  if (n > S - 1)
+    n = S - 1;
+  fit f = {.S = S, .n = n, .bytes = enter_bytes, .target = target};
+  long *want = malloc((size_t)S * sizeof *want);
+  fit_cand *cand = malloc((size_t)S * sizeof *cand);
+  f.entry = malloc((size_t)S * sizeof *f.entry);
+  f.live = malloc(3 * (size_t)S * sizeof *f.live);
+  f.mv_entry = malloc((size_t)S * sizeof *f.mv_entry);
+  f.mv_sum = malloc(((size_t)S + 1) * sizeof *f.mv_sum);
+  int rc = want && cand && f.entry && f.live && f.mv_entry && f.mv_sum
+               ? 0
+               : NTO_ENOMEM;
+  if (rc == 0) {
+    memcpy(f.live, live, 3 * (size_t)S * sizeof *f.live);
+    /* desired entry of step j of pass 1: the first step s (of passes 0
+     * and 1) whose frontier reaches it, within [j - S + 1, j - n] */
+    long s = 0;
+    for (long j = S; j < 2L * S; j++) {
+      while (s < j - n && desired[s % S] + (s / S) * S < j)
+        s++;
+      want[j - S] = (s < j - S + 1 ? j - S + 1 : s) - S;
+      f.entry[j - S] = j - S - n;
+    }
+    int nc = 0;
+    for (int j = 0; j < S; j++)
+      if (gain[j] > 0 && want[j] < f.entry[j])
+        cand[nc++] = (fit_cand){gain[j], j};
+    qsort(cand, (size_t)nc, sizeof *cand, by_gain);
+    for (int c = 0; c < nc; c++) {
+      int j = cand[c].j;
+      for (long e = want[j]; e < f.entry[j]; e++) {
+        int m = gather_move(&f, j, e);
+        if (move_fits(&f, m, e)) {
+          apply_move(&f, j, m, e);
+          break;
+        }
+      }
+    }
+    for (int t = 0; t < S; t++) {
+      long u = t + n;
+      while (u + 1 <= (long)t + S - 1 && entry_at(&f, u + 1) <= t)
+        u++;
+      upto[t] = (int)u;
+    }
+    for (int j = 0; j < S; j++)
+      rc += f.entry[j] < j - n;
+  }
+  free(want);
+  free(cand);
+  free(f.entry);
+  free(f.live);
+  free(f.mv_entry);
+  free(f.mv_sum);
+  return rc;
 }

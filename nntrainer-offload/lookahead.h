@@ -37,6 +37,9 @@
 
 #include "error.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
 /*
  * Frontier of S steps (S >= 2) for window n (clamped to [1, S-1]).
  * step_ms[s] >= 0: compute time of step s (ms); read_ms[j] >= 0: time of
@@ -47,5 +50,38 @@
  */
 int nto_lookahead_frontier(int S, int n, const double *step_ms,
                            const double *read_ms, int max_ahead, int *upto);
+
+/*
+ * Fit a frontier into a memory target: each step enters as early as the
+ * desired frontier asks where the resident bytes stay within target, else
+ * as early as they allow, else where the plain window enters it.
+ *
+ * desired[0..S): a frontier for window n (nto_lookahead_frontier's
+ * output: valid, s + n <= desired[s] <= s + S - 1, nondecreasing across
+ * the wrap). live[0..3S): resident bytes at the instants 3s, 3s+1, 3s+2
+ * of the plain window's steady-state pass (schedule.h nto_schedule.live);
+ * enter_bytes[j]: bytes read when step j enters in that schedule
+ * (nto_schedule.enter_read); gain[j] >= 0: what an earlier entry of step
+ * j is worth (the caller's choice; model.c: the stall the plain window
+ * leaves before j, ms); target: bytes the resident set must stay within.
+ *
+ * Model: step j entering at step e instead of e' > e holds enter_bytes[j]
+ * more over the instants [3e, 3e'). Reads are queued in step order, so j
+ * entering at e brings every earlier step not yet entered by e in with
+ * it, and their bytes count too. Steps are taken by decreasing gain (0:
+ * not moved); each enters at the earliest step from its desired entry on
+ * where the model stays within target at every instant, and the profile
+ * is updated before the next. The model is an estimate (placement can
+ * fragment, a tensor read earlier may change what others share): the
+ * caller builds the schedule and checks its region (model.c retries with
+ * a lower target).
+ *
+ * Writes upto[0..S) (valid; s + n where nothing moved). Returns the number
+ * of steps that enter earlier than at the plain window, or NTO_ENOMEM.
+ * Pure logic: any thread.
+ */
+int nto_lookahead_fit(int S, int n, const int *desired, const size_t *live,
+                      const uint64_t *enter_bytes, const double *gain,
+                      size_t target, int *upto);
 
 #endif /* NTO_LOOKAHEAD_H */

@@ -95,10 +95,10 @@ struct nto_model {
   nto_autowin ctl;           /* its controller */
   nto_window_sample *wtrace; /* its record, one per iteration */
   int n_wtrace, cap_wtrace;
-  int prefetch_time; /* NTO_PREFETCH_TIME while offloading */
-  double *step_ms;   /* per training step: compute time as
-                        measured for the frontier, NULL: none */
-  long passes;       /* training passes run by this process */
+  nto_prefetch prefetch; /* while offloading */
+  double *step_ms;       /* per training step: compute time as
+                            measured for the frontier, NULL: none */
+  long passes;           /* training passes run by this process */
   nto_rng rng;
   nto_grad_hook hook;
   void *hook_user;
@@ -969,7 +969,7 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
     oo.window = window;
     m->budget = opts->memory_budget;
     m->auto_window = opts->window_mode == NTO_WINDOW_AUTO;
-    m->prefetch_time = opts->prefetch == NTO_PREFETCH_TIME;
+    m->prefetch = opts->prefetch;
     if (m->auto_window)
       nto_autowin_init(&m->ctl, 1, max);
     return start_offload(m, &oo, err);
@@ -1334,14 +1334,60 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
 /*
  * The read frontier of window n from the measured step times (lookahead.h)
  * into upto[0..S); *ok = 0 when there is nothing to weigh (no times, no
- * reads). Read time of step j: the bytes that bring it in (the plain
- * window's schedule) at the bandwidth the onloader achieved so far,
- * times PREFETCH_MARGIN, + PREFETCH_LATENCY_MS per step with reads. With
- * a memory budget, the frontier is cut (fewest steps beyond the window
- * first) to the largest that fits.
+ * reads) or nothing moves. Read time of step j: the bytes that bring it in
+ * (the plain window's schedule) at the bandwidth the onloader achieved so
+ * far, times PREFETCH_MARGIN, + PREFETCH_LATENCY_MS per step with reads.
+ * The frontier is fitted (fit_frontier) within the memory budget, and
+ * with NTO_PREFETCH_ROOM within the plain window's own region.
  */
 #define PREFETCH_MARGIN 1.25
 #define PREFETCH_LATENCY_MS 0.2
+/* Tries of fit_frontier, each with the model's target lowered by what the
+ * built schedule exceeded the limit by. */
+#define FIT_TRIES 4
+
+/* Fit upto (the desired frontier; overwritten) so that region + workspace
+ * stay within limit (bytes): nto_lookahead_fit on the plain schedule sc's
+ * profile, then the schedule built with the result is checked, and the
+ * fit retried with a lower target where placement made it larger. The
+ * gain of step j: the stall the plain window leaves before it (its read
+ * time beyond the compute of the n steps it is read behind). *moved: the
+ * steps that enter earlier than the plain window's (0: none; upto is then
+ * the plain window's). */
+static int fit_frontier(nto_model *m, int n, const nto_schedule *sc,
+                        const double *read_ms, size_t limit, int *upto,
+                        int *moved, nto_err *err) {
+  int S = sc->n_steps;
+  size_t ws = nto_round_page(m->ws_bytes), need = 0;
+  double *gain = malloc((size_t)S * sizeof *gain);
+  int *desired = malloc((size_t)S * sizeof *desired);
+  int rc = gain && desired ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  *moved = 0;
+  for (int j = 0; rc == 0 && j < S; j++) {
+    double behind = 0;
+    for (int k = 1; k <= n; k++)
+      behind += m->step_ms[(j - k + S) % S];
+    gain[j] = read_ms[j] > behind ? read_ms[j] - behind : 0;
+  }
+  if (rc == 0)
+    memcpy(desired, upto, (size_t)S * sizeof *upto);
+  size_t target = limit > ws ? limit - ws : 0;
+  for (int k = 0; rc == 0 && k < FIT_TRIES && target > 0; k++) {
+    int got = nto_lookahead_fit(S, n, desired, sc->live, sc->enter_read, gain,
+                                target, upto);
+    rc = got < 0 ? nto_err_set(err, got, "out of memory")
+                 : frontier_need(m, n, upto, &need, err);
+    if (rc == 0 && need <= limit) {
+      *moved = got;
+      break;
+    }
+    target = rc == 0 && need - limit < target ? target - (need - limit) : 0;
+  }
+  free(gain);
+  free(desired);
+  return rc;
+}
+
 static int make_frontier(nto_model *m, int n, int *upto, int *ok,
                          nto_err *err) {
   *ok = 0;
@@ -1365,28 +1411,19 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok,
                                             PREFETCH_MARGIN +
                                         PREFETCH_LATENCY_MS
                                   : 0;
-  nto_schedule_free(&sc);
   int most = nto_lookahead_frontier(S, n, m->step_ms, read_ms, -1, upto);
   rc = most < 0 ? nto_err_set(err, most, "out of memory") : 0;
-  /* the budget: the largest cap on the steps beyond the window that fits */
-  size_t need = 0;
-  if (rc == 0 && m->budget)
-    rc = frontier_need(m, n, upto, &need, err);
-  if (rc == 0 && m->budget && need > m->budget) {
-    int lo = -1, hi = most; /* lo: fits (-1: none), hi: does not */
-    while (rc == 0 && hi - lo > 1) {
-      int mid = lo + (hi - lo) / 2;
-      rc = nto_lookahead_frontier(S, n, m->step_ms, read_ms, mid, upto) < 0
-               ? nto_err_set(err, NTO_ENOMEM, "out of memory")
-               : frontier_need(m, n, upto, &need, err);
-      if (rc == 0)
-        *(need <= m->budget ? &lo : &hi) = mid;
-    }
-    if (rc == 0 && lo >= 0 &&
-        nto_lookahead_frontier(S, n, m->step_ms, read_ms, lo, upto) < 0)
-      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-    most = lo;
+  /* the limit: the budget, and for ROOM the plain window's own need */
+  size_t limit = m->budget, plain = 0, need = 0;
+  if (rc == 0 && m->prefetch == NTO_PREFETCH_ROOM) {
+    rc = frontier_need(m, n, NULL, &plain, err);
+    limit = limit && limit < plain ? limit : plain;
   }
+  if (rc == 0 && most > 0 && limit)
+    rc = frontier_need(m, n, upto, &need, err);
+  if (rc == 0 && most > 0 && limit && need > limit)
+    rc = fit_frontier(m, n, &sc, read_ms, limit, upto, &most, err);
+  nto_schedule_free(&sc);
   free(read_ms);
   *ok = rc == 0 && most > 0;
   return rc;
@@ -1398,7 +1435,7 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok,
  * force. */
 static int tune_window(nto_model *m, int cur, int next, nto_err *err) {
   int S = m->plan[NTO_PASS_TRAIN].n_steps, remeasured = 0;
-  if (m->prefetch_time && (m->passes == 1 || m->passes == 3)) {
+  if (m->prefetch != NTO_PREFETCH_STEPS && (m->passes == 1 || m->passes == 3)) {
     if (!m->step_ms && !(m->step_ms = malloc((size_t)S * sizeof *m->step_ms)))
       return nto_err_set(err, NTO_ENOMEM, "out of memory");
     nto_offload_step_times(m->off, m->step_ms);
@@ -1430,7 +1467,7 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
     m->iteration++;
     m->passes++;
   }
-  if (rc == 0 && (m->auto_window || m->prefetch_time)) { /* offloading */
+  if (rc == 0 && (m->auto_window || m->prefetch != NTO_PREFETCH_STEPS)) {
     nto_offload_stats now;
     nto_offload_get_stats(m->off, &now);
     int next = now.window;

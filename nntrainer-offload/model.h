@@ -60,9 +60,17 @@ typedef enum {
  * state). TIME: after the first and third training iterations, from their
  * measured step times and the read bandwidth achieved so far, each step's
  * reads are queued early enough to be done before it runs (a frontier,
- * lookahead.h), within the memory budget if one is given; this holds more
- * than N steps' tensors at times, and the region grows accordingly. */
-typedef enum { NTO_PREFETCH_STEPS, NTO_PREFETCH_TIME } nto_prefetch;
+ * lookahead.h), within the memory budget if one is given (fitted step by
+ * step, nto_lookahead_fit); this holds more than N steps' tensors at
+ * times, and the region grows accordingly. ROOM: as TIME, but fitted
+ * within the plain window's own region + workspace (and the budget): reads
+ * move earlier only where the region has room, so the peak stays what
+ * STEPS plans. */
+typedef enum {
+  NTO_PREFETCH_STEPS,
+  NTO_PREFETCH_TIME,
+  NTO_PREFETCH_ROOM
+} nto_prefetch;
 
 /* Where the gradient of a weight of several update chunks is computed
  * (model option chunk_grads): whole in B_i, or chunk by chunk in its U

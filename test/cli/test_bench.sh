@@ -144,7 +144,7 @@ expect rounds_many 2 "rounds" -- "$exe" bench "$net" --rounds 17
 
 expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
 expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
-expect bad_prefetch 2 "optional :time or :steps" -- "$exe" bench "$net" --windows 1:soon
+expect bad_prefetch 2 "optional :time, :room or :steps" -- "$exe" bench "$net" --windows 1:soon
 expect all_prefetch 2 "option --windows" -- "$exe" bench "$net" --windows all:time
 expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogus
 expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0

@@ -82,7 +82,7 @@ expect cli_wins 0 "window            all" -- "$exe" train "$tmp/swap.ini" \
   --data synthetic --iterations 1 --eval-samples 0 --window all
 expect bad_window 2 "option --window" -- "$exe" train res/resnet18.ini --window 0
 expect bad_io 2 "expected uring or psync" -- "$exe" train res/resnet18.ini --io aio
-expect bad_prefetch 2 "expected steps or time" -- "$exe" train res/resnet18.ini \
+expect bad_prefetch 2 "expected steps, time or room" -- "$exe" train res/resnet18.ini \
   --prefetch soon
 expect bad_chunk_grads 2 "expected auto, on or off" -- "$exe" train \
   res/resnet18.ini --chunk-grads yes
@@ -91,6 +91,9 @@ expect chunk_grads 0 "swap traffic" -- "$exe" train test/data/nets/lenet.ini \
   --swap-dir "$tmp" $direct
 expect prefetch_time 0 "swap traffic" -- "$exe" train test/data/nets/tiny_resnet.ini \
   --data synthetic --iterations 4 --eval-samples 0 --window 1 --prefetch time \
+  --swap-dir "$tmp" $direct
+expect prefetch_room 0 "swap traffic" -- "$exe" train test/data/nets/tiny_resnet.ini \
+  --data synthetic --iterations 4 --eval-samples 0 --window 1 --prefetch room \
   --swap-dir "$tmp" $direct
 expect bad_swap_dir 1 "$tmp/none" -- "$exe" train test/data/nets/tiny_resnet.ini \
   --data synthetic --iterations 1 --window 1 --swap-dir "$tmp/none"

@@ -3,7 +3,9 @@
  * hand-worked cases (a cheap step before a large read, reads queued behind
  * each other, the read-bound and zero-compute fallbacks, the cap), and a
  * property check: on random passes whose reads fit in the compute, a FIFO
- * read queue driven by the frontier never makes the executor wait.
+ * read queue driven by the frontier never makes the executor wait. The fit
+ * into a memory target (nto_lookahead_fit): hand-worked moves, partial
+ * moves, the steps a move takes along, the wrap, and random profiles.
  */
 #include "lookahead.h"
 
@@ -141,6 +143,121 @@ static void test_random_passes_never_stall(void **state) {
   assert_true(checked > 200);
 }
 
+/* ---- nto_lookahead_fit ---- */
+
+/* Step 2 wants to enter at step 0 (plain: 1), 8 bytes: it fits a target
+ * of 20 over an empty profile; with 15 bytes resident at instant 1 (step
+ * 0's writes) it does not, and the plain window stays. Gain 0: no move. */
+static void test_fit_moves_where_room(void **state) {
+  (void)state;
+  const int desired[] = {2, 2, 3, 4};
+  const uint64_t bytes[] = {0, 0, 8, 0};
+  const double gain[] = {0, 0, 3, 0}, none[] = {0, 0, 0, 0};
+  size_t live[12] = {0};
+  int upto[4];
+  assert_int_equal(
+      nto_lookahead_fit(4, 1, desired, live, bytes, gain, 20, upto), 1);
+  expect_upto(upto, desired, 4);
+  live[1] = 15;
+  assert_int_equal(
+      nto_lookahead_fit(4, 1, desired, live, bytes, gain, 20, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+  live[1] = 0;
+  assert_int_equal(
+      nto_lookahead_fit(4, 1, desired, live, bytes, none, 20, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+}
+
+/* Step 4 wants to enter at step 1 (plain: 3). Entering there brings step
+ * 3 (plain: 2) along, so instants 3..5 hold 8 + 5 bytes: above a target
+ * of 10, and the earliest entry that fits is step 2 (8 bytes over 6..8).
+ * With a target of 13 the desired entry fits. */
+static void test_fit_partial_and_followers(void **state) {
+  (void)state;
+  const int desired[] = {1, 4, 4, 4, 5, 6};
+  const uint64_t bytes[] = {0, 0, 0, 5, 8, 0};
+  const double gain[] = {0, 0, 0, 0, 9, 0};
+  size_t live[18] = {0};
+  int upto[6];
+  assert_int_equal(
+      nto_lookahead_fit(6, 1, desired, live, bytes, gain, 10, upto), 1);
+  expect_upto(upto, (const int[]){1, 2, 4, 4, 5, 6}, 6);
+  assert_int_equal(
+      nto_lookahead_fit(6, 1, desired, live, bytes, gain, 13, upto), 2);
+  expect_upto(upto, desired, 6);
+}
+
+/* Across the wrap: step 0 of the next pass wants to enter at step 2
+ * (plain: at step 3, upto[3] = 4); it is held over instants 6..8. */
+static void test_fit_across_the_wrap(void **state) {
+  (void)state;
+  const int desired[] = {1, 2, 4, 4};
+  const uint64_t bytes[] = {7, 0, 0, 0};
+  const double gain[] = {4, 0, 0, 0};
+  size_t live[12] = {0};
+  int upto[4];
+  assert_int_equal(
+      nto_lookahead_fit(4, 1, desired, live, bytes, gain, 10, upto), 1);
+  expect_upto(upto, desired, 4);
+  live[7] = 4;
+  assert_int_equal(
+      nto_lookahead_fit(4, 1, desired, live, bytes, gain, 10, upto), 0);
+  expect_upto(upto, (const int[]){1, 2, 3, 4}, 4);
+}
+
+/* Random profiles: the fitted frontier is valid, between the plain window
+ * and the desired one, and the modelled resident bytes it implies stay
+ * within the target wherever the plain profile did. */
+static void test_fit_random_within_target(void **state) {
+  (void)state;
+  srand(777);
+  int moved_cases = 0;
+  for (int it = 0; it < 300; it++) {
+    int S = 2 + rand() % 30, n = 1 + rand() % (S - 1);
+    double c[32], r[32], gain[32];
+    uint64_t bytes[32];
+    size_t live[96];
+    int desired[32], upto[32];
+    for (int s = 0; s < S; s++) {
+      c[s] = rand() % 3 == 0 ? 0.1 : (rand() % 100) / 10.0;
+      r[s] = rand() % 3 == 0 ? 0 : (rand() % 100) / 10.0;
+      bytes[s] = r[s] > 0 ? (uint64_t)(1 + rand() % 50) : 0;
+      gain[s] = r[s];
+    }
+    for (int t = 0; t < 3 * S; t++)
+      live[t] = (size_t)(rand() % 100);
+    size_t target = 60 + (size_t)(rand() % 80);
+    assert_true(nto_lookahead_frontier(S, n, c, r, -1, desired) >= 0);
+    int moved =
+        nto_lookahead_fit(S, n, desired, live, bytes, gain, target, upto);
+    assert_true(moved >= 0);
+    moved_cases += moved > 0;
+    for (int s = 0; s < S; s++) {
+      assert_true(upto[s] >= s + n && upto[s] <= desired[s]);
+      if (s > 0)
+        assert_true(upto[s] >= upto[s - 1]);
+    }
+    assert_true(upto[S - 1] - S <= upto[0]);
+    /* the model's profile: step j of pass 1 enters at the first step a of
+     * passes 0..1 whose frontier reaches it; held from 3a to 3(j - n) */
+    size_t prof[96];
+    for (int t = 0; t < 3 * S; t++)
+      prof[t] = live[t];
+    for (long j = S; j < 2L * S; j++) {
+      long a = 0;
+      while (upto[a % S] + (a / S) * S < j)
+        a++;
+      for (long t = 3 * a; t < 3 * (j - n); t++)
+        prof[t % (3 * S)] += (size_t)bytes[j - S];
+    }
+    for (int t = 0; t < 3 * S; t++)
+      if (prof[t] > live[t] && prof[t] > target)
+        fail_msg("case %d (S %d, n %d): instant %d holds %zu > %zu", it, S, n,
+                 t, prof[t], target);
+  }
+  assert_true(moved_cases > 30);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plain_when_reads_fit),
@@ -148,6 +265,10 @@ int main(void) {
       cmocka_unit_test(test_reads_queue_behind_each_other),
       cmocka_unit_test(test_read_bound_and_zero_compute),
       cmocka_unit_test(test_random_passes_never_stall),
+      cmocka_unit_test(test_fit_moves_where_room),
+      cmocka_unit_test(test_fit_partial_and_followers),
+      cmocka_unit_test(test_fit_across_the_wrap),
+      cmocka_unit_test(test_fit_random_within_target),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -787,6 +787,12 @@ static void test_checksum_identical(void **state) {
 
 /* A plan-only model of nc: what window 1 needs (region + workspace) and
  * what everything resident needs. */
+/* NTO_TEST_QUICK=1 (the ThreadSanitizer run) keeps to the small nets. */
+static int quick(void) {
+  const char *q = getenv("NTO_TEST_QUICK");
+  return q && q[0] == '1';
+}
+
 static void needs(const net_case *nc, size_t *need1, size_t *total,
                   size_t *ws) {
   nto_config c;
@@ -802,6 +808,56 @@ static void needs(const net_case *nc, size_t *need1, size_t *total,
   *ws = nto_model_mem_plan(m).workspace;
   nto_model_free(m);
   nto_config_free(&c);
+}
+
+/* --prefetch room: frontiers from measured times fitted into the plain
+ * window's own region (lookahead.h nto_lookahead_fit). Every region of
+ * the run (region_max, frontiers included) + workspace stays within what
+ * the plain window needs, and results are the same bits as everything
+ * resident, at windows 1 and 2. ResNet-18 (batch 2) unless quick. */
+static void test_prefetch_room(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "room"), 0);
+  const net_case nets[] = {{"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+                           {"test/data/nets/mobile_block.ini", 2, 3, 0},
+                           {"res/resnet18.ini", 2, 3, 0}};
+  for (size_t k = 0; k < sizeof nets / sizeof *nets && !(k == 2 && quick());
+       k++) {
+    const net_case *nc = &nets[k];
+    result ref = {0};
+    run(nc, 0, NTO_IO_AUTO, dir, &ref);
+    for (int window = 1; window <= 2; window++) {
+      nto_config c;
+      nto_model *m;
+      nto_err err = {0};
+      nto_model_opts po = {
+          .batch = nc->batch, .plan_only = 1, .update_chunk = nc->chunk};
+      size_t need = 0, ws = 0;
+      assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
+      if (nto_model_create(&m, &c, &po, &err) != 0)
+        fail_msg("%s", err.msg);
+      assert_int_equal(nto_model_window_bytes(m, window, &need, &err), 0);
+      ws = nto_model_mem_plan(m).workspace;
+      nto_model_free(m);
+      nto_config_free(&c);
+      nto_model_opts o = {.prefetch = NTO_PREFETCH_ROOM};
+      o.offload.window = window;
+      result r = {0};
+      nto_offload_stats st;
+      run_with(nc, o, dir, NULL, &r, &st);
+      check_equal(nc, &ref, &r, window, NTO_IO_AUTO);
+      if (st.region_max + ws > need)
+        fail_msg("%s window %d: region %zu + workspace %zu above the plain "
+                 "window's %zu",
+                 nc->ini, window, st.region_max, ws, need);
+      assert_true(st.peak_resident <= st.region_max);
+      result_free(&r);
+    }
+    result_free(&ref);
+  }
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
 }
 
 /* Model creation with o on nc must fail with NTO_ECONFIG and a message
@@ -974,12 +1030,6 @@ static void test_auto_window_grows(void **state) {
   tmpdir_remove(dir);
 }
 
-/* NTO_TEST_QUICK=1 (the ThreadSanitizer run) keeps to the small nets. */
-static int quick(void) {
-  const char *q = getenv("NTO_TEST_QUICK");
-  return q && q[0] == '1';
-}
-
 static void test_resnet18(void **state) {
   (void)state;
   if (quick())
@@ -1011,6 +1061,7 @@ int main(void) {
       cmocka_unit_test(test_short_transfers),
       cmocka_unit_test(test_checksum_identical),
       cmocka_unit_test(test_memory_budget),
+      cmocka_unit_test(test_prefetch_room),
       cmocka_unit_test(test_window_changes),
       cmocka_unit_test(test_auto_window_grows),
       cmocka_unit_test(test_resnet18),
