@@ -23,6 +23,22 @@ static void expect_upto(const int *upto, const int *want, int S) {
       fail_msg("upto[%d] = %d, expected %d", s, upto[s], want[s]);
 }
 
+/* upto[0..S) is a valid frontier for window n (s + n <= upto[s] <= s + S
+ * - 1, nondecreasing across the wrap), within cap[s] where cap is given.
+ * Returns the most steps entered beyond the window. */
+static int expect_valid(const int *upto, int S, int n, const int *cap) {
+  int most = 0;
+  for (int s = 0; s < S; s++) {
+    assert_true(upto[s] >= s + n && upto[s] <= s + S - 1);
+    assert_true(!cap || upto[s] <= cap[s]);
+    if (s > 0)
+      assert_true(upto[s] >= upto[s - 1]);
+    most = upto[s] - s - n > most ? upto[s] - s - n : most;
+  }
+  assert_true(upto[S - 1] - S <= upto[0]);
+  return most;
+}
+
 /* Reads that fit behind one step each: the plain window, s + n. */
 static void test_plain_when_reads_fit(void **state) {
   (void)state;
@@ -126,15 +142,7 @@ static void test_random_passes_never_stall(void **state) {
     int upto[48];
     int most = nto_lookahead_frontier(S, n, c, r, -1, upto);
     assert_true(most >= 0);
-    int seen = 0;
-    for (int s = 0; s < S; s++) {
-      assert_true(upto[s] >= s + n && upto[s] <= s + S - 1);
-      if (s > 0)
-        assert_true(upto[s] >= upto[s - 1]);
-      seen = upto[s] - s - n > seen ? upto[s] - s - n : seen;
-    }
-    assert_int_equal(seen, most);
-    assert_true(upto[S - 1] - S <= upto[0]);
+    assert_int_equal(expect_valid(upto, S, n, NULL), most);
     double st = simulate(S, c, r, upto, 5);
     if (st > 1e-6)
       fail_msg("case %d (S %d, n %d): stall %g ms", it, S, n, st);
@@ -232,12 +240,7 @@ static void test_fit_random_within_target(void **state) {
         nto_lookahead_fit(S, n, desired, live, bytes, gain, target, upto);
     assert_true(moved >= 0);
     moved_cases += moved > 0;
-    for (int s = 0; s < S; s++) {
-      assert_true(upto[s] >= s + n && upto[s] <= desired[s]);
-      if (s > 0)
-        assert_true(upto[s] >= upto[s - 1]);
-    }
-    assert_true(upto[S - 1] - S <= upto[0]);
+    expect_valid(upto, S, n, desired);
     /* the model's profile: step j of pass 1 enters at the first step a of
      * passes 0..1 whose frontier reaches it; held from 3a to 3(j - n) */
     size_t prof[96];
