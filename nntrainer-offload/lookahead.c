@@ -84,7 +84,7 @@ int nto_lookahead_frontier(int S, int n, const double *step_ms,
 /* ---- fitting a frontier into a memory target (nto_lookahead_fit) ---- */
 
 typedef struct fit {
-  int S, n;
+  int S;
   long *entry;  /* S: the step at whose start step j enters, counted
                    from the start of j's pass (negative: the previous
                    pass) */
@@ -171,7 +171,7 @@ int nto_lookahead_fit(int S, int n, const int *desired, const size_t *live,
     n = 1;
   if (n > S - 1)
     n = S - 1;
-  fit f = {.S = S, .n = n, .bytes = enter_bytes, .target = target};
+  fit f = {.S = S, .bytes = enter_bytes, .target = target};
   long *want = malloc((size_t)S * sizeof *want);
   fit_cand *cand = malloc((size_t)S * sizeof *cand);
   f.entry = malloc((size_t)S * sizeof *f.entry);
