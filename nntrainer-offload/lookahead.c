@@ -124,32 +124,27 @@ static size_t *live_at(const fit *f, long t) {
   return &f->live[t - q * T];
 }
 
-/* Does moving the m gathered steps' entries to step e keep every instant
- * within the target? Instants [3e, 3 * entry of j); at instant t the
- * steps whose old entry is after t add their bytes (a prefix of the
- * run, since the entries fall along it). */
-static int move_fits(const fit *f, int m, long e) {
+/* Moving the m gathered steps' entries to step e: over the instants
+ * [3e, 3 * entry of j), at instant t the steps whose old entry is after t
+ * add their bytes (a prefix of the run, since the entries fall along it).
+ * apply == 0: does every instant stay within the target? apply == 1: add
+ * the bytes to the profile and set the entries (j: the run's first step);
+ * returns 1. */
+static int sweep_move(fit *f, int j, int m, long e, int apply) {
   int k = m;
   for (long t = 3 * e; t < 3 * f->mv_entry[0]; t++) {
     while (k > 0 && 3 * f->mv_entry[k - 1] <= t)
       k--;
-    if (*live_at(f, t) + f->mv_sum[k] > f->target)
+    if (!apply && *live_at(f, t) + f->mv_sum[k] > f->target)
       return 0;
+    if (apply)
+      *live_at(f, t) += f->mv_sum[k];
   }
-  return 1;
-}
-
-static void apply_move(fit *f, int j, int m, long e) {
-  int k = m;
-  for (long t = 3 * e; t < 3 * f->mv_entry[0]; t++) {
-    while (k > 0 && 3 * f->mv_entry[k - 1] <= t)
-      k--;
-    *live_at(f, t) += f->mv_sum[k];
-  }
-  for (int i = 0; i < m; i++) {
+  for (int i = 0; apply && i < m; i++) {
     long a = (long)j - i, q = floor_div(a, f->S);
     f->entry[a - q * f->S] = e - q * f->S;
   }
+  return 1;
 }
 
 typedef struct fit_cand {
@@ -198,11 +193,13 @@ int nto_lookahead_fit(int S, int n, const int *desired, const size_t *live,
         cand[nc++] = (fit_cand){gain[j], j};
     qsort(cand, (size_t)nc, sizeof *cand, by_gain);
     for (int c = 0; c < nc; c++) {
-      int j = cand[c].j;
+      /* the run entering at want[j]; a later entry takes a prefix of it */
+      int j = cand[c].j, m = gather_move(&f, j, want[j]);
       for (long e = want[j]; e < f.entry[j]; e++) {
-        int m = gather_move(&f, j, e);
-        if (move_fits(&f, m, e)) {
-          apply_move(&f, j, m, e);
+        while (m > 0 && f.mv_entry[m - 1] <= e)
+          m--;
+        if (sweep_move(&f, j, m, e, 0)) {
+          sweep_move(&f, j, m, e, 1);
           break;
         }
       }

@@ -1,6 +1,7 @@
 /*
  * lookahead.h - how far ahead the offload engine reads: a frontier per
- * step, weighted by measured compute time (--prefetch time).
+ * step, weighted by measured compute time (--prefetch time and room), and
+ * its fit into a memory limit.
  *
  * A window of N steps reads step s+N's tensors at the start of step s, so
  * a read has one step's compute to hide behind, whatever the step costs.

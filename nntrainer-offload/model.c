@@ -1352,8 +1352,8 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
  * fit retried with a lower target where placement made it larger. The
  * gain of step j: the stall the plain window leaves before it (its read
  * time beyond the compute of the n steps it is read behind). *moved: the
- * steps that enter earlier than the plain window's (0: none; upto is then
- * the plain window's). */
+ * steps that enter earlier than the plain window's (0: none fitted; upto
+ * is then not to be used). */
 static int fit_frontier(nto_model *m, int n, const nto_schedule *sc,
                         const double *read_ms, size_t limit, int *upto,
                         int *moved, nto_err *err) {
@@ -1415,7 +1415,7 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok,
   rc = most < 0 ? nto_err_set(err, most, "out of memory") : 0;
   /* the limit: the budget, and for ROOM the plain window's own need */
   size_t limit = m->budget, plain = 0, need = 0;
-  if (rc == 0 && m->prefetch == NTO_PREFETCH_ROOM) {
+  if (rc == 0 && most > 0 && m->prefetch == NTO_PREFETCH_ROOM) {
     rc = frontier_need(m, n, NULL, &plain, err);
     limit = limit && limit < plain ? limit : plain;
   }

@@ -308,7 +308,7 @@ int nto_model_set_window(nto_model *m, int n, nto_err *err);
  * As nto_model_set_window, with a read frontier for the training pass
  * (nto_offload_set_frontier; upto[0..S) for the S training steps, NULL:
  * s + n), checked against the memory budget like a window. With
- * NTO_PREFETCH_TIME the model replaces it by its own after the next
+ * NTO_PREFETCH_TIME or ROOM the model replaces it by its own after the next
  * window change or measured iteration. Executor thread, between passes.
  */
 int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err);
