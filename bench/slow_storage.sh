@@ -5,7 +5,8 @@
 #
 #   sh bench/slow_storage.sh [--read 45M] [--write 25M] [--model res/resnet18.ini]
 #       [--batch 10] [--windows 1,2,4,auto] [--iterations K] [--warmup W]
-#       (a window N:time or auto:time runs it with --prefetch time, as in bench)
+#       (N:time, N:room, auto:time, auto:room run with --prefetch time or
+#       room, as in bench)
 #       [--memory-budget SIZE] [--swap-dir DIR] [--csv FILE] [--json FILE]
 #       [--plot FILE.svg] [--strict] [--bin PATH]
 #
@@ -153,15 +154,18 @@ parse_rate --write "$write_rate"; write_b=$rate
 isnum "$iterations" || die "--iterations: expected a positive integer, got '$iterations'"
 isnum "$batch" || die "--batch: expected a positive integer, got '$batch'"
 case $warmup in ''|*[!0-9]*) die "--warmup: expected an integer >= 0, got '$warmup'" ;; esac
-case $windows in ''|,*|*,|*,,*) die "--windows: expected a comma list of N, N:time, auto, auto:time and all, got '$windows'" ;; esac
+# bench checks the list too; checked here before the cgroup is made, with
+# bench's rules (N or auto, optionally :time, :room or :steps; all)
+wmsg="a comma list of N, auto and all (N and auto with an optional :time, :room or :steps)"
+case $windows in ''|,*|*,|*,,*) die "--windows: expected $wmsg, got '$windows'" ;; esac
 for w in $(echo "$windows" | tr ',' ' '); do
+  n=${w%%:*}
   case $w in
-    auto|all|auto:time) n=1 ;;
-    *:time) n=${w%:time} ;;
-    *) n=$w ;;
+    *:time|*:room|*:steps) [ "$n" != all ] || n=bad ;;
+    *:*) n=bad ;;
   esac
-  isnum "$n" \
-    || die "--windows: expected a comma list of N, N:time, auto, auto:time and all, got '$w' in '$windows'"
+  [ "$n" = auto ] || [ "$n" = all ] || isnum "$n" \
+    || die "--windows: expected $wmsg, got '$w' in '$windows'"
 done
 check_model_and_bin
 "$bin" bench --help >/dev/null 2>&1 \

@@ -374,7 +374,7 @@ static void test_small_nets(void **state) {
 /* Keeping tensors in the window's spare room until their next use
  * (nto_schedule_keep, the default) against evicting them at once
  * (no_keep): the same losses, weights and outputs as everything resident,
- * fewer bytes read and written, as many as the schedule planned. */
+ * fewer bytes read and written, both measured and as the schedule planned. */
 static void test_keep_resident(void **state) {
   (void)state;
   const net_case nets[] = {
