@@ -113,14 +113,20 @@ static void test_many_jobs(void **state) {
   nto_parallel_free();
 }
 
+/* A refused count leaves the pool as it was: the 3 threads set before
+ * still run a job's three ranges. */
 static void test_bad_counts(void **state) {
   (void)state;
   nto_err err = {0};
+  assert_int_equal(nto_parallel_set_threads(3, &err), 0);
   assert_int_equal(nto_parallel_set_threads(0, &err), NTO_EINVAL);
   assert_non_null(strstr(err.msg, "threads"));
   assert_int_equal(nto_parallel_set_threads(NTO_PARALLEL_MAX + 1, &err),
                    NTO_EINVAL);
-  assert_int_equal(nto_parallel_threads(), 1);
+  assert_non_null(strstr(err.msg, "threads"));
+  assert_int_equal(nto_parallel_threads(), 3);
+  check_job(300, 1, 0, 3);
+  nto_parallel_free();
 }
 
 int main(void) {
