@@ -70,6 +70,8 @@ static int act_plan(nto_layer *l, nto_err *err) {
     return nto_err_set(err, NTO_ECONFIG, "key 'activation' is required");
   l->out_shape = l->in_shape[0];
   l->bwd_needs_output = 1;
+  l->bwd_in_place = 1; /* elementwise; softmax reads a sample's dy (its
+                          dot product) before writing its dx */
   l->out_kind = p->kind == ACT_SOFTMAX   ? NTO_OUT_SOFTMAX
                 : p->kind == ACT_SIGMOID ? NTO_OUT_SIGMOID
                                          : NTO_OUT_PLAIN;

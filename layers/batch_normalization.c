@@ -111,6 +111,7 @@ static int bn_plan(nto_layer *l, nto_err *err) {
   bn_priv *p = l->priv;
   nto_layer_plan_reset(l);
   l->bwd_needs_input = 1;
+  l->bwd_in_place = 1; /* per feature: its sums of dy first, then dx */
   if (l->n_in != 1)
     return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
   nto_shape in = l->in_shape[0];

@@ -42,6 +42,7 @@ static int dropout_set_prop(nto_layer *l, const char *key, const char *value,
 static int dropout_plan(nto_layer *l, nto_err *err) {
   dropout_priv *p = l->priv;
   l->out_shape = l->in_shape[0];
+  l->bwd_in_place = 1; /* elementwise */
   p->mask = nto_layer_add_saved(l, "mask", l->out_shape);
   if (p->mask < 0)
     return nto_err_set(err, p->mask, "too many saved tensors");

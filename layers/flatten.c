@@ -17,6 +17,7 @@ static int flatten_plan(nto_layer *l, nto_err *err) {
                        s.h, s.w);
   l->out_shape = (nto_shape){.n = s.n, .c = 1, .h = 1, .w = (int)per};
   l->out_is_input = 1;
+  l->bwd_in_place = 1; /* din = dout: nothing to copy when shared */
   return 0;
 }
 

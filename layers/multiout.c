@@ -15,6 +15,7 @@ static int multiout_plan(nto_layer *l, nto_err *err) {
   (void)err;
   l->out_shape = l->in_shape[0];
   l->out_is_input = 1;
+  l->bwd_in_place = 1; /* din = dout: nothing to copy when shared */
   return 0;
 }
 

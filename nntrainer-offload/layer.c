@@ -59,5 +59,6 @@ void nto_layer_plan_reset(nto_layer *l) {
   l->bwd_needs_input = 0;
   l->bwd_needs_output = 0;
   l->out_is_input = 0;
+  l->bwd_in_place = 0;
   l->out_kind = NTO_OUT_PLAIN;
 }

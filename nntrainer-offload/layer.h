@@ -170,6 +170,11 @@ struct nto_layer {
                            gives both one tensor, so forward copies
                            nothing and the content is saved and swapped
                            once; set by plan */
+  int bwd_in_place;     /* 1: backward is correct with din[0] the same
+                           buffer as dout (each dout element is read
+                           before the din element at its index is
+                           written, and nothing else): the model may give
+                           both one tensor; set by plan */
   nto_out_kind out_kind;
   int trainable; /* INI `trainable` (default 1): 0 freezes all weights */
 };
@@ -192,8 +197,8 @@ int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
 int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
 
 /* Start of a plan that may run again on the same layer: clears the
- * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input and
- * out_kind. */
+ * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input,
+ * bwd_in_place and out_kind. */
 void nto_layer_plan_reset(nto_layer *l);
 
 /* set_prop of a layer type without keys: always NTO_ENOKEY. */

@@ -267,6 +267,26 @@ static int needs_grad(const nto_model *m, int p) {
   return !is_input(&m->g.layers[p]) || m->compute_input_grad;
 }
 
+/* edge_t value of a gradient computed in place, until resolved. */
+#define EDGE_IN_PLACE (-2)
+
+/* Does layer i compute dL/d(its input) into the tensor of dL/d(its
+ * output) (layer.h bwd_in_place)? Only for one input of the output's size,
+ * with a consumer whose edge holds that gradient, and when nothing reads
+ * the gradient after B_i (no U step of the layer computes a weight's
+ * gradient from it). Called once the layer's weights are set up. */
+static int grad_in_place(const nto_model *m, int i) {
+  const nto_layer *l = &m->g.layers[i];
+  if (!l->bwd_in_place || l->n_in != 1 || i == m->L - 1 ||
+      m->g.n_consumers[i] < 1 ||
+      nto_shape_numel(l->in_shape[0]) != nto_shape_numel(l->out_shape))
+    return 0;
+  for (int j = 0; j < l->n_w; j++)
+    if (m->dw_first[i][j] >= 0)
+      return 0;
+  return 1;
+}
+
 /* Create every tensor descriptor and record its uses. */
 static int build_tensors(nto_model *m) {
   int L = m->L;
@@ -327,10 +347,20 @@ static int build_tensors(nto_model *m) {
       char what[32];
       snprintf(what, sizeof what, "grad_in%d", k);
       m->edge_t[i][k] =
-          needs_grad(m, l->in[k])
-              ? add_tensor(m, l->name, what, l->in_shape[k], NTO_ROLE_GRAD, i)
-              : -1;
+          !needs_grad(m, l->in[k]) ? -1
+          : grad_in_place(m, i)
+              ? EDGE_IN_PLACE
+              : add_tensor(m, l->name, what, l->in_shape[k], NTO_ROLE_GRAD, i);
     }
+  }
+  /* an in-place input gradient is the tensor of the output's gradient:
+   * the first consumer's edge (dout_tensor). From the last layer down, so
+   * that a chain of such layers (batch normalization, activation) shares
+   * one tensor. */
+  for (int i = L - 1; i >= 0; i--) {
+    const nto_edge *e = m->g.consumers[i];
+    if (g->layers[i].n_in > 0 && m->edge_t[i][0] == EDGE_IN_PLACE)
+      m->edge_t[i][0] = m->edge_t[e[0].layer][e[0].input];
   }
   return 0;
 }

@@ -278,6 +278,54 @@ static void test_recompute_uses(void **state) {
   nto_config_free(&c);
 }
 
+/* tiny_resnet.ini: conv0 -> bn0 -> bn0/activation -> out0 (a view) ->
+ * res_conv1 (out0's first consumer) and add. Batch normalization, the
+ * activation and multiout compute their input gradient in place (layer.h
+ * bwd_in_place), so they have no gradient tensor of their own: the
+ * gradient res_conv1's backward writes is summed with add's in B_out0,
+ * and carried through B_bn0/activation and B_bn0 in the same tensor to
+ * B_conv0, which reads it. Recomputing or not changes nothing here. */
+static void test_grad_in_place(void **state) {
+  (void)state;
+  nto_config c;
+  nto_model *m = NULL;
+  nto_err err = {0};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
+                   0);
+  nto_model_opts o = {.plan_only = 1};
+  assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+  const nto_graph *g = nto_model_graph(m);
+  const char *chain[] = {"res_conv1", "out0", "bn0/activation", "bn0", "conv0"};
+  int at[5];
+  for (int k = 0; k < 5; k++) {
+    at[k] = -1;
+    for (int i = 0; i < g->n_layers; i++)
+      at[k] = !strcmp(g->layers[i].name, chain[k]) ? i : at[k];
+    assert_true(at[k] >= 0);
+  }
+  assert_int_equal(g->consumers[at[1]][0].layer, at[0]);
+  for (int k = 1; k < 4; k++) {
+    char own[NTO_NAME_MAX + 16];
+    snprintf(own, sizeof own, "%s:grad_in0", chain[k]);
+    for (int t = 0; t < nto_model_tensor_count(m); t++)
+      assert_string_not_equal(nto_model_tensor(m, t)->name, own);
+  }
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  int t = find(m, "res_conv1:grad_in0"), k0 = p->use_first[t];
+  assert_int_equal(p->use_first[t + 1] - k0, 5);
+  for (int k = 0; k < 5; k++) {
+    char name[128];
+    nto_model_step_name(m, NTO_PASS_TRAIN, p->use_step[k0 + k], name,
+                        sizeof name);
+    assert_int_equal(name[0], 'B');
+    assert_string_equal(name + strcspn(name, " ") + 1, chain[k]);
+    /* written by res_conv1; gathered into (RW) by each of the others */
+    assert_int_equal(p->use_mode[k0 + k], k == 0 ? W : RW);
+  }
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
 /* Drive a window of n over `passes` training passes with instant reads
  * and each step's writes completing during the next step; record which
  * tensors are in RAM (resident, loading or writing) while step `at` of
@@ -598,6 +646,7 @@ int main(void) {
       cmocka_unit_test(test_running_stats_dirty_in_forward),
       cmocka_unit_test(test_views_share_input),
       cmocka_unit_test(test_recompute_uses),
+      cmocka_unit_test(test_grad_in_place),
       cmocka_unit_test(test_window_resident_sets),
       cmocka_unit_test(test_plan_holds),
       cmocka_unit_test(test_schedule_placement),
