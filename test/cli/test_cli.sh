@@ -49,9 +49,13 @@ expect summary_recompute 0 "window 1: .* 201.1 MiB read, 167.1 MiB written" -- \
 expect summary_recompute_off 0 "window 1: .* 219.2 MiB read, 187.1 MiB written" \
   -- "$exe" summary res/resnet18.ini --batch-size 10 --recompute off
 # input gradients computed in place (batch normalization, activations,
-# multiout): MobileNetV2 b10 window 1 needed 183.8 MiB before
+# multiout) and the region placed in the best of three orders: MobileNetV2
+# b10 window 1 needed 183.8 MiB before the first, ResNet-18 b32 33.7 MiB
+# with the first alone (largest first)
 expect summary_grad_in_place 0 "window 1: 137.9 MiB of tensors" -- "$exe" \
   summary res/mobilenetv2.ini --batch-size 10
+expect summary_placement 0 "window 1: 32.9 MiB of tensors" -- "$exe" summary \
+  res/resnet18.ini --batch-size 32
 expect recompute_bad 2 "--recompute: expected on or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
