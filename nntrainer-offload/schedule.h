@@ -8,9 +8,11 @@
  * next step). The steady-state pass is periodic: its actions are recorded
  * per step, and every residency interval (from the action that brings a
  * tensor in to the one that releases its buffer, across the wrap into the
- * next pass) gets a fixed byte offset in one tensor region, placed by
- * greedy best fit like an arena (largest first, lowest offset free of
- * every interval that overlaps in time). The engine then only replays the
+ * next pass) gets a fixed byte offset in one tensor region, placed
+ * greedily like an arena (each at the lowest offset free of every
+ * interval that overlaps it in time), in three orders (largest,
+ * longest-lived, earliest first), the smallest region kept. The engine
+ * then only replays the
  * lists: addresses never collide in the model, pages are touched once and
  * reused every iteration, and the region is the resident peak plus the
  * placement's fragmentation, known before training starts.
