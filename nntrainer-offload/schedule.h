@@ -12,10 +12,10 @@
  * greedily like an arena (each at the lowest offset free of every
  * interval that overlaps it in time), in three orders (largest,
  * longest-lived, earliest first), the smallest region kept. The engine
- * then only replays the
- * lists: addresses never collide in the model, pages are touched once and
- * reused every iteration, and the region is the resident peak plus the
- * placement's fragmentation, known before training starts.
+ * then only replays the lists: addresses never collide in the model,
+ * pages are touched once and reused every iteration, and the region is the
+ * resident peak plus the placement's fragmentation, known before training
+ * starts.
  *
  * Frontier. By default step s+N enters (its reads are queued) at the start
  * of step s. A frontier upto[] (lookahead.h) generalizes this: at the start

@@ -284,7 +284,7 @@ static void test_recompute_uses(void **state) {
  * bwd_in_place), so they have no gradient tensor of their own: the
  * gradient res_conv1's backward writes is summed with add's in B_out0,
  * and carried through B_bn0/activation and B_bn0 in the same tensor to
- * B_conv0, which reads it. Recomputing or not changes nothing here. */
+ * B_conv0, which reads it. */
 static void test_grad_in_place(void **state) {
   (void)state;
   nto_config c;
