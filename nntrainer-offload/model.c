@@ -287,6 +287,8 @@ static int grad_in_place(const nto_model *m, int i) {
   return 1;
 }
 
+static int dout_tensor(const nto_model *m, int i);
+
 /* Create every tensor descriptor and record its uses. */
 static int build_tensors(nto_model *m) {
   int L = m->L;
@@ -357,11 +359,9 @@ static int build_tensors(nto_model *m) {
    * the first consumer's edge (dout_tensor). From the last layer down, so
    * that a chain of such layers (batch normalization, activation) shares
    * one tensor. */
-  for (int i = L - 1; i >= 0; i--) {
-    const nto_edge *e = m->g.consumers[i];
+  for (int i = L - 1; i >= 0; i--)
     if (g->layers[i].n_in > 0 && m->edge_t[i][0] == EDGE_IN_PLACE)
-      m->edge_t[i][0] = m->edge_t[e[0].layer][e[0].input];
-  }
+      m->edge_t[i][0] = dout_tensor(m, i);
   return 0;
 }
 

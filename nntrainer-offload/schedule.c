@@ -295,11 +295,12 @@ static size_t place_in_order(model *m, const int *idx, int n, int *placed) {
  * by size and 180.9 by first use). Returns its size, or (size_t)-1 when
  * out of memory. */
 static size_t place(model *m) {
-  int *idx = malloc((size_t)(m->n_iv + 1) * sizeof *idx);
-  int *placed = malloc((size_t)(m->n_iv + 1) * sizeof *placed);
-  if (!idx || !placed) {
+  size_t len = (size_t)(m->n_iv + 1) * sizeof(int);
+  int *idx = malloc(len), *placed = malloc(len), *best_idx = malloc(len);
+  if (!idx || !placed || !best_idx) {
     free(idx);
     free(placed);
+    free(best_idx);
     return (size_t)-1;
   }
   int n = 0;
@@ -314,15 +315,19 @@ static size_t place(model *m) {
   for (int o = 0; o < N_ORDER; o++) {
     qsort_r(idx, (size_t)n, sizeof *idx, order[o], m);
     region[o] = place_in_order(m, idx, n, placed);
-    if (region[o] < region[best])
+    if (o == 0 || region[o] < region[best]) {
       best = o;
+      memcpy(best_idx, idx, (size_t)n * sizeof *idx);
+    }
   }
-  if (best != N_ORDER - 1) { /* the offsets are the last order's */
-    qsort_r(idx, (size_t)n, sizeof *idx, order[best], m);
-    region[best] = place_in_order(m, idx, n, placed);
-  }
+  /* the offsets are the last order's; the winner's sequence, placed
+   * again, gives its region exactly (the orders tie on equal keys, so
+   * sorting again could give another sequence) */
+  if (best != N_ORDER - 1)
+    place_in_order(m, best_idx, n, placed);
   free(idx);
   free(placed);
+  free(best_idx);
   return region[best];
 }
 
