@@ -23,7 +23,7 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out);
 int cli_chunk_grads(const char *v, nto_chunk_grads *out);
 
 /* --keep-resident's value: "on" (NULL too) or "off" into *no_keep (0 or
- * 1, nto_offload_opts.no_keep); prints a usage error naming the command
+ * 1, nto_offload_opts.no_keep); prints a usage error naming the option
  * and returns -1 for anything else. */
 int cli_keep_resident(const char *v, int *no_keep);
 

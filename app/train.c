@@ -79,7 +79,7 @@ static const char usage[] =
     "                        before each step runs (more tensors resident;\n"
     "                        within --memory-budget if given); 'room': as\n"
     "                        'time' where the window's own memory has room,\n"
-    "                        so the peak stays that of 'steps'\n"
+    "                        so the tensor region stays that of 'steps'\n"
     "  --chunk-grads auto|on|off\n"
     "                        where the gradient of a weight above the\n"
     "                        update chunk (1 MiB) is computed: chunk by\n"

@@ -5,8 +5,8 @@
 #
 #   sh bench/slow_storage.sh [--read 45M] [--write 25M] [--model res/resnet18.ini]
 #       [--batch 10] [--windows 1,2,4,auto] [--iterations K] [--warmup W]
-#       (N:time, N:room, auto:time, auto:room run with --prefetch time or
-#       room, as in bench)
+#       (N:steps, N:time, N:room, auto:time, auto:room run with --prefetch
+#       steps, time or room, as in bench)
 #       [--memory-budget SIZE] [--swap-dir DIR] [--csv FILE] [--json FILE]
 #       [--plot FILE.svg] [--strict] [--bin PATH]
 #

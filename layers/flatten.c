@@ -2,7 +2,9 @@
  * flatten.c - the `flatten` layer: (N, C, H, W) -> (N, 1, 1, C*H*W), as in
  * nntrainer (features on the width axis). NCHW memory order is kept, so
  * the output is a view of the input (out_is_input: one tensor, forward
- * copies nothing) and backward is a plain copy. No keys.
+ * copies nothing) and backward is a plain copy, or nothing when the model
+ * gives the input and output gradients one tensor (bwd_in_place). No
+ * keys.
  */
 #include "layer.h"
 #include "registry.h"

@@ -59,7 +59,8 @@ typedef struct nto_autowin {
   int n;         /* the window in use */
   int lo, hi;    /* largest N seen stalling, smallest seen good; 0: none */
   int since_lo;  /* iterations since lo was last seen stalling */
-  int settled;   /* stalled at max: stays on the fastest window seen */
+  int settled;   /* stalled at max: stays on the largest window within
+                    NTO_AUTOWIN_TIE of the fastest seen */
   int forgiven;  /* the last iteration's marginal stall at hi was forgiven */
   double target; /* stall fraction that counts as stalled (0.05) */
   double idle;   /* I/O busy fraction below which the threads idled (0.5) */

@@ -64,8 +64,9 @@ typedef enum {
  * step, nto_lookahead_fit); this holds more than N steps' tensors at
  * times, and the region grows accordingly. ROOM: as TIME, but fitted
  * within the plain window's own region + workspace (and the budget): reads
- * move earlier only where the region has room, so the peak stays what
- * STEPS plans. */
+ * move earlier only where the region has room, so the region + workspace
+ * stay within what the plain window (without keeping, schedule.h
+ * nto_schedule_build) needs. */
 typedef enum {
   NTO_PREFETCH_STEPS,
   NTO_PREFETCH_TIME,

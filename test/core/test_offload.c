@@ -785,14 +785,14 @@ static void test_checksum_identical(void **state) {
   tmpdir_remove(dir);
 }
 
-/* A plan-only model of nc: what window 1 needs (region + workspace) and
- * what everything resident needs. */
 /* NTO_TEST_QUICK=1 (the ThreadSanitizer run) keeps to the small nets. */
 static int quick(void) {
   const char *q = getenv("NTO_TEST_QUICK");
   return q && q[0] == '1';
 }
 
+/* A plan-only model of nc: what window 1 needs (region + workspace) and
+ * what everything resident needs. */
 static void needs(const net_case *nc, size_t *need1, size_t *total,
                   size_t *ws) {
   nto_config c;
