@@ -310,7 +310,7 @@ static size_t place(model *m) {
   int (*const order[])(const void *, const void *, void *) = {by_size, by_span,
                                                               by_start};
   enum { N_ORDER = sizeof order / sizeof *order };
-  size_t region[N_ORDER];
+  size_t region[N_ORDER] = {0};
   int best = 0;
   for (int o = 0; o < N_ORDER; o++) {
     qsort_r(idx, (size_t)n, sizeof *idx, order[o], m);
