@@ -71,6 +71,24 @@
  * Backward reuses the same buffers: col first as the chunk's column matrix
  * (for dW), then as d(columns) (for dX, scattered by col2im).
  *
+ * Compute threads (parallel.h). With OpenBLAS's threads alone, only the
+ * GEMMs used both cores: im2col, col2im, the scatter and gather ran on the
+ * executor while OpenBLAS's idle thread spun, and ResNet-18 at 2 threads
+ * was barely faster than at 1. So the work is split over the compute
+ * threads, each GEMM then single-threaded (nto_parallel_for_blas):
+ *   - forward and dX: when the batch has several chunks, whole chunks run
+ *     side by side, each in a workspace slot of its own (the workspace
+ *     above times min(threads, chunks)); a batch of one chunk runs on the
+ *     executor with OpenBLAS's threads;
+ *   - dW: chunk after chunk (it sums over them), each chunk's GEMM split
+ *     into min(C/G, CONV_DW_BLOCKS) fixed blocks of input channels, im2col
+ *     of a block's rows included; the threads take whole blocks;
+ *   - db: by filter.
+ * Which GEMMs run, and on what, depends on the plan only, so these passes
+ * give the same bits at any thread count (test_conv2d). A GEMM on
+ * OpenBLAS's threads does not: OpenBLAS splits it by its thread count, and
+ * the sums round differently.
+ *
  * Summation order: dW sums over the images of a chunk inside the GEMM and
  * across chunks by GEMM accumulation (beta = 1); results differ from the
  * per-image kernel by rounding only.
@@ -128,8 +146,10 @@ typedef struct conv_priv {
   conv_geom g;
   int path;  /* PATH_* */
   int chunk; /* images per GEMM (>= 1; 1 = per image) */
-  /* depthwise: compute threads the workspace has slots for (parallel.h,
-   * at plan), and floats per slot (stride-1 kernels; 0: none) */
+  /* compute threads the workspace has slots for (parallel.h, at plan), and
+   * floats per slot (0: none). Depthwise: one slot per thread (stride-1
+   * kernels). Chunks: one per thread when the batch has several chunks
+   * (at most one per chunk), else 1. */
   int ws_slots;
   size_t ws_slot;
   int iw; /* index of "weight" */
@@ -369,7 +389,7 @@ static int conv_plan(nto_layer *l, nto_err *err) {
     size_t bound = nto_conv2d_chunk_bytes_for_tests
                        ? nto_conv2d_chunk_bytes_for_tests
                        : CONV_CHUNK_BYTES;
-    size_t k = bound / per_img;
+    size_t k = bound / per_img, slot = 0;
     if (k > (size_t)l->batch)
       k = (size_t)l->batch;
     if (k > INT_MAX / ohw) /* k*OHW is a BLAS int */
@@ -379,10 +399,22 @@ static int conv_plan(nto_layer *l, nto_err *err) {
       size_t nch = ((size_t)l->batch + k - 1) / k;
       k = ((size_t)l->batch + nch - 1) / nch;
       p->chunk = (int)k;
-      l->ws_bytes = k * per_img;
+      slot = k * per_img;
     } else if (p->path == PATH_IM2COL) {
-      l->ws_bytes = col1;
+      slot = col1;
     }
+    /* a slot per thread that gets a chunk; several slots start at 64-byte
+     * boundaries */
+    int nch = (l->batch + p->chunk - 1) / p->chunk;
+    p->ws_slots = nch < 2 ? 1 : nch < p->ws_slots ? nch : p->ws_slots;
+    p->ws_slot = slot / sizeof(float);
+    if (p->ws_slots > 1)
+      p->ws_slot = (p->ws_slot + 15) / 16 * 16;
+    if (__builtin_mul_overflow(p->ws_slot * sizeof(float), (size_t)p->ws_slots,
+                               &l->ws_bytes))
+      return nto_err_set(err, NTO_ESHAPE,
+                         "im2col workspace of %d x %dx%d values is too large",
+                         g->kcol, g->oh, g->ow);
   }
 
   p->iw =
@@ -420,20 +452,22 @@ static int im2col_is_copy(const conv_geom *g) {
 
 /*
  * col: (cg*kh*kw, oh*ow) with row stride ld <- x: (cg, h, w), one image
- * and group. Row (ci*kh + ky)*kw + kx, column oy*ow + ox holds
+ * and group, the rows of input channels [c0, c1) only. Row
+ * (ci*kh + ky)*kw + kx, column oy*ow + ox holds
  * x[ci, oy*sh - pt + ky*dh, ox*sw - pl + kx*dw], or 0 outside x.
  */
-static void im2col(const conv_geom *g, const float *x, float *col, size_t ld) {
+static void im2col(const conv_geom *g, const float *x, float *col, size_t ld,
+                   int c0, int c1) {
   size_t hw = (size_t)g->h * g->w;
   if (im2col_is_copy(g)) {
-    for (int ci = 0; ci < g->cg; ci++)
+    for (int ci = c0; ci < c1; ci++)
       memcpy(col + (size_t)ci * ld, x + (size_t)ci * hw, hw * sizeof *col);
     return;
   }
   /* Loops rather than memset/memcpy calls: most pieces are empty or a
    * few floats long (a 3x3 kernel with padding 1 has one zero column at
    * either end of a row, and ResNet-18's last stage has OW = 4). */
-  for (int ci = 0; ci < g->cg; ci++) {
+  for (int ci = c0; ci < c1; ci++) {
     const float *xc = x + (size_t)ci * hw;
     for (int ky = 0; ky < g->kh; ky++) {
       for (int kx = 0; kx < g->kw; kx++) {
@@ -803,7 +837,8 @@ static const float *chunk_columns(const conv_priv *p, const float *x, int gi,
   if (k == 1 && p->path == PATH_1X1)
     return xg;
   for (int j = 0; j < k; j++)
-    im2col(g, xg + (size_t)j * in_img, col + (size_t)j * ohw, (size_t)k * ohw);
+    im2col(g, xg + (size_t)j * in_img, col + (size_t)j * ohw, (size_t)k * ohw,
+           0, g->cg);
   return col;
 }
 
@@ -824,28 +859,50 @@ static const float *chunk_dy(const conv_geom *g, const float *dy, int f0, int m,
   return tmp;
 }
 
-/* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top. */
-static void conv_forward(nto_layer *l, const nto_fwd *f) {
-  conv_priv *p = l->priv;
+/*
+ * A pass over chunks [c0, c1) of the batch, in workspace slot `slot`
+ * (parallel.h): the chunks' images, their outputs (forward) or their dX
+ * (backward) are the range's own, so the chunks can run side by side.
+ */
+typedef struct chunk_job {
+  const nto_layer *l;
+  const float *x, *w, *bias, *dy; /* whole batch */
+  float *y, *dx, *ws;
+} chunk_job;
+
+/* Runs fn over the batch's chunks: side by side on the compute threads,
+ * each GEMM single-threaded (nto_parallel_for_blas), when there are
+ * several; the one chunk of a small batch on the executor with OpenBLAS's
+ * threads. The choice depends on the plan only, so each chunk's results
+ * are the same at any thread count. */
+static void run_chunks(const conv_priv *p, int batch, nto_range_fn fn,
+                       chunk_job *j) {
+  int nch = (batch + p->chunk - 1) / p->chunk;
+  if (nch >= 2)
+    nto_parallel_for_blas((size_t)nch, 1, p->ws_slots, fn, j);
+  else
+    fn(j, 0, (size_t)nch, 0);
+}
+
+/* Forward of chunks [c0, c1): im2col, one GEMM per group, bias. */
+static void forward_chunks(void *ctx, size_t c0, size_t c1, int slot) {
+  const chunk_job *j = ctx;
+  const nto_layer *l = j->l;
+  const conv_priv *p = l->priv;
   const conv_geom *g = &p->g;
-  const float *w = f->w[p->iw];
-  const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
+  const float *w = j->w, *bias = j->bias;
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t ohw = (size_t)g->oh * g->ow;
-  if (p->path == PATH_DEPTHWISE) {
-    dw_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, NULL, f->ws};
-    nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
-    return;
-  }
+  float *ws = j->ws + (size_t)slot * p->ws_slot;
   int nch = (l->batch + p->chunk - 1) / p->chunk;
-  for (int c = 0; c < nch; c++) {
+  for (int c = (int)c0; c < (int)c1; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
-    const float *x = f->in[0] + (size_t)n0 * in_img;
-    float *y = f->out + (size_t)n0 * out_img;
+    const float *x = j->x + (size_t)n0 * in_img;
+    float *y = j->y + (size_t)n0 * out_img;
     size_t ld = (size_t)k * ohw; /* columns of the chunk */
-    float *col = f->ws, *tmp = f->ws + (size_t)g->kcol * ld;
+    float *col = ws, *tmp = ws + (size_t)g->kcol * ld;
     for (int gi = 0; gi < g->groups; gi++) {
       const float *wg = w + (size_t)gi * g->fg * g->kcol;
       const float *bg = bias ? bias + (size_t)gi * g->fg : NULL;
@@ -876,6 +933,144 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
   }
 }
 
+/* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top. */
+static void conv_forward(nto_layer *l, const nto_fwd *f) {
+  conv_priv *p = l->priv;
+  const float *w = f->w[p->iw];
+  const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
+  if (p->path == PATH_DEPTHWISE) {
+    dw_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, NULL, f->ws};
+    nto_parallel_for((size_t)p->g.c, 1, p->ws_slots, dw_range, &j);
+    return;
+  }
+  chunk_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, f->ws};
+  run_chunks(p, l->batch, forward_chunks, &j);
+}
+
+/* dX of chunks [c0, c1): zeroed, then per group one GEMM into the columns
+ * and col2im (or, one 1x1 image, one GEMM straight into dX). */
+static void dx_chunks(void *ctx, size_t c0, size_t c1, int slot) {
+  const chunk_job *j = ctx;
+  const nto_layer *l = j->l;
+  const conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  size_t in_img = (size_t)g->c * g->h * g->w;
+  size_t out_img = (size_t)g->f * g->oh * g->ow;
+  size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  float *ws = j->ws + (size_t)slot * p->ws_slot;
+  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  for (int c = (int)c0; c < (int)c1; c++) {
+    int n0, k;
+    chunk_range(l->batch, nch, c, &n0, &k);
+    const float *dy = j->dy + (size_t)n0 * out_img;
+    float *dx = j->dx + (size_t)n0 * in_img;
+    size_t ld = (size_t)k * ohw; /* columns of the chunk */
+    float *col = ws, *tmp = ws + (size_t)g->kcol * ld;
+    /* the GEMM writes every element of a single 1x1 image's dX (beta = 0);
+     * col2im accumulates */
+    int in_place = k == 1 && p->path == PATH_1X1;
+    if (!in_place)
+      memset(dx, 0, (size_t)k * in_img * sizeof *dx);
+    for (int gi = 0; gi < g->groups; gi++) {
+      const float *wg = j->w + (size_t)gi * g->fg * g->kcol;
+      size_t xoff = (size_t)gi * g->cg * hw;
+      /* dyc (fg, ld): dY of the chunk's images side by side */
+      const float *dyc = chunk_dy(g, dy, gi * g->fg, g->fg, k, tmp);
+      /* dcol (kcol, ld) = wg^T (kcol, fg) . dyc (fg, ld); for a single
+       * 1x1 image the column matrix is dx itself. */
+      float *dcol = in_place ? dx + xoff : col;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->kcol, (int)ld,
+                  g->fg, 1.0f, wg, g->kcol, dyc, (int)ld, 0.0f, dcol, (int)ld);
+      if (!in_place)
+        for (int i = 0; i < k; i++)
+          col2im_add(g, col + (size_t)i * ohw, ld,
+                     dx + (size_t)i * in_img + xoff);
+    }
+  }
+}
+
+/* db (F) = sum of dY over images and positions, filters [f0, f1); in
+ * double, four partial sums (one chain of dependent adds would run at the
+ * latency of an add). Each filter is one range's: the same bits at any
+ * thread count. */
+typedef struct db_job {
+  const nto_layer *l;
+  const float *dy; /* (N, F, OH, OW) */
+  float *db;       /* (F) */
+} db_job;
+
+static void db_range(void *ctx, size_t f0, size_t f1, int slot) {
+  const db_job *j = ctx;
+  const conv_geom *g = &((const conv_priv *)j->l->priv)->g;
+  size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
+  (void)slot;
+  for (size_t fi = f0; fi < f1; fi++) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int n = 0; n < j->l->batch; n++) {
+      const float *d = j->dy + (size_t)n * out_img + fi * ohw;
+      size_t i = 0;
+      for (; i + 4 <= ohw; i += 4)
+        for (int q = 0; q < 4; q++)
+          s[q] += d[i + q];
+      for (; i < ohw; i++)
+        s[0] += d[i];
+    }
+    j->db[fi] = (float)((s[0] + s[1]) + (s[2] + s[3]));
+  }
+}
+
+/*
+ * dW of one chunk of k images and one group, input channels [c0, c1) of
+ * the group: their rows of the column matrix (im2col into col, or the
+ * input itself for one 1x1 image), then
+ *   dWg[:, c0*kh*kw .. c1*kh*kw) (+)= dyc (fg, k*OHW) . rows^T
+ * (beta 0 for the first chunk, 1 after). Ranges write disjoint rows of col
+ * and columns of dWg.
+ */
+typedef struct dw_cols_job {
+  const conv_priv *p;
+  const float *xg;  /* the group's input of the chunk's first image */
+  const float *dyc; /* (fg, k*OHW) */
+  float *col;       /* (kcol, k*OHW) */
+  int k;
+  float beta;
+  float *dwg; /* (fg, kcol) */
+} dw_cols_job;
+
+/* Blocks of input channels a chunk's dW GEMM is split into: block b of a
+ * group's cg channels is [cg*b/nb, cg*(b+1)/nb), nb = min(cg,
+ * CONV_DW_BLOCKS). Fixed, so that the GEMMs (and their rounding) are the
+ * same at any thread count; the threads take whole blocks. */
+#define CONV_DW_BLOCKS 4
+
+static int dw_blocks(const conv_geom *g) {
+  return g->cg < CONV_DW_BLOCKS ? g->cg : CONV_DW_BLOCKS;
+}
+
+static void dw_cols_range(void *ctx, size_t b0, size_t b1, int slot) {
+  const dw_cols_job *j = ctx;
+  const conv_geom *g = &j->p->g;
+  size_t in_img = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  size_t ld = (size_t)j->k * ohw, kk = (size_t)g->kh * g->kw;
+  size_t nb = (size_t)dw_blocks(g);
+  (void)slot;
+  for (size_t b = b0; b < b1; b++) {
+    size_t c0 = (size_t)g->cg * b / nb, c1 = (size_t)g->cg * (b + 1) / nb;
+    const float *rows;
+    if (j->k == 1 && j->p->path == PATH_1X1) {
+      rows = j->xg + c0 * ohw; /* channel ci is row ci */
+    } else {
+      for (int i = 0; i < j->k; i++)
+        im2col(g, j->xg + (size_t)i * in_img, j->col + (size_t)i * ohw, ld,
+               (int)c0, (int)c1);
+      rows = j->col + c0 * kk * ld;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->fg,
+                (int)((c1 - c0) * kk), (int)ld, 1.0f, j->dyc, (int)ld, rows,
+                (int)ld, j->beta, j->dwg + c0 * kk, g->kcol);
+  }
+}
+
 /*
  * dout: (N, F, OH, OW), in[0]: (N, C, H, W) -> din[0]: (N, C, H, W),
  * dw[weight]: (F, C/G, kh, kw), dw[bias]: (F); each written with "=" and
@@ -893,72 +1088,45 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 
   if (db) {
-    /* in double, four partial sums (one chain of dependent adds would
-     * run at the latency of an add) */
-    for (int fi = 0; fi < g->f; fi++) {
-      double s[4] = {0.0, 0.0, 0.0, 0.0};
-      for (int n = 0; n < l->batch; n++) {
-        const float *d = b->dout + (size_t)n * out_img + (size_t)fi * ohw;
-        size_t i = 0;
-        for (; i + 4 <= ohw; i += 4)
-          for (int j = 0; j < 4; j++)
-            s[j] += d[i + j];
-        for (; i < ohw; i++)
-          s[0] += d[i];
-      }
-      db[fi] = (float)((s[0] + s[1]) + (s[2] + s[3]));
-    }
+    db_job j = {l, b->dout, db};
+    nto_parallel_for((size_t)g->f, 1, 0, db_range, &j);
   }
   if (!dw && !din)
     return;
-  /* dX accumulates (col2im, depthwise), except one 1x1 image per GEMM:
-   * there the GEMM writes every element of dX with beta = 0 */
-  if (din && !(p->path == PATH_1X1 && p->chunk == 1))
-    memset(din, 0, (size_t)l->batch * in_img * sizeof *din);
   if (p->path == PATH_DEPTHWISE) {
+    if (din)
+      memset(din, 0, (size_t)l->batch * in_img * sizeof *din);
     if (dw)
       memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
     dw_job j = {l, b->in[0], w, NULL, b->dout, NULL, din, dw, b->ws};
     nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
     return;
   }
+  /* dW sums over the whole batch: chunk after chunk, in workspace slot 0,
+   * each chunk's GEMM split by input channels over the compute threads */
   int nch = (l->batch + p->chunk - 1) / p->chunk;
-  for (int c = 0; c < nch; c++) {
+  for (int c = 0; dw && c < nch; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
-    const float *x = b->in[0] + (size_t)n0 * in_img;
     const float *dy = b->dout + (size_t)n0 * out_img;
-    float *dx = din ? din + (size_t)n0 * in_img : NULL;
     size_t ld = (size_t)k * ohw; /* columns of the chunk */
-    float *col = b->ws, *tmp = b->ws + (size_t)g->kcol * ld;
-    float beta = n0 == 0 ? 0.0f : 1.0f; /* dW: first chunk writes */
+    float *tmp = b->ws + (size_t)g->kcol * ld;
     for (int gi = 0; gi < g->groups; gi++) {
-      const float *wg = w + (size_t)gi * g->fg * g->kcol;
-      float *dwg = dw ? dw + (size_t)gi * g->fg * g->kcol : NULL;
-      size_t xoff = (size_t)gi * g->cg * hw;
-      /* dyc (fg, ld): dY of the chunk's images side by side */
-      const float *dyc = chunk_dy(g, dy, gi * g->fg, g->fg, k, tmp);
-      if (dwg) {
-        const float *xc = chunk_columns(p, x, gi, k, col);
-        /* dWg (fg, kcol) (+)= dyc (fg, ld) . xc^T (ld, kcol) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->fg, g->kcol,
-                    (int)ld, 1.0f, dyc, (int)ld, xc, (int)ld, beta, dwg,
-                    g->kcol);
-      }
-      if (dx) {
-        /* dcol (kcol, ld) = wg^T (kcol, fg) . dyc (fg, ld); for a single
-         * 1x1 image the column matrix is dx itself. */
-        int in_place = k == 1 && p->path == PATH_1X1;
-        float *dcol = in_place ? dx + xoff : col;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->kcol, (int)ld,
-                    g->fg, 1.0f, wg, g->kcol, dyc, (int)ld, 0.0f, dcol,
-                    (int)ld);
-        if (!in_place)
-          for (int j = 0; j < k; j++)
-            col2im_add(g, col + (size_t)j * ohw, ld,
-                       dx + (size_t)j * in_img + xoff);
-      }
+      dw_cols_job j = {
+          .p = p,
+          .xg = b->in[0] + (size_t)n0 * in_img + (size_t)gi * g->cg * hw,
+          /* dyc (fg, ld): dY of the chunk's images side by side */
+          .dyc = chunk_dy(g, dy, gi * g->fg, g->fg, k, tmp),
+          .col = b->ws,
+          .k = k,
+          .beta = n0 == 0 ? 0.0f : 1.0f, /* the first chunk writes */
+          .dwg = dw + (size_t)gi * g->fg * g->kcol};
+      nto_parallel_for_blas((size_t)dw_blocks(g), 1, 0, dw_cols_range, &j);
     }
+  }
+  if (din) {
+    chunk_job j = {l, NULL, w, NULL, b->dout, NULL, din, b->ws};
+    run_chunks(p, l->batch, dx_chunks, &j);
   }
 }
 

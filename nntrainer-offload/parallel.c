@@ -13,6 +13,7 @@
  */
 #include "parallel.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -159,6 +160,16 @@ void nto_parallel_for(size_t n, size_t grain, int max_threads, nto_range_fn fn,
   while (P.pending > 0)
     pthread_cond_wait(&P.done, &P.mu);
   pthread_mutex_unlock(&P.mu);
+}
+
+void nto_parallel_for_blas(size_t n, size_t grain, int max_threads,
+                           nto_range_fn fn, void *ctx) {
+  int blas = openblas_get_num_threads();
+  if (blas != 1)
+    openblas_set_num_threads(1);
+  nto_parallel_for(n, grain, max_threads, fn, ctx);
+  if (blas != 1)
+    openblas_set_num_threads(blas);
 }
 
 void nto_parallel_free(void) {

@@ -1,18 +1,21 @@
 /*
  * parallel.h - the executor's compute helpers: a loop over [0, n) split
  * into contiguous ranges run by the executor thread and T-1 worker
- * threads, for the kernels that are not BLAS calls (element-wise layers,
- * batch normalization, depthwise convolution, optimizer updates).
+ * threads, for the kernels other than single GEMMs (element-wise layers,
+ * batch normalization, depthwise convolution, optimizer updates, the
+ * chunks of a convolution).
  *
- * OpenBLAS parallelizes the GEMMs with its own threads; without these
+ * OpenBLAS parallelizes a GEMM with its own threads; without these
  * helpers everything else would run on the executor alone, on one of the
- * machine's cores. The two never run at once: a step's kernels run one
- * after the other on the executor, which waits for each.
+ * machine's cores. Convolutions run their chunks of images through
+ * nto_parallel_for_blas instead: each range's GEMMs single-threaded, side by
+ * side with its im2col and col2im. The two never run at once: a step's
+ * kernels run one after the other on the executor, which waits for each.
  *
  * Results do not depend on the thread count: callers split work only where
  * every output is computed by one range with the same operations in the
- * same order (independent elements, features, channels), never a sum
- * across ranges.
+ * same order (independent elements, features, channels, images, fixed
+ * blocks of a GEMM), never a sum across ranges.
  *
  * One process-wide pool, like OpenBLAS's. Its size is set once, before
  * training, by the thread that owns the model (the CLI's --threads);
@@ -55,6 +58,19 @@ int nto_parallel_threads(void);
  */
 void nto_parallel_for(size_t n, size_t grain, int max_threads, nto_range_fn fn,
                       void *ctx);
+
+/*
+ * nto_parallel_for for ranges that call BLAS: every range calls it with
+ * OpenBLAS held at one thread (openblas_set_num_threads(1) before the job,
+ * the previous count restored after it), so the ranges' GEMMs run side by
+ * side on the pool's threads instead of each waking OpenBLAS's threads,
+ * and a GEMM's result does not depend on the thread count. Work that is
+ * serial outside BLAS (im2col, col2im, scatter) then runs in parallel too.
+ * Same ranges and caller rules as nto_parallel_for; executor thread only
+ * (OpenBLAS's thread count is process-wide).
+ */
+void nto_parallel_for_blas(size_t n, size_t grain, int max_threads,
+                           nto_range_fn fn, void *ctx);
 
 /* Stops the workers (back to 1 thread). */
 void nto_parallel_free(void);

@@ -3,11 +3,13 @@
  * visited exactly once, in ranges of whole grains placed as documented,
  * range 0 (when not empty) on the caller; the thread cap; many jobs in a row
  * and resizing between them (no lost wake-up: a worker started after a job must
- * not take that job for its own); bad thread counts. Also run under
+ * not take that job for its own); bad thread counts; BLAS held at one thread
+ * inside nto_parallel_for_blas's ranges and restored after. Also run under
  * ThreadSanitizer (tools/test.sh).
  */
 #include "parallel.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -129,11 +131,39 @@ static void test_bad_counts(void **state) {
   nto_parallel_free();
 }
 
+/* Each range records OpenBLAS's thread count as it runs. */
+static void blas_count(void *ctx, size_t a, size_t b, int slot) {
+  int *seen = ctx;
+  (void)a, (void)b;
+  seen[slot] = openblas_get_num_threads();
+}
+
+/* nto_parallel_for_blas: every range (the caller's and the workers') sees
+ * OpenBLAS at one thread, and the count set before is back afterwards,
+ * also when the job runs on the caller alone. */
+static void test_blas_single_threaded(void **state) {
+  (void)state;
+  nto_err err = {0};
+  int before = openblas_get_num_threads();
+  for (int t = 1; t <= 3; t += 2) {
+    assert_int_equal(nto_parallel_set_threads(t, &err), 0);
+    openblas_set_num_threads(2);
+    int seen[NTO_PARALLEL_MAX] = {0};
+    nto_parallel_for_blas(3, 1, 0, blas_count, seen);
+    for (int k = 0; k < t; k++)
+      assert_int_equal(seen[k], 1);
+    assert_int_equal(openblas_get_num_threads(), 2);
+  }
+  openblas_set_num_threads(before);
+  nto_parallel_free();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ranges),
       cmocka_unit_test(test_many_jobs),
       cmocka_unit_test(test_bad_counts),
+      cmocka_unit_test(test_blas_single_threaded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,8 @@
  * test_conv2d.c - conv2d layer: finite-difference gradient checks, forward
  * and backward against a naive direct convolution (in double), per-image
  * and chunked (several images per GEMM) kernels alike, chunked against
- * per-image results, workspace bounds, weight requests, and property/plan
- * errors.
+ * per-image results, the same bits at any compute thread count, workspace
+ * bounds, weight requests, and property/plan errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
+#include "parallel.h"
 #include "registry.h"
 
 #include <math.h>
@@ -490,6 +491,79 @@ static void test_chunks_match_per_image(void **state) {
   }
 }
 
+/* Forward and backward (y, dX, dW, db) are the same bits with 1, 2 and 3
+ * compute threads: chunks run side by side in workspace slots of their own
+ * (per image, in chunks of 2+2+1, in one chunk), dW's GEMM runs in fixed
+ * blocks of input channels, db by filter. The planned workspace is one
+ * slot per thread that gets a chunk. The last case is large enough for
+ * OpenBLAS to round a GEMM split at other column boundaries differently. */
+static void test_threads_same_bits(void **state) {
+  (void)state;
+  /* clang-format off */
+  static const conv_case big = {
+      .name = "16 channels 3x3 pad 1",
+      .props = {"filters", "24", "kernel_size", "3", "padding", "1", NULL},
+      .in = {5, 16, 12, 12}, .f = 24, .groups = 1, .bias = 1};
+  /* clang-format on */
+  size_t nc = sizeof chunk_cases / sizeof *chunk_cases;
+  nto_err err = {0};
+  for (size_t ci = 0; ci <= nc; ci++) {
+    const conv_case *k = ci < nc ? &chunk_cases[ci] : &big;
+    nto_layer l;
+    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
+                     0);
+    nto_shape os = l.out_shape;
+    size_t nw = nto_shape_numel(l.w[0].shape);
+    size_t kcol = nw / k->f, ohw = (size_t)os.h * os.w;
+    size_t per_img = (kcol + (size_t)(k->f / k->groups)) * ohw * 4;
+    gc_layer_free(&l);
+    size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
+    nto_rng rng;
+    nto_rng_seed(&rng, 900 + (unsigned)ci);
+    float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(k->f * 4);
+    float *dy = malloc(ny * 4);
+    fill(x, nx, &rng);
+    fill(w, nw, &rng);
+    fill(b, k->f, &rng);
+    fill(dy, ny, &rng);
+    /* 1 image per GEMM (5 chunks), 2 (2+2+1), 5 (one chunk) */
+    const size_t bounds[] = {1, 2 * per_img + per_img / 2, 100 * per_img};
+    const int nch[] = {5, 3, 1};
+    for (int bi = 0; bi < 3; bi++) {
+      float *r[4] = {NULL}, *o[4];
+      size_t n[4] = {ny, nx, nw, (size_t)k->f}, ws1 = 0;
+      for (int t = 1; t <= 3; t++) {
+        assert_int_equal(nto_parallel_set_threads(t, &err), 0);
+        for (int i = 0; i < 4; i++)
+          o[i] = calloc(n[i], 4);
+        size_t ws =
+            run_once(k, bounds[bi], x, w, b, dy, o[0], o[1], o[2], o[3]);
+        int slots = nch[bi] < 2 ? 1 : nch[bi] < t ? nch[bi] : t;
+        if (t == 1)
+          ws1 = ws;
+        /* each slot rounded up to 64 bytes when there are several */
+        size_t slot = slots > 1 ? (ws1 / 4 + 15) / 16 * 16 * 4 : ws1;
+        assert_int_equal(ws, slot * (size_t)slots);
+        for (int i = 0; i < 4 && t > 1; i++)
+          if (memcmp(o[i], r[i], n[i] * 4) != 0)
+            fail_msg("%s, %d chunks, %d threads: %s differs from 1 thread",
+                     k->name, nch[bi], t,
+                     (const char *[]){"y", "dX", "dW", "db"}[i]);
+        for (int i = 0; i < 4; i++) {
+          if (t == 1)
+            r[i] = o[i];
+          else
+            free(o[i]);
+        }
+      }
+      for (int i = 0; i < 4; i++)
+        free(r[i]);
+    }
+    free(x), free(w), free(b), free(dy);
+  }
+  nto_parallel_free();
+}
+
 /* Rows [r0, r1) of dW from backward_weight_rows equal backward's dW rows
  * within rounding (the same sums; OpenBLAS's kernels round a row
  * differently depending on where it falls in their tiles), for ranges
@@ -780,6 +854,7 @@ int main(void) {
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_chunks_match_per_image),
+      cmocka_unit_test(test_threads_same_bits),
       cmocka_unit_test(test_weight_rows_match_backward),
       cmocka_unit_test(test_weights),
       cmocka_unit_test(test_workspace),
