@@ -11,17 +11,18 @@ For every configuration and every repeat it runs, one after the other
 (interleaved, so slow phases of a noisy shared machine hit all of them):
 
   ours         build/app/nntrainer-offload train MODEL.ini --data synthetic
-               --iterations K --batch-size B --threads 2 ...; the median
+               --iterations K --batch-size B --threads T ...; the median
                iteration time and the peak RSS (VmHWM) of its report;
   torch-onednn a fresh /usr/bin/python3 process that builds the same
                network from the same INI with tools/make_goldens.py's
                builder, Adam as in the INI, cross-entropy, random input,
-               torch.set_num_threads(2); 2 warm-up iterations, then K timed
+               torch.set_num_threads(T); 2 warm-up iterations, then K timed
                iterations (forward + backward + step); median time and the
                process's own VmHWM;
   torch-im2col the same with torch.backends.mkldnn.enabled = False
                (PyTorch's im2col/vol2col + BLAS convolution path).
 
+T is --threads (default 2; --threads 1 shows how each side scales).
 The table reports, per configuration, the median over the repeats of each
 run's median iteration time (and of each run's peak RSS).
 """
@@ -173,8 +174,9 @@ def run_torch(ini, batch, iters, mkldnn, tmpdir):
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS),
                MKL_NUM_THREADS=str(THREADS),
                OPENBLAS_NUM_THREADS=str(THREADS))
-    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker",
-           ini, str(batch), str(iters), "1" if mkldnn else "0"]
+    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--threads",
+           str(THREADS), "--torch-worker", ini, str(batch), str(iters),
+           "1" if mkldnn else "0"]
     p = subprocess.run(cmd, cwd=tmpdir, capture_output=True, text=True,
                        env=env)
     if p.returncode != 0:
@@ -205,6 +207,7 @@ def fmt(v, nd=1):
 
 
 def main():
+    global THREADS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iterations", "-k", type=int, default=5,
                     help="timed iterations per run (default 5)")
@@ -217,9 +220,12 @@ def main():
     ap.add_argument("--markdown", metavar="FILE",
                     help="also write the table (with command line and "
                     "date) to FILE")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="threads of both trainers (default 2)")
     ap.add_argument("--torch-worker", nargs=4, metavar=("INI", "B", "K", "M"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
+    THREADS = args.threads
 
     if args.torch_worker:
         ini, b, k, m = args.torch_worker
