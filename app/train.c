@@ -1094,7 +1094,9 @@ int cmd_train(int argc, char **argv) {
   nto_err err = {0};
   double t0 = now_s();
   install_signals();
-  openblas_set_num_threads((int)r.o.threads);
+  /* every GEMM runs single-threaded in a range of the compute threads
+   * (parallel.h nto_parallel_for_blas): OpenBLAS needs no threads */
+  openblas_set_num_threads(1);
   cli_compute_threads(r.o.threads);
   int rc = nto_config_load(&r.c, r.o.model, &err);
   nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};

@@ -75,19 +75,22 @@
  * GEMMs used both cores: im2col, col2im, the scatter and gather ran on the
  * executor while OpenBLAS's idle thread spun, and ResNet-18 at 2 threads
  * was barely faster than at 1. So the work is split over the compute
- * threads, each GEMM then single-threaded (nto_parallel_for_blas):
- *   - forward and dX: when the batch has several chunks, whole chunks run
- *     side by side, each in a workspace slot of its own (the workspace
- *     above times min(threads, chunks)); a batch of one chunk runs on the
- *     executor with OpenBLAS's threads;
- *   - dW: chunk after chunk (it sums over them), each chunk's GEMM split
- *     into min(C/G, CONV_DW_BLOCKS) fixed blocks of input channels, im2col
- *     of a block's rows included; the threads take whole blocks;
+ * threads, each GEMM single-threaded (nto_parallel_for_blas):
+ *   - forward and dX, when the batch has several chunks: whole chunks side
+ *     by side, each in a workspace slot of its own (the workspace above
+ *     times min(threads, chunks));
+ *   - forward and dX of a batch that is one chunk: im2col (or the dY
+ *     gather) by input channels (filters), then the GEMM in fixed blocks
+ *     (CONV_BLOCKS) of filters (forward) or input channels (dX, each block
+ *     then col2im into its own channels);
+ *   - dW: chunk after chunk (it sums over them), each chunk's GEMM in fixed
+ *     blocks of input channels, im2col of a block's rows included;
  *   - db: by filter.
- * Which GEMMs run, and on what, depends on the plan only, so these passes
- * give the same bits at any thread count (test_conv2d). A GEMM on
- * OpenBLAS's threads does not: OpenBLAS splits it by its thread count, and
- * the sums round differently.
+ * Which GEMMs run depends on the plan only, never on the thread count (the
+ * threads take whole chunks or blocks), so the results are the same bits
+ * at any thread count (test_conv2d). OpenBLAS's own split would not give
+ * that: it splits a GEMM by its thread count, and the sums round
+ * differently.
  *
  * Summation order: dW sums over the images of a chunk inside the GEMM and
  * across chunks by GEMM accumulation (beta = 1); results differ from the
@@ -502,13 +505,13 @@ static void im2col(const conv_geom *g, const float *x, float *col, size_t ld,
 
 /*
  * dx: (cg, h, w) += col2im(dcol: (cg*kh*kw, oh*ow) with row stride ld),
- * the adjoint of im2col: every column entry is added to the input element
- * it was copied from.
+ * input channels [c0, c1) only: the adjoint of im2col, every column entry
+ * is added to the input element it was copied from.
  */
 static void col2im_add(const conv_geom *g, const float *dcol, size_t ld,
-                       float *dx) {
+                       float *dx, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w;
-  for (int ci = 0; ci < g->cg; ci++) {
+  for (int ci = c0; ci < c1; ci++) {
     float *xc = dx + (size_t)ci * hw;
     for (int ky = 0; ky < g->kh; ky++) {
       for (int kx = 0; kx < g->kw; kx++) {
@@ -816,6 +819,21 @@ static void dw_range(void *ctx, size_t c0, size_t c1, int slot) {
   }
 }
 
+/* Blocks: a GEMM that is not split by chunks of images is split into
+ * min(n, CONV_BLOCKS) fixed blocks of its filters (forward), input channels
+ * (dX, dW) or rows, block b of n items being [n*b/nb, n*(b+1)/nb). Each
+ * block is a single-threaded GEMM and the threads take whole blocks, so
+ * the GEMMs (and their rounding) are the same at any thread count. */
+#define CONV_BLOCKS 4
+
+static int conv_blocks(int n) { return n < CONV_BLOCKS ? n : CONV_BLOCKS; }
+
+static void block_range(int n, size_t b, int *lo, int *hi) {
+  int nb = conv_blocks(n);
+  *lo = (int)((long)n * (long)b / nb);
+  *hi = (int)((long)n * (long)(b + 1) / nb);
+}
+
 /* Chunk c of nch over a batch of n: its first image and size (sizes
  * differ by at most one). */
 static void chunk_range(int n, int nch, int c, int *n0, int *k) {
@@ -870,18 +888,169 @@ typedef struct chunk_job {
   float *y, *dx, *ws;
 } chunk_job;
 
-/* Runs fn over the batch's chunks: side by side on the compute threads,
- * each GEMM single-threaded (nto_parallel_for_blas), when there are
- * several; the one chunk of a small batch on the executor with OpenBLAS's
- * threads. The choice depends on the plan only, so each chunk's results
- * are the same at any thread count. */
+/* Chunks of the batch. */
+static int n_chunks(const conv_priv *p, int batch) {
+  return (batch + p->chunk - 1) / p->chunk;
+}
+
+/*
+ * The GEMM of a batch that is one chunk, split into blocks (see
+ * CONV_BLOCKS): group gi, the chunk's column matrix src (kcol, ld) and dY
+ * dyc (fg, ld), ld = batch*OHW; tmp and col in workspace slot 0.
+ */
+typedef struct block_job {
+  const chunk_job *j;
+  int gi;
+  const float *src, *dyc;
+  float *col, *tmp;
+} block_job;
+
+/* im2col rows of input channels [c0, c1) of group gi, all images. */
+static void columns_range(void *ctx, size_t c0, size_t c1, int slot) {
+  const block_job *bj = ctx;
+  const nto_layer *l = bj->j->l;
+  const conv_geom *g = &((const conv_priv *)l->priv)->g;
+  size_t in_img = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow;
+  const float *xg = bj->j->x + (size_t)bj->gi * g->cg * g->h * g->w;
+  (void)slot;
+  for (int i = 0; i < l->batch; i++)
+    im2col(g, xg + (size_t)i * in_img, bj->col + (size_t)i * ohw,
+           (size_t)l->batch * ohw, (int)c0, (int)c1);
+}
+
+/* Forward, filter blocks [b0, b1) of group gi: y rows (with the bias). */
+static void forward_blocks(void *ctx, size_t b0, size_t b1, int slot) {
+  const block_job *bj = ctx;
+  const nto_layer *l = bj->j->l;
+  const conv_geom *g = &((const conv_priv *)l->priv)->g;
+  size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
+  size_t ld = (size_t)l->batch * ohw;
+  const float *wg = bj->j->w + (size_t)bj->gi * g->fg * g->kcol;
+  const float *bg = bj->j->bias ? bj->j->bias + (size_t)bj->gi * g->fg : NULL;
+  float *yg = bj->j->y + (size_t)bj->gi * g->fg * ohw;
+  (void)slot;
+  for (size_t b = b0; b < b1; b++) {
+    int f0, f1;
+    block_range(g->fg, b, &f0, &f1);
+    int m = f1 - f0;
+    const float *wb = wg + (size_t)f0 * g->kcol;
+    if (l->batch == 1) { /* in place: y rows (m, ohw) = bias + wb . src */
+      float *yb = yg + (size_t)f0 * ohw;
+      fill_bias(yb, bg ? bg + f0 : NULL, m, ohw);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, (int)ohw,
+                  g->kcol, 1.0f, wb, g->kcol, bj->src, (int)ohw, 1.0f, yb,
+                  (int)ohw);
+      continue;
+    }
+    float *tb = bj->tmp + (size_t)f0 * ld; /* tmp rows (m, ld) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, (int)ld, g->kcol,
+                1.0f, wb, g->kcol, bj->src, (int)ld, 0.0f, tb, (int)ld);
+    for (int i = 0; i < l->batch; i++)
+      for (int fi = f0; fi < f1; fi++) {
+        const float *t = bj->tmp + (size_t)fi * ld + (size_t)i * ohw;
+        float *r = yg + (size_t)i * out_img + (size_t)fi * ohw;
+        float v = bg ? bg[fi] : 0.0f;
+        for (size_t q = 0; q < ohw; q++)
+          r[q] = t[q] + v;
+      }
+  }
+}
+
+/* Forward of a batch that is one chunk: columns by input channels, then the
+ * GEMM by filter blocks, per group. */
+static void forward_one_chunk(const chunk_job *j) {
+  const nto_layer *l = j->l;
+  const conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  size_t ld = (size_t)l->batch * g->oh * g->ow;
+  for (int gi = 0; gi < g->groups; gi++) {
+    block_job bj = {j, gi, NULL, NULL, j->ws, j->ws + (size_t)g->kcol * ld};
+    if (l->batch == 1 && p->path == PATH_1X1) {
+      bj.src = j->x + (size_t)gi * g->cg * g->h * g->w;
+    } else {
+      nto_parallel_for((size_t)g->cg, 1, 0, columns_range, &bj);
+      bj.src = bj.col;
+    }
+    nto_parallel_for_blas((size_t)conv_blocks(g->fg), 1, 0, forward_blocks,
+                          &bj);
+  }
+}
+
+/* dY rows [f0, f1) of group gi, all images side by side, into tmp. */
+static void gather_range(void *ctx, size_t f0, size_t f1, int slot) {
+  const block_job *bj = ctx;
+  const nto_layer *l = bj->j->l;
+  const conv_geom *g = &((const conv_priv *)l->priv)->g;
+  size_t ld = (size_t)l->batch * g->oh * g->ow;
+  (void)slot;
+  chunk_dy(g, bj->j->dy, bj->gi * g->fg + (int)f0, (int)(f1 - f0), l->batch,
+           bj->tmp + f0 * ld);
+}
+
+/* dX, input channel blocks [b0, b1) of group gi: their rows of
+ * d(columns) = wg^T . dyc, then col2im into their channels of every image
+ * (zeroed first); one 1x1 image: the GEMM writes dX itself. */
+static void dx_blocks(void *ctx, size_t b0, size_t b1, int slot) {
+  const block_job *bj = ctx;
+  const nto_layer *l = bj->j->l;
+  const conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  size_t in_img = (size_t)g->c * g->h * g->w, hw = (size_t)g->h * g->w;
+  size_t ohw = (size_t)g->oh * g->ow, ld = (size_t)l->batch * ohw;
+  size_t kk = (size_t)g->kh * g->kw, xoff = (size_t)bj->gi * g->cg * hw;
+  const float *wg = bj->j->w + (size_t)bj->gi * g->fg * g->kcol;
+  int in_place = l->batch == 1 && p->path == PATH_1X1;
+  (void)slot;
+  for (size_t b = b0; b < b1; b++) {
+    int c0, c1;
+    block_range(g->cg, b, &c0, &c1);
+    int rows = (int)((size_t)(c1 - c0) * kk);
+    float *dcol = in_place ? bj->j->dx + xoff + (size_t)c0 * hw
+                           : bj->col + (size_t)c0 * kk * ld;
+    /* dcol (rows, ld) = wg[:, c0*kk ..]^T (rows, fg) . dyc (fg, ld) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, (int)ld, g->fg,
+                1.0f, wg + (size_t)c0 * kk, g->kcol, bj->dyc, (int)ld, 0.0f,
+                dcol, (int)ld);
+    if (in_place)
+      continue;
+    for (int i = 0; i < l->batch; i++) {
+      float *dxi = bj->j->dx + (size_t)i * in_img + xoff;
+      memset(dxi + (size_t)c0 * hw, 0, (size_t)(c1 - c0) * hw * sizeof *dxi);
+      col2im_add(g, bj->col + (size_t)i * ohw, ld, dxi, c0, c1);
+    }
+  }
+}
+
+/* dX of a batch that is one chunk: dY gathered by filters, then the GEMM
+ * and col2im by input channel blocks, per group. */
+static void dx_one_chunk(const chunk_job *j) {
+  const nto_layer *l = j->l;
+  const conv_geom *g = &((const conv_priv *)l->priv)->g;
+  size_t ld = (size_t)l->batch * g->oh * g->ow;
+  for (int gi = 0; gi < g->groups; gi++) {
+    block_job bj = {j, gi, NULL, NULL, j->ws, j->ws + (size_t)g->kcol * ld};
+    if (l->batch == 1) {
+      bj.dyc = j->dy + (size_t)gi * g->fg * ld;
+    } else {
+      nto_parallel_for((size_t)g->fg, 1, 0, gather_range, &bj);
+      bj.dyc = bj.tmp;
+    }
+    nto_parallel_for_blas((size_t)conv_blocks(g->cg), 1, 0, dx_blocks, &bj);
+  }
+}
+
+/* Runs a pass over the batch: with several chunks, fn over them side by
+ * side on the compute threads (each GEMM single-threaded,
+ * nto_parallel_for_blas); a batch of one chunk by blocks (one(j)). Which
+ * GEMMs run depends on the plan only, so the results are the same at any
+ * thread count. */
 static void run_chunks(const conv_priv *p, int batch, nto_range_fn fn,
-                       chunk_job *j) {
-  int nch = (batch + p->chunk - 1) / p->chunk;
+                       void (*one)(const chunk_job *), chunk_job *j) {
+  int nch = n_chunks(p, batch);
   if (nch >= 2)
     nto_parallel_for_blas((size_t)nch, 1, p->ws_slots, fn, j);
   else
-    fn(j, 0, (size_t)nch, 0);
+    one(j);
 }
 
 /* Forward of chunks [c0, c1): im2col, one GEMM per group, bias. */
@@ -944,7 +1113,7 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
     return;
   }
   chunk_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, f->ws};
-  run_chunks(p, l->batch, forward_chunks, &j);
+  run_chunks(p, l->batch, forward_chunks, forward_one_chunk, &j);
 }
 
 /* dX of chunks [c0, c1): zeroed, then per group one GEMM into the columns
@@ -984,7 +1153,7 @@ static void dx_chunks(void *ctx, size_t c0, size_t c1, int slot) {
       if (!in_place)
         for (int i = 0; i < k; i++)
           col2im_add(g, col + (size_t)i * ohw, ld,
-                     dx + (size_t)i * in_img + xoff);
+                     dx + (size_t)i * in_img + xoff, 0, g->cg);
     }
   }
 }
@@ -1020,54 +1189,50 @@ static void db_range(void *ctx, size_t f0, size_t f1, int slot) {
 }
 
 /*
- * dW of one chunk of k images and one group, input channels [c0, c1) of
- * the group: their rows of the column matrix (im2col into col, or the
- * input itself for one 1x1 image), then
- *   dWg[:, c0*kh*kw .. c1*kh*kw) (+)= dyc (fg, k*OHW) . rows^T
- * (beta 0 for the first chunk, 1 after). Ranges write disjoint rows of col
- * and columns of dWg.
+ * dW rows of one chunk of k images and one group, by input channel blocks
+ * (CONV_BLOCKS) [b0, b1): the block's rows of the column matrix (cached,
+ * im2col into col, or the input itself for one 1x1 image), then
+ *   dwg[:, c0*kh*kw .. c1*kh*kw) (+)= dyc (m, k*OHW) . rows^T
+ * (beta 0 for the first chunk, 1 after). Blocks write disjoint rows of col
+ * and columns of dwg.
  */
 typedef struct dw_cols_job {
   const conv_priv *p;
-  const float *xg;  /* the group's input of the chunk's first image */
-  const float *dyc; /* (fg, k*OHW) */
+  const float *xg;     /* the group's input of the chunk's first image */
+  const float *cached; /* the chunk's columns, row stride ldx, or NULL */
+  size_t ldx;
+  const float *dyc; /* (m, k*OHW) */
   float *col;       /* (kcol, k*OHW) */
-  int k;
+  int k, m;
   float beta;
-  float *dwg; /* (fg, kcol) */
+  float *dwg; /* (m, kcol) */
 } dw_cols_job;
-
-/* Blocks of input channels a chunk's dW GEMM is split into: block b of a
- * group's cg channels is [cg*b/nb, cg*(b+1)/nb), nb = min(cg,
- * CONV_DW_BLOCKS). Fixed, so that the GEMMs (and their rounding) are the
- * same at any thread count; the threads take whole blocks. */
-#define CONV_DW_BLOCKS 4
-
-static int dw_blocks(const conv_geom *g) {
-  return g->cg < CONV_DW_BLOCKS ? g->cg : CONV_DW_BLOCKS;
-}
 
 static void dw_cols_range(void *ctx, size_t b0, size_t b1, int slot) {
   const dw_cols_job *j = ctx;
   const conv_geom *g = &j->p->g;
   size_t in_img = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t ld = (size_t)j->k * ohw, kk = (size_t)g->kh * g->kw;
-  size_t nb = (size_t)dw_blocks(g);
   (void)slot;
   for (size_t b = b0; b < b1; b++) {
-    size_t c0 = (size_t)g->cg * b / nb, c1 = (size_t)g->cg * (b + 1) / nb;
+    int c0, c1;
+    block_range(g->cg, b, &c0, &c1);
     const float *rows;
-    if (j->k == 1 && j->p->path == PATH_1X1) {
-      rows = j->xg + c0 * ohw; /* channel ci is row ci */
+    size_t ldx = ld;
+    if (j->cached) {
+      rows = j->cached + (size_t)c0 * kk * j->ldx;
+      ldx = j->ldx;
+    } else if (j->k == 1 && j->p->path == PATH_1X1) {
+      rows = j->xg + (size_t)c0 * ohw; /* channel ci is row ci */
     } else {
       for (int i = 0; i < j->k; i++)
-        im2col(g, j->xg + (size_t)i * in_img, j->col + (size_t)i * ohw, ld,
-               (int)c0, (int)c1);
-      rows = j->col + c0 * kk * ld;
+        im2col(g, j->xg + (size_t)i * in_img, j->col + (size_t)i * ohw, ld, c0,
+               c1);
+      rows = j->col + (size_t)c0 * kk * ld;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->fg,
-                (int)((c1 - c0) * kk), (int)ld, 1.0f, j->dyc, (int)ld, rows,
-                (int)ld, j->beta, j->dwg + c0 * kk, g->kcol);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->m,
+                (int)((size_t)(c1 - c0) * kk), (int)ld, 1.0f, j->dyc, (int)ld,
+                rows, (int)ldx, j->beta, j->dwg + (size_t)c0 * kk, g->kcol);
   }
 }
 
@@ -1119,14 +1284,16 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
           .dyc = chunk_dy(g, dy, gi * g->fg, g->fg, k, tmp),
           .col = b->ws,
           .k = k,
+          .m = g->fg,
           .beta = n0 == 0 ? 0.0f : 1.0f, /* the first chunk writes */
           .dwg = dw + (size_t)gi * g->fg * g->kcol};
-      nto_parallel_for_blas((size_t)dw_blocks(g), 1, 0, dw_cols_range, &j);
+      nto_parallel_for_blas((size_t)conv_blocks(g->cg), 1, 0, dw_cols_range,
+                            &j);
     }
   }
   if (din) {
     chunk_job j = {l, NULL, w, NULL, b->dout, NULL, din, b->ws};
-    run_chunks(p, l->batch, dx_chunks, &j);
+    run_chunks(p, l->batch, dx_chunks, dx_one_chunk, &j);
   }
 }
 
@@ -1169,36 +1336,42 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
   assert(j == p->iw && p->path != PATH_DEPTHWISE && 0 <= r0 && r0 < r1 &&
          r1 <= g->f);
   (void)j;
-  size_t in_img = (size_t)g->c * g->h * g->w;
+  size_t in_img = (size_t)g->c * g->h * g->w, hw = (size_t)g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
   size_t cache_ld = (size_t)l->batch * ohw; /* columns of the cache */
-  if (cache && fill)
-    for (int gi = 0; gi < g->groups; gi++)
-      chunk_columns(p, b->in[0], gi, l->batch,
-                    cache + (size_t)gi * g->kcol * cache_ld);
-  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  if (cache && fill) {
+    chunk_job cj = {.l = l, .x = b->in[0]};
+    for (int gi = 0; gi < g->groups; gi++) {
+      block_job bj = {
+          .j = &cj, .gi = gi, .col = cache + (size_t)gi * g->kcol * cache_ld};
+      nto_parallel_for((size_t)g->cg, 1, 0, columns_range, &bj);
+    }
+  }
+  int nch = n_chunks(p, l->batch);
   for (int c = 0; c < nch; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
     const float *dy = b->dout + (size_t)n0 * out_img;
     size_t ld = (size_t)k * ohw;
-    float *col = b->ws, *tmp = b->ws + (size_t)g->kcol * ld;
-    float beta = n0 == 0 ? 0.0f : 1.0f;
+    float *tmp = b->ws + (size_t)g->kcol * ld;
     for (int gi = r0 / g->fg; gi <= (r1 - 1) / g->fg; gi++) {
       int fa = r0 > gi * g->fg ? r0 : gi * g->fg; /* filters [fa, fb) */
-      int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg, m = fb - fa;
-      const float *dyc = chunk_dy(g, dy, fa, m, k, tmp);
-      const float *xc;
-      size_t ldx = ld;
-      if (cache) {
-        xc = cache + (size_t)gi * g->kcol * cache_ld + (size_t)n0 * ohw;
-        ldx = cache_ld;
-      } else {
-        xc = chunk_columns(p, b->in[0] + (size_t)n0 * in_img, gi, k, col);
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, g->kcol, (int)ld,
-                  1.0f, dyc, (int)ld, xc, (int)ldx, beta,
-                  dst + (size_t)(fa - r0) * g->kcol, g->kcol);
+      int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg;
+      dw_cols_job jb = {
+          .p = p,
+          .xg = b->in[0] + (size_t)n0 * in_img + (size_t)gi * g->cg * hw,
+          .cached =
+              cache ? cache + (size_t)gi * g->kcol * cache_ld + (size_t)n0 * ohw
+                    : NULL,
+          .ldx = cache_ld,
+          .dyc = chunk_dy(g, dy, fa, fb - fa, k, tmp),
+          .col = b->ws,
+          .k = k,
+          .m = fb - fa,
+          .beta = n0 == 0 ? 0.0f : 1.0f,
+          .dwg = dst + (size_t)(fa - r0) * g->kcol};
+      nto_parallel_for_blas((size_t)conv_blocks(g->cg), 1, 0, dw_cols_range,
+                            &jb);
     }
   }
 }

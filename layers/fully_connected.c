@@ -16,8 +16,15 @@
  * backward reads the forward input (bwd_needs_input = 1):
  *   dW = x^T . dout, db = sum over the batch of dout, dx = dout . W^T,
  * each written with "=" and skipped when its pointer is NULL.
+ *
+ * Compute threads (parallel.h): each GEMM is split into min(cols,
+ * FC_BLOCKS) fixed blocks of its output's columns (unit for out and dW, in
+ * for dx), each block a single-threaded GEMM, the threads taking whole
+ * blocks; db is split by unit. The blocks do not depend on the thread
+ * count, so neither do the results.
  */
 #include "layer.h"
+#include "parallel.h"
 #include "registry.h"
 
 #include <cblas.h>
@@ -25,6 +32,7 @@
 #include <string.h>
 
 #define FC_UNIT_MAX (1L << 24) /* largest accepted `unit` */
+#define FC_BLOCKS 4            /* column blocks of a GEMM (see the top) */
 
 typedef struct fc_priv {
   /* properties */
@@ -83,10 +91,53 @@ static int fc_plan(nto_layer *l, nto_err *err) {
   return 0;
 }
 
+/* One of the layer's GEMMs over column blocks [b0, b1) of its output. */
+enum { FC_FWD, FC_DW, FC_DX };
+typedef struct fc_job {
+  const fc_priv *p;
+  int n, kind;             /* batch, FC_* */
+  const float *x, *w, *dy; /* x (n, in), W (in, unit), dout (n, unit) */
+  float *out;              /* out (n, unit), dW (in, unit) or dx (n, in) */
+} fc_job;
+
+/* Columns of the GEMM's output: unit for out and dW, in for dx. */
+static int fc_cols(const fc_job *j) {
+  return j->kind == FC_DX ? j->p->in : j->p->unit;
+}
+
+static int fc_blocks(const fc_job *j) {
+  int c = fc_cols(j);
+  return c < FC_BLOCKS ? c : FC_BLOCKS;
+}
+
+static void fc_range(void *ctx, size_t b0, size_t b1, int slot) {
+  const fc_job *j = ctx;
+  int in = j->p->in, unit = j->p->unit, c = fc_cols(j), nb = fc_blocks(j);
+  (void)slot;
+  for (size_t b = b0; b < b1; b++) {
+    int c0 = (int)((long)c * (long)b / nb);
+    int c1 = (int)((long)c * (long)(b + 1) / nb);
+    if (j->kind == FC_FWD) /* out[:, c0:c1] += x (n, in) . W[:, c0:c1] */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->n, c1 - c0, in,
+                  1.0f, j->x, in, j->w + c0, unit, 1.0f, j->out + c0, unit);
+    else if (j->kind == FC_DW) /* dW[:, c0:c1] = x^T (in, n) . dy[:, c0:c1] */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, c1 - c0, j->n,
+                  1.0f, j->x, in, j->dy + c0, unit, 0.0f, j->out + c0, unit);
+    else /* dx[:, c0:c1] = dy (n, unit) . W[c0:c1, :]^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, c1 - c0, unit,
+                  1.0f, j->dy, unit, j->w + (size_t)c0 * unit, unit, 0.0f,
+                  j->out + c0, in);
+  }
+}
+
+static void fc_gemm(const fc_job *j) {
+  nto_parallel_for_blas((size_t)fc_blocks(j), 1, 0, fc_range, (void *)j);
+}
+
 /* f->in[0]: (N, in) -> f->out: (N, unit) = x . W + b. */
 static void fc_forward(nto_layer *l, const nto_fwd *f) {
   fc_priv *p = l->priv;
-  int n = l->batch, in = p->in, unit = p->unit;
+  int n = l->batch, unit = p->unit;
   const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
   for (int i = 0; i < n; i++) {
     float *r = f->out + (size_t)i * unit;
@@ -95,21 +146,21 @@ static void fc_forward(nto_layer *l, const nto_fwd *f) {
     else
       memset(r, 0, (size_t)unit * sizeof *r);
   }
-  /* out (n, unit) += x (n, in) . W (in, unit) */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, unit, in, 1.0f,
-              f->in[0], in, f->w[p->iw], unit, 1.0f, f->out, unit);
+  fc_job j = {p, n, FC_FWD, f->in[0], f->w[p->iw], NULL, f->out};
+  fc_gemm(&j);
 }
 
 /* dout: (N, unit), in[0]: (N, in) -> dW (in, unit), db (unit),
  * din[0] (N, in); each written with "=", skipped when NULL. */
 static void fc_backward(nto_layer *l, const nto_bwd *b) {
   fc_priv *p = l->priv;
-  int n = l->batch, in = p->in, unit = p->unit;
+  int n = l->batch, unit = p->unit;
   float *dw = b->dw[p->iw];
   float *db = p->ib >= 0 ? b->dw[p->ib] : NULL;
-  if (dw) /* dW (in, unit) = x^T (in, n) . dout (n, unit) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, unit, n, 1.0f,
-                b->in[0], in, b->dout, unit, 0.0f, dw, unit);
+  if (dw) { /* dW (in, unit) = x^T (in, n) . dout (n, unit) */
+    fc_job j = {p, n, FC_DW, b->in[0], NULL, b->dout, dw};
+    fc_gemm(&j);
+  }
   if (db) {
     for (int j = 0; j < unit; j++) {
       double s = 0.0;
@@ -118,9 +169,10 @@ static void fc_backward(nto_layer *l, const nto_bwd *b) {
       db[j] = (float)s;
     }
   }
-  if (b->din[0]) /* dx (n, in) = dout (n, unit) . W^T (unit, in) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, unit, 1.0f,
-                b->dout, unit, b->w[p->iw], unit, 0.0f, b->din[0], in);
+  if (b->din[0]) { /* dx (n, in) = dout (n, unit) . W^T (unit, in) */
+    fc_job j = {p, n, FC_DX, NULL, b->w[p->iw], b->dout, b->din[0]};
+    fc_gemm(&j);
+  }
 }
 
 const nto_layer_ops nto_fully_connected_layer = {

@@ -1,15 +1,15 @@
 /*
  * parallel.h - the executor's compute helpers: a loop over [0, n) split
  * into contiguous ranges run by the executor thread and T-1 worker
- * threads, for the kernels other than single GEMMs (element-wise layers,
- * batch normalization, depthwise convolution, optimizer updates, the
- * chunks of a convolution).
+ * threads, for the kernels (element-wise layers, batch normalization,
+ * convolutions, fully connected layers, optimizer updates).
  *
- * OpenBLAS parallelizes a GEMM with its own threads; without these
- * helpers everything else would run on the executor alone, on one of the
- * machine's cores. Convolutions run their chunks of images through
- * nto_parallel_for_blas instead: each range's GEMMs single-threaded, side by
- * side with its im2col and col2im. The two never run at once: a step's
+ * GEMMs run here too, through nto_parallel_for_blas: each range's GEMMs
+ * single-threaded, side by side with the range's im2col or col2im, in
+ * chunks of images or fixed blocks of rows or columns (layers/conv2d.c,
+ * layers/fully_connected.c). OpenBLAS's own threads would split only the
+ * GEMMs, leave the rest on the executor, and round differently with
+ * another thread count; the CLI holds OpenBLAS at one thread. A step's
  * kernels run one after the other on the executor, which waits for each.
  *
  * Results do not depend on the thread count: callers split work only where

@@ -62,6 +62,17 @@ expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.
   --data synthetic --iterations 3 --eval-samples 8 --save "$tmp/w.bin"
 [ -s "$tmp/w.bin" ] && [ -s "$tmp/w.safetensors" ] && passes=$((passes + 1)) ||
   { echo "FAIL save: weight files missing"; fails=$((fails + 1)); }
+# Every GEMM runs in fixed blocks or chunks (parallel.h): ResNet-18 at batch 4
+# (one-chunk and per-image convolutions) trains to the same bits at 1 and 3
+# compute threads.
+for t in 1 3; do
+  "$exe" train res/resnet18.ini --data synthetic --batch-size 4 --iterations 2 \
+    --eval-samples 0 --threads $t --save "$tmp/t$t.bin" >"$tmp/out" 2>&1 ||
+    { echo "FAIL threads_$t:"; sed 's/^/  /' "$tmp/out"; }
+done
+cmp -s "$tmp/t1.bin" "$tmp/t3.bin" && passes=$((passes + 1)) ||
+  { echo "FAIL threads_same_bits: weights differ between 1 and 3 threads"; fails=$((fails + 1)); }
+rm -f "$tmp"/t[13].bin "$tmp"/t[13].safetensors
 expect missing_data 1 "cannot open" -- "$exe" train test/data/nets/fmnist_small.ini \
   --data "$tmp/nodata" --iterations 1
 

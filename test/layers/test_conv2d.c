@@ -493,7 +493,8 @@ static void test_chunks_match_per_image(void **state) {
 
 /* Forward and backward (y, dX, dW, db) are the same bits with 1, 2 and 3
  * compute threads: chunks run side by side in workspace slots of their own
- * (per image, in chunks of 2+2+1, in one chunk), dW's GEMM runs in fixed
+ * (per image, in chunks of 2+2+1), a batch of one chunk runs its GEMMs in
+ * fixed blocks of filters and input channels, dW's GEMM runs in fixed
  * blocks of input channels, db by filter. The planned workspace is one
  * slot per thread that gets a chunk. The last case is large enough for
  * OpenBLAS to round a GEMM split at other column boundaries differently. */
@@ -546,7 +547,7 @@ static void test_threads_same_bits(void **state) {
         assert_int_equal(ws, slot * (size_t)slots);
         for (int i = 0; i < 4 && t > 1; i++)
           if (memcmp(o[i], r[i], n[i] * 4) != 0)
-            fail_msg("%s, %d chunks, %d threads: %s differs from 1 thread",
+            fail_msg("%s, %d chunk(s), %d threads: %s differs from 1 thread",
                      k->name, nch[bi], t,
                      (const char *[]){"y", "dX", "dW", "db"}[i]);
         for (int i = 0; i < 4; i++) {

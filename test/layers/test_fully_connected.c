@@ -1,6 +1,7 @@
 /*
  * test_fully_connected.c - fully_connected layer: gradient checks, forward
- * and backward against naive loops (in double), weight requests, errors.
+ * and backward against naive loops (in double), the same bits at any compute
+ * thread count, weight requests, errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
+#include "parallel.h"
 #include "registry.h"
 
 #include <math.h>
@@ -34,6 +36,9 @@ static const fc_case cases[] = {
      3,
      0},
     {"batch 1 unit 1", {"unit", "1", NULL}, {1, 1, 1, 6}, 1, 1},
+    /* large enough for several column blocks and for OpenBLAS to round a
+     * GEMM split at other columns differently */
+    {"blocks", {"unit", "70", NULL}, {5, 3, 10, 10}, 70, 1},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -262,10 +267,69 @@ static void test_errors(void **state) {
 #undef P
 }
 
+/* One forward and backward of case k at t compute threads. */
+static void run_threads(const fc_case *k, int t, const float *x, const float *w,
+                        const float *b, const float *dy, float *y, float *dx,
+                        float *dw, float *db) {
+  nto_err err = {0};
+  assert_int_equal(nto_parallel_set_threads(t, &err), 0);
+  nto_layer l;
+  assert_int_equal(
+      gc_layer_make(&l, &nto_fully_connected_layer, k->props, 1, &k->in), 0);
+  nto_fwd f = {.out = y, .training = 1};
+  f.in[0] = x;
+  f.w[0] = (float *)w;
+  f.w[1] = (float *)b;
+  l.ops->forward(&l, &f);
+  nto_bwd bw = {.dout = dy};
+  bw.in[0] = x;
+  bw.din[0] = dx;
+  bw.w[0] = w;
+  bw.w[1] = b;
+  bw.dw[0] = dw;
+  bw.dw[1] = db;
+  l.ops->backward(&l, &bw);
+  gc_layer_free(&l);
+}
+
+/* y, dX, dW and db are the same bits with 1, 2 and 3 compute threads: the
+ * GEMMs run in fixed column blocks whatever the thread count. */
+static void test_threads_same_bits(void **state) {
+  (void)state;
+  const fc_case *k = &cases[N_CASES - 1];
+  size_t n = (size_t)k->in.n, in = nto_shape_sample(k->in);
+  size_t unit = (size_t)k->unit;
+  size_t sz[4] = {n * unit, n * in, in * unit, unit};
+  nto_rng rng;
+  nto_rng_seed(&rng, 77);
+  float *x = malloc(n * in * 4), *w = malloc(in * unit * 4);
+  float *b = malloc(unit * 4), *dy = malloc(n * unit * 4);
+  fill(x, n * in, &rng);
+  fill(w, in * unit, &rng);
+  fill(b, unit, &rng);
+  fill(dy, n * unit, &rng);
+  float *r[4], *o[4];
+  for (int i = 0; i < 4; i++)
+    r[i] = malloc(sz[i] * 4), o[i] = malloc(sz[i] * 4);
+  run_threads(k, 1, x, w, b, dy, r[0], r[1], r[2], r[3]);
+  for (int t = 2; t <= 3; t++) {
+    run_threads(k, t, x, w, b, dy, o[0], o[1], o[2], o[3]);
+    for (int i = 0; i < 4; i++)
+      if (memcmp(o[i], r[i], sz[i] * 4) != 0)
+        fail_msg("%d threads: %s differs from 1 thread", t,
+                 (const char *[]){"y", "dX", "dW", "db"}[i]);
+  }
+  for (int i = 0; i < 4; i++)
+    free(r[i]), free(o[i]);
+  free(x), free(w), free(b), free(dy);
+  nto_parallel_free();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_gradcheck),
+      cmocka_unit_test(test_threads_same_bits),
       cmocka_unit_test(test_weights),
       cmocka_unit_test(test_errors),
   };
