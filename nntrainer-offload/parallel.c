@@ -7,9 +7,10 @@
  * sees, then decrements `pending`, and the last one signals `done`. Ranges
  * are fixed by the worker's index, so which thread computes which outputs
  * is the same in every run. Workers sleep on the condition variable between
- * jobs (no spinning: OpenBLAS's own threads spin after a GEMM on the same
- * cores). They block all signals (the CLI's SIGINT/SIGTERM handling stays
- * on its main thread) and are named "nto-compute".
+ * jobs (no spinning: the I/O threads share the cores, and OpenBLAS's own
+ * threads, where a caller runs them, spin after a GEMM). They block all
+ * signals (the CLI's SIGINT/SIGTERM handling stays on its main thread) and
+ * are named "nto-compute".
  */
 #include "parallel.h"
 
