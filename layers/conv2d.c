@@ -1268,7 +1268,8 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
     return;
   }
   /* dW sums over the whole batch: chunk after chunk, in workspace slot 0,
-   * each chunk's GEMM split by input channels over the compute threads */
+   * each chunk's GEMM in fixed blocks of input channels (CONV_BLOCKS) that
+   * the compute threads share out */
   int nch = (l->batch + p->chunk - 1) / p->chunk;
   for (int c = 0; dw && c < nch; c++) {
     int n0, k;
