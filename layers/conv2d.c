@@ -46,8 +46,9 @@
  * (with the bias) into the images, and in backward dY of the chunk is
  * gathered into that buffer first:
  *   forward:  tmp (F/G, k*OHW) = Wg (F/G, K) . col; y <- scatter(tmp) + b
- *   backward: tmp <- gather(dY); dWg (+)= tmp . col^T (one GEMM per chunk);
- *             col <- Wg^T . tmp, then col2im per image into dX.
+ *   backward: tmp <- gather(dY); dWg (+)= tmp . col^T (per chunk, in
+ *             blocks of input channels); col <- Wg^T . tmp, then col2im
+ *             per image into dX (dY gathered again for this pass).
  * A chunk of one image skips the buffer: it computes into y (and reads dY)
  * in place, exactly like the per-image kernel.
  *
@@ -60,8 +61,10 @@
  *   workspace = (K + F/G) * k * OHW floats  if k > 1,
  *               K * OHW floats (one image's column matrix, 0 for 1x1) if
  *               k == 1.
- * So the workspace is at most max(CONV_CHUNK_BYTES, one image's column
- * matrix): a layer whose single image already exceeds the bound keeps the
+ * So a slot of the workspace is at most max(CONV_CHUNK_BYTES, one image's
+ * column matrix), and the workspace holds min(threads, chunks) slots (see
+ * "Compute threads" below): a layer whose single image already exceeds the
+ * bound keeps the
  * per-image kernel (its GEMMs are large anyway), and the whole batch is one
  * chunk only when it fits the bound. CONV_CHUNK_BYTES (2 MiB) is below the
  * largest single-image column matrix of ResNet-18 at 32x32 (2.25 MiB, the
@@ -888,6 +891,10 @@ typedef struct chunk_job {
   float *y, *dx, *ws;
 } chunk_job;
 
+/* ws + off, or NULL when there is no workspace (a model whose layers need
+ * none gets none; the offset is then never used). */
+static float *ws_at(float *ws, size_t off) { return ws ? ws + off : NULL; }
+
 /* Chunks of the batch. */
 static int n_chunks(const conv_priv *p, int batch) {
   return (batch + p->chunk - 1) / p->chunk;
@@ -964,7 +971,7 @@ static void forward_one_chunk(const chunk_job *j) {
   const conv_geom *g = &p->g;
   size_t ld = (size_t)l->batch * g->oh * g->ow;
   for (int gi = 0; gi < g->groups; gi++) {
-    block_job bj = {j, gi, NULL, NULL, j->ws, j->ws + (size_t)g->kcol * ld};
+    block_job bj = {j, gi, NULL, NULL, j->ws, ws_at(j->ws, g->kcol * ld)};
     if (l->batch == 1 && p->path == PATH_1X1) {
       bj.src = j->x + (size_t)gi * g->cg * g->h * g->w;
     } else {
@@ -1028,7 +1035,7 @@ static void dx_one_chunk(const chunk_job *j) {
   const conv_geom *g = &((const conv_priv *)l->priv)->g;
   size_t ld = (size_t)l->batch * g->oh * g->ow;
   for (int gi = 0; gi < g->groups; gi++) {
-    block_job bj = {j, gi, NULL, NULL, j->ws, j->ws + (size_t)g->kcol * ld};
+    block_job bj = {j, gi, NULL, NULL, j->ws, ws_at(j->ws, g->kcol * ld)};
     if (l->batch == 1) {
       bj.dyc = j->dy + (size_t)gi * g->fg * ld;
     } else {
@@ -1063,7 +1070,7 @@ static void forward_chunks(void *ctx, size_t c0, size_t c1, int slot) {
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t ohw = (size_t)g->oh * g->ow;
-  float *ws = j->ws + (size_t)slot * p->ws_slot;
+  float *ws = ws_at(j->ws, (size_t)slot * p->ws_slot);
   int nch = (l->batch + p->chunk - 1) / p->chunk;
   for (int c = (int)c0; c < (int)c1; c++) {
     int n0, k;
@@ -1071,7 +1078,7 @@ static void forward_chunks(void *ctx, size_t c0, size_t c1, int slot) {
     const float *x = j->x + (size_t)n0 * in_img;
     float *y = j->y + (size_t)n0 * out_img;
     size_t ld = (size_t)k * ohw; /* columns of the chunk */
-    float *col = ws, *tmp = ws + (size_t)g->kcol * ld;
+    float *col = ws, *tmp = ws_at(ws, g->kcol * ld);
     for (int gi = 0; gi < g->groups; gi++) {
       const float *wg = w + (size_t)gi * g->fg * g->kcol;
       const float *bg = bias ? bias + (size_t)gi * g->fg : NULL;
@@ -1126,7 +1133,7 @@ static void dx_chunks(void *ctx, size_t c0, size_t c1, int slot) {
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-  float *ws = j->ws + (size_t)slot * p->ws_slot;
+  float *ws = ws_at(j->ws, (size_t)slot * p->ws_slot);
   int nch = (l->batch + p->chunk - 1) / p->chunk;
   for (int c = (int)c0; c < (int)c1; c++) {
     int n0, k;
@@ -1134,7 +1141,7 @@ static void dx_chunks(void *ctx, size_t c0, size_t c1, int slot) {
     const float *dy = j->dy + (size_t)n0 * out_img;
     float *dx = j->dx + (size_t)n0 * in_img;
     size_t ld = (size_t)k * ohw; /* columns of the chunk */
-    float *col = ws, *tmp = ws + (size_t)g->kcol * ld;
+    float *col = ws, *tmp = ws_at(ws, g->kcol * ld);
     /* the GEMM writes every element of a single 1x1 image's dX (beta = 0);
      * col2im accumulates */
     int in_place = k == 1 && p->path == PATH_1X1;
@@ -1276,7 +1283,7 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
     chunk_range(l->batch, nch, c, &n0, &k);
     const float *dy = b->dout + (size_t)n0 * out_img;
     size_t ld = (size_t)k * ohw; /* columns of the chunk */
-    float *tmp = b->ws + (size_t)g->kcol * ld;
+    float *tmp = ws_at(b->ws, g->kcol * ld);
     for (int gi = 0; gi < g->groups; gi++) {
       dw_cols_job j = {
           .p = p,
@@ -1354,7 +1361,7 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
     chunk_range(l->batch, nch, c, &n0, &k);
     const float *dy = b->dout + (size_t)n0 * out_img;
     size_t ld = (size_t)k * ohw;
-    float *tmp = b->ws + (size_t)g->kcol * ld;
+    float *tmp = ws_at(b->ws, g->kcol * ld);
     for (int gi = r0 / g->fg; gi <= (r1 - 1) / g->fg; gi++) {
       int fa = r0 > gi * g->fg ? r0 : gi * g->fg; /* filters [fa, fb) */
       int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg;

@@ -20,8 +20,8 @@
  * Compute threads (parallel.h): each GEMM is split into min(cols,
  * FC_BLOCKS) fixed blocks of its output's columns (unit for out and dW, in
  * for dx), each block a single-threaded GEMM, the threads taking whole
- * blocks; db is split by unit. The blocks do not depend on the thread
- * count, so neither do the results.
+ * blocks (db, a sum per unit, runs on the executor). The blocks do not
+ * depend on the thread count, so neither do the results.
  */
 #include "layer.h"
 #include "parallel.h"

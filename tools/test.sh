@@ -24,7 +24,8 @@ if [ "${NTO_NO_TSAN:-0}" != 1 ]; then
     meson setup build-tsan -Db_sanitize=thread -Dbuildtype=debugoptimized \
       >/dev/null || status=1
   fi
-  tsan_targets="test/test_core_offload test/test_core_parallel test/test_io_iobackend"
+  tsan_targets="test/test_core_offload test/test_core_parallel test/test_io_iobackend
+    test/test_layer_conv2d test/test_layer_fully_connected"
   # shellcheck disable=SC2086
   if out=$(ninja -C build-tsan $J $tsan_targets 2>&1); then
     echo "== ThreadSanitizer: threaded tests (build-tsan)"

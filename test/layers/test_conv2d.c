@@ -369,6 +369,10 @@ static void test_gradcheck(void **state) {
 /* One forward + backward (din, dw, db) of a layer planned for in_shape
  * with the chunk bound `bound`; outputs into y, dx, dw, db. Returns the
  * planned workspace bytes. The workspace is guarded by canaries. */
+/* When nonzero, run_once switches to this many compute threads after the
+ * plan (the workspace was sized for the threads at plan). */
+static int threads_after_plan;
+
 static size_t run_once(const conv_case *k, size_t bound, const float *x,
                        const float *w, const float *b, const float *dy,
                        float *y, float *dx, float *dw, float *db) {
@@ -377,6 +381,10 @@ static size_t run_once(const conv_case *k, size_t bound, const float *x,
   assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
                    0);
   nto_conv2d_chunk_bytes_for_tests = 0;
+  if (threads_after_plan) {
+    nto_err err = {0};
+    assert_int_equal(nto_parallel_set_threads(threads_after_plan, &err), 0);
+  }
   float *ws = ws_alloc(l.ws_bytes);
   nto_fwd f = {.out = y, .ws = ws, .training = 1};
   f.in[0] = x;
@@ -496,20 +504,31 @@ static void test_chunks_match_per_image(void **state) {
  * (per image, in chunks of 2+2+1), a batch of one chunk runs its GEMMs in
  * fixed blocks of filters and input channels, dW's GEMM runs in fixed
  * blocks of input channels, db by filter. The planned workspace is one
- * slot per thread that gets a chunk. The last case is large enough for
- * OpenBLAS to round a GEMM split at other column boundaries differently. */
+ * slot per thread that gets a chunk; a layer planned at 1 thread and run at
+ * 3 stays within its one slot (the canary after the workspace) with the
+ * same bits. Also batches of one image (in place, 1x1 included). The
+ * 16-channel case is large enough for OpenBLAS to round a GEMM split at
+ * other boundaries differently. */
 static void test_threads_same_bits(void **state) {
   (void)state;
   /* clang-format off */
-  static const conv_case big = {
-      .name = "16 channels 3x3 pad 1",
-      .props = {"filters", "24", "kernel_size", "3", "padding", "1", NULL},
-      .in = {5, 16, 12, 12}, .f = 24, .groups = 1, .bias = 1};
+  static const conv_case extra[] = {
+      {.name = "16 channels 3x3 pad 1",
+       .props = {"filters", "24", "kernel_size", "3", "padding", "1", NULL},
+       .in = {5, 16, 12, 12}, .f = 24, .groups = 1, .bias = 1},
+      {.name = "one image 3x3 pad 1",
+       .props = {"filters", "24", "kernel_size", "3", "padding", "1", NULL},
+       .in = {1, 16, 12, 12}, .f = 24, .groups = 1, .bias = 1},
+      {.name = "one image 1x1 groups 2",
+       .props = {"filters", "12", "kernel_size", "1", "groups", "2", NULL},
+       .in = {1, 16, 9, 7}, .f = 12, .groups = 2, .bias = 1},
+  };
   /* clang-format on */
   size_t nc = sizeof chunk_cases / sizeof *chunk_cases;
+  size_t ne = sizeof extra / sizeof *extra;
   nto_err err = {0};
-  for (size_t ci = 0; ci <= nc; ci++) {
-    const conv_case *k = ci < nc ? &chunk_cases[ci] : &big;
+  for (size_t ci = 0; ci < nc + ne; ci++) {
+    const conv_case *k = ci < nc ? &chunk_cases[ci] : &extra[ci - nc];
     nto_layer l;
     assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
                      0);
@@ -527,19 +546,23 @@ static void test_threads_same_bits(void **state) {
     fill(w, nw, &rng);
     fill(b, k->f, &rng);
     fill(dy, ny, &rng);
-    /* 1 image per GEMM (5 chunks), 2 (2+2+1), 5 (one chunk) */
+    /* 1 image per GEMM (N chunks), 2 (2+2+1 for 5 images), all in one */
     const size_t bounds[] = {1, 2 * per_img + per_img / 2, 100 * per_img};
-    const int nch[] = {5, 3, 1};
+    const int nch[] = {k->in.n, (k->in.n + 1) / 2, 1};
     for (int bi = 0; bi < 3; bi++) {
       float *r[4] = {NULL}, *o[4];
       size_t n[4] = {ny, nx, nw, (size_t)k->f}, ws1 = 0;
-      for (int t = 1; t <= 3; t++) {
-        assert_int_equal(nto_parallel_set_threads(t, &err), 0);
+      /* t = 4: planned at 1 thread, run at 3 */
+      for (int t = 1; t <= 4; t++) {
+        assert_int_equal(nto_parallel_set_threads(t < 4 ? t : 1, &err), 0);
+        threads_after_plan = t < 4 ? 0 : 3;
         for (int i = 0; i < 4; i++)
           o[i] = calloc(n[i], 4);
         size_t ws =
             run_once(k, bounds[bi], x, w, b, dy, o[0], o[1], o[2], o[3]);
-        int slots = nch[bi] < 2 ? 1 : nch[bi] < t ? nch[bi] : t;
+        threads_after_plan = 0;
+        int tp = t < 4 ? t : 1; /* threads at plan */
+        int slots = nch[bi] < 2 ? 1 : nch[bi] < tp ? nch[bi] : tp;
         if (t == 1)
           ws1 = ws;
         /* each slot rounded up to 64 bytes when there are several */
@@ -547,8 +570,10 @@ static void test_threads_same_bits(void **state) {
         assert_int_equal(ws, slot * (size_t)slots);
         for (int i = 0; i < 4 && t > 1; i++)
           if (memcmp(o[i], r[i], n[i] * 4) != 0)
-            fail_msg("%s, %d chunk(s), %d threads: %s differs from 1 thread",
-                     k->name, nch[bi], t,
+            fail_msg("%s, %d chunk(s), %d threads%s: %s differs from 1 "
+                     "thread",
+                     k->name, nch[bi], t < 4 ? t : 3,
+                     t < 4 ? "" : " (planned at 1)",
                      (const char *[]){"y", "dX", "dW", "db"}[i]);
         for (int i = 0; i < 4; i++) {
           if (t == 1)
@@ -565,16 +590,25 @@ static void test_threads_same_bits(void **state) {
   nto_parallel_free();
 }
 
+/* Teardown: the pool back to one thread, also after a failed test. */
+static int pool_free(void **state) {
+  (void)state;
+  threads_after_plan = 0;
+  nto_parallel_free();
+  return 0;
+}
+
 /* Rows [r0, r1) of dW from backward_weight_rows equal backward's dW rows
  * within rounding (the same sums; OpenBLAS's kernels round a row
  * differently depending on where it falls in their tiles), for ranges
  * inside a group, across groups and whole, with one image per GEMM and
  * with chunks of images, and write nothing past the rows; the bias has no
  * rows. With the cache (the batch's column matrices, filled by the first
- * call) the rows are the same bits, and calls after the first do not read
- * the input. */
+ * call) the rows are the same bits, also on 3 compute threads, and calls
+ * after the first do not read the input. */
 static void test_weight_rows_match_backward(void **state) {
   (void)state;
+  nto_err err = {0};
   const size_t bounds[] = {1, 1 << 20}; /* per image, whole batch */
   for (size_t ci = 0; ci < sizeof chunk_cases / sizeof *chunk_cases; ci++) {
     const conv_case *k = &chunk_cases[ci];
@@ -622,7 +656,11 @@ static void test_weight_rows_match_backward(void **state) {
         bc.in[0] = r == 0 ? x : NULL;
         for (size_t i = 0; i < nw; i++)
           cached[i] = CANARY;
+        /* on 3 compute threads (planned at 1): the fill splits by channels,
+         * the GEMMs by fixed blocks, so the same bits */
+        assert_int_equal(nto_parallel_set_threads(3, &err), 0);
         l.ops->backward_weight_rows(&l, &bc, 0, r0, r1, cached, cache, r == 0);
+        assert_int_equal(nto_parallel_set_threads(1, &err), 0);
         ws_check(ws, l.ws_bytes);
         assert_memory_equal(cached, rows, nw * 4);
         double e =
@@ -855,8 +893,8 @@ int main(void) {
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_chunks_match_per_image),
-      cmocka_unit_test(test_threads_same_bits),
-      cmocka_unit_test(test_weight_rows_match_backward),
+      cmocka_unit_test_teardown(test_threads_same_bits, pool_free),
+      cmocka_unit_test_teardown(test_weight_rows_match_backward, pool_free),
       cmocka_unit_test(test_weights),
       cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_errors),
