@@ -445,6 +445,39 @@ static const conv_case chunk_cases[] = {
 };
 /* clang-format on */
 
+/* A case's sizes and random input, weights, bias and dY. */
+typedef struct case_data {
+  size_t nx, ny, nw; /* input, output and weight floats */
+  size_t per_img;    /* bytes: one image's share of a chunk (K + F/G rows of
+                        OH*OW columns) */
+  float *x, *w, *b, *dy;
+} case_data;
+
+static void case_data_make(const conv_case *k, unsigned seed, case_data *d) {
+  nto_layer l;
+  assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
+                   0);
+  nto_shape os = l.out_shape;
+  d->nw = nto_shape_numel(l.w[0].shape);
+  size_t kcol = d->nw / k->f, ohw = (size_t)os.h * os.w;
+  d->per_img = (kcol + (size_t)(k->f / k->groups)) * ohw * 4;
+  gc_layer_free(&l);
+  d->nx = nto_shape_numel(k->in);
+  d->ny = nto_shape_numel(os);
+  nto_rng rng;
+  nto_rng_seed(&rng, seed);
+  d->x = malloc(d->nx * 4), d->w = malloc(d->nw * 4);
+  d->b = malloc(k->f * 4), d->dy = malloc(d->ny * 4);
+  fill(d->x, d->nx, &rng);
+  fill(d->w, d->nw, &rng);
+  fill(d->b, k->f, &rng);
+  fill(d->dy, d->ny, &rng);
+}
+
+static void case_data_free(case_data *d) {
+  free(d->x), free(d->w), free(d->b), free(d->dy);
+}
+
 /* A batch of 5 split into chunks of 2 (2+2+1), 3 (3+2) and one chunk of 5
  * gives the results of one image per GEMM (forward, dX, dW, db) within
  * rounding, for groups, stride, padding, dilation and 1x1 variants; the
@@ -454,24 +487,10 @@ static void test_chunks_match_per_image(void **state) {
   const conv_case *cc = chunk_cases;
   for (size_t ci = 0; ci < sizeof chunk_cases / sizeof *cc; ci++) {
     const conv_case *k = &cc[ci];
-    nto_layer l;
-    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
-                     0);
-    nto_shape os = l.out_shape;
-    size_t nw = nto_shape_numel(l.w[0].shape);
-    /* one image's share of a chunk: K + F/G rows of OH*OW columns */
-    size_t kcol = nw / k->f, ohw = (size_t)os.h * os.w;
-    size_t per_img = (kcol + (size_t)(k->f / k->groups)) * ohw * 4;
-    gc_layer_free(&l);
-    size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
-    nto_rng rng;
-    nto_rng_seed(&rng, 500 + (unsigned)ci);
-    float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(k->f * 4);
-    float *dy = malloc(ny * 4);
-    fill(x, nx, &rng);
-    fill(w, nw, &rng);
-    fill(b, k->f, &rng);
-    fill(dy, ny, &rng);
+    case_data d;
+    case_data_make(k, 500 + (unsigned)ci, &d);
+    size_t nx = d.nx, ny = d.ny, nw = d.nw, per_img = d.per_img;
+    float *x = d.x, *w = d.w, *b = d.b, *dy = d.dy;
     float *y1 = malloc(ny * 4), *dx1 = malloc(nx * 4), *dw1 = malloc(nw * 4);
     float *db1 = calloc(k->f, 4);
     run_once(k, 1, x, w, b, dy, y1, dx1, dw1, db1);
@@ -494,8 +513,8 @@ static void test_chunks_match_per_image(void **state) {
       }
       free(y), free(dx), free(dw), free(db);
     }
-    free(x), free(w), free(b), free(dy), free(y1), free(dx1), free(dw1);
-    free(db1);
+    case_data_free(&d);
+    free(y1), free(dx1), free(dw1), free(db1);
   }
 }
 
@@ -529,23 +548,10 @@ static void test_threads_same_bits(void **state) {
   nto_err err = {0};
   for (size_t ci = 0; ci < nc + ne; ci++) {
     const conv_case *k = ci < nc ? &chunk_cases[ci] : &extra[ci - nc];
-    nto_layer l;
-    assert_int_equal(gc_layer_make(&l, &nto_conv2d_layer, k->props, 1, &k->in),
-                     0);
-    nto_shape os = l.out_shape;
-    size_t nw = nto_shape_numel(l.w[0].shape);
-    size_t kcol = nw / k->f, ohw = (size_t)os.h * os.w;
-    size_t per_img = (kcol + (size_t)(k->f / k->groups)) * ohw * 4;
-    gc_layer_free(&l);
-    size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
-    nto_rng rng;
-    nto_rng_seed(&rng, 900 + (unsigned)ci);
-    float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(k->f * 4);
-    float *dy = malloc(ny * 4);
-    fill(x, nx, &rng);
-    fill(w, nw, &rng);
-    fill(b, k->f, &rng);
-    fill(dy, ny, &rng);
+    case_data d;
+    case_data_make(k, 900 + (unsigned)ci, &d);
+    size_t nx = d.nx, ny = d.ny, nw = d.nw, per_img = d.per_img;
+    float *x = d.x, *w = d.w, *b = d.b, *dy = d.dy;
     /* 1 image per GEMM (N chunks), 2 (2+2+1 for 5 images), all in one */
     const size_t bounds[] = {1, 2 * per_img + per_img / 2, 100 * per_img};
     const int nch[] = {k->in.n, (k->in.n + 1) / 2, 1};
@@ -585,7 +591,7 @@ static void test_threads_same_bits(void **state) {
       for (int i = 0; i < 4; i++)
         free(r[i]);
     }
-    free(x), free(w), free(b), free(dy);
+    case_data_free(&d);
   }
   nto_parallel_free();
 }
