@@ -22,29 +22,27 @@ executor's waits for reads).
 
 import argparse
 import collections
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layer_profile  # noqa: E402  (the trace reader: step_spans)
+
 
 def step_ms(trace_file, warmup):
     """{kind: ms per iteration} of the iterations after the warm-up."""
-    with open(trace_file) as f:
-        events = json.load(f)["traceEvents"]
-    spans = [(e["name"], e["dur"] / 1e3) for e in events
-             if e.get("ph") == "X" and e.get("cat") == "train"]
+    spans = layer_profile.step_spans(trace_file)
     first = spans[0][0]
     starts = [i for i, (n, _) in enumerate(spans) if n == first]
     if len(starts) <= warmup:
         sys.exit("trace has %d iterations, expected more than %d"
                  % (len(starts), warmup))
-    measured = spans[starts[warmup]:]
     iters = len(starts) - warmup
     total = collections.Counter()
-    for name, ms in measured:
+    for name, ms in spans[starts[warmup]:]:
         total[name[0]] += ms / iters
         total["all"] += ms / iters
     return total

@@ -257,6 +257,11 @@ static void same_padding(int in, int k, int s, int d, int *lead, int *trail) {
   *trail = (int)(total - total / 2);
 }
 
+/* Chunks of the batch. */
+static int n_chunks(const conv_priv *p, int batch) {
+  return (batch + p->chunk - 1) / p->chunk;
+}
+
 /* Row pitch and floats of the padded plane of the stride-1 depthwise
  * kernels (see depthwise_forward_s1). */
 static size_t dw_pitch(const conv_geom *g) {
@@ -411,7 +416,7 @@ static int conv_plan(nto_layer *l, nto_err *err) {
     }
     /* a slot per thread that gets a chunk; several slots start at 64-byte
      * boundaries */
-    int nch = (l->batch + p->chunk - 1) / p->chunk;
+    int nch = n_chunks(p, l->batch);
     p->ws_slots = nch < 2 ? 1 : nch < p->ws_slots ? nch : p->ws_slots;
     p->ws_slot = slot / sizeof(float);
     if (p->ws_slots > 1)
@@ -895,11 +900,6 @@ typedef struct chunk_job {
  * none gets none; the offset is then never used). */
 static float *ws_at(float *ws, size_t off) { return ws ? ws + off : NULL; }
 
-/* Chunks of the batch. */
-static int n_chunks(const conv_priv *p, int batch) {
-  return (batch + p->chunk - 1) / p->chunk;
-}
-
 /*
  * The GEMM of a batch that is one chunk, split into blocks (see
  * CONV_BLOCKS): group gi, the chunk's column matrix src (kcol, ld) and dY
@@ -1071,7 +1071,7 @@ static void forward_chunks(void *ctx, size_t c0, size_t c1, int slot) {
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t ohw = (size_t)g->oh * g->ow;
   float *ws = ws_at(j->ws, (size_t)slot * p->ws_slot);
-  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  int nch = n_chunks(p, l->batch);
   for (int c = (int)c0; c < (int)c1; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
@@ -1134,7 +1134,7 @@ static void dx_chunks(void *ctx, size_t c0, size_t c1, int slot) {
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   float *ws = ws_at(j->ws, (size_t)slot * p->ws_slot);
-  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  int nch = n_chunks(p, l->batch);
   for (int c = (int)c0; c < (int)c1; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
@@ -1277,7 +1277,7 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
   /* dW sums over the whole batch: chunk after chunk, in workspace slot 0,
    * each chunk's GEMM in fixed blocks of input channels (CONV_BLOCKS) that
    * the compute threads share out */
-  int nch = (l->batch + p->chunk - 1) / p->chunk;
+  int nch = n_chunks(p, l->batch);
   for (int c = 0; dw && c < nch; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
