@@ -54,7 +54,7 @@
 #define MAX_CONFIGS 32
 #define MAX_ROUNDS 16
 #define PATH_LEN (PATH_MAX + 64) /* the temporary directory + a file name */
-#define LABEL_MAX 16             /* "all", "auto" or up to 15 digits */
+#define LABEL_MAX 32             /* "all", "N:room@SIZE", ... */
 #define BW_DEPTH 16u             /* requests in flight */
 #define BW_BLOCK (1u << 20)      /* bytes per request */
 #define BW_TOTAL (256ull << 20)  /* bytes written, then read */
@@ -72,7 +72,9 @@ static const char usage[] =
     "  --windows LIST        comma list of N (steps), auto and all\n"
     "                        (default 1,2,4,auto,all); N:time, N:room,\n"
     "                        N:steps (likewise auto:...) run that window\n"
-    "                        with --prefetch time, room or steps\n"
+    "                        with --prefetch time, room or steps; a\n"
+    "                        suffix @SIZE (N@64M, 1:time@54M, auto@96M)\n"
+    "                        gives that run its own --memory-budget\n"
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
@@ -88,7 +90,7 @@ static const char usage[] =
     "  --swap-dir DIR        swap directory (default: the INI's\n"
     "                        memory_swap_path, else $TMPDIR or /tmp)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
-    "  --memory-budget SIZE  passed to train\n"
+    "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
     "\n"
     "exit status: 0 every configuration ran and the weights agree; 1 a\n"
@@ -153,16 +155,23 @@ static double now_s(void) {
 
 /* ---- options ------------------------------------------------------------ */
 
+/* WINDOW[:PREFETCH][@SIZE]: the size is checked by train (only its
+ * first digit here, so that a typo is not taken for a window). */
 static int valid_label(const char *s) {
-  const char *colon = strchr(s, ':');
-  size_t len = colon ? (size_t)(colon - s) : strlen(s);
-  if (colon && strcmp(colon + 1, "time") != 0 && strcmp(colon + 1, "room") &&
-      strcmp(colon + 1, "steps"))
+  size_t end = strcspn(s, "@"), len = strcspn(s, ":@");
+  if (s[end] == '@' && (s[end + 1] < '0' || s[end + 1] > '9'))
     return 0;
+  if (len < end) { /* ":PREFETCH" */
+    const char *p = s + len + 1;
+    size_t n = end - len - 1;
+    if (!(n == 4 && (!strncmp(p, "time", 4) || !strncmp(p, "room", 4))) &&
+        !(n == 5 && !strncmp(p, "steps", 5)))
+      return 0;
+  }
   if (len == 4 && !strncmp(s, "auto", 4))
     return 1;
   if (len == 3 && !strncmp(s, "all", 3))
-    return !colon; /* nothing is read: no prefetch to choose */
+    return !s[len]; /* nothing is read: no prefetch, no budget */
   if (len == 0)
     return 0;
   for (size_t i = 0; i < len; i++)
@@ -190,7 +199,8 @@ static int parse_windows(bench_opts *o) {
     tok[len] = '\0';
     if (!valid_label(tok)) {
       cli_error("option --windows: expected N, auto or all (N and auto with "
-                "an optional :time, :room or :steps), got '%s' in '%s'",
+                "an optional :time, :room or :steps, then an optional "
+                "@SIZE), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
     }
@@ -537,9 +547,13 @@ static int run_child(const bench *b, config *c, int k) {
   run_path(b, c->label, k, "bin", save, sizeof save);
   run_path(b, c->label, k, "out", out, sizeof out);
   run_path(b, c->label, k, "err", errf, sizeof errf);
-  /* "N:time": --window N --prefetch time (likewise :room, :steps) */
+  /* "N:time@SIZE": --window N --prefetch time --memory-budget SIZE
+   * (likewise :room, :steps; each part optional) */
   char window[LABEL_MAX];
   snprintf(window, sizeof window, "%s", c->label);
+  char *budget = strchr(window, '@');
+  if (budget)
+    *budget++ = '\0';
   char *prefetch = strchr(window, ':');
   if (prefetch)
     *prefetch++ = '\0';
@@ -559,8 +573,8 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--swap-dir"), ARG(o->swap_dir);
   if (o->io)
     ARG("--io"), ARG(o->io);
-  if (o->budget)
-    ARG("--memory-budget"), ARG(o->budget);
+  if (budget || o->budget)
+    ARG("--memory-budget"), ARG(budget ? budget : o->budget);
   if (o->no_direct)
     ARG("--no-direct");
   args[n] = NULL;

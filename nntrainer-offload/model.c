@@ -1361,32 +1361,91 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
   return 0;
 }
 
-/*
- * The read frontier of window n from the measured step times (lookahead.h)
- * into upto[0..S); *ok = 0 when there is nothing to weigh (no times, no
- * reads) or nothing moves. Read time of step j: the bytes that bring it in
- * (the plain window's schedule) at the bandwidth the onloader achieved so
- * far, times PREFETCH_MARGIN, + PREFETCH_LATENCY_MS per step with reads.
- * The frontier is fitted (fit_frontier) within the memory budget, and
- * with NTO_PREFETCH_ROOM within the plain window's own region.
- */
+/* Read time of step j in a frontier (nto_model_frontier): the bytes that
+ * bring it in (the plain window's schedule) at the given bandwidth, times
+ * PREFETCH_MARGIN, + PREFETCH_LATENCY_MS per step with reads. */
 #define PREFETCH_MARGIN 1.25
 #define PREFETCH_LATENCY_MS 0.2
 /* Tries of fit_frontier, each with the model's target lowered by what the
  * built schedule exceeded the limit by. */
 #define FIT_TRIES 4
 
+/* qsort: doubles in decreasing order. */
+static int by_gain_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* One fit of desired within target with gains g (nto_lookahead_fit) into
+ * upto, and the region + workspace of the schedule built from it into
+ * *need. *got: the steps moved. */
+static int fit_once(const nto_model *m, int n, const nto_schedule *sc,
+                    const int *desired, const double *g, size_t target,
+                    int *upto, int *got, size_t *need, nto_err *err) {
+  int S = sc->n_steps;
+  *got = nto_lookahead_fit(S, n, desired, sc->live, sc->enter_read, g, target,
+                           upto);
+  if (*got < 0)
+    return nto_err_set(err, *got, "out of memory");
+  return frontier_need(m, n, upto, need, err);
+}
+
+/* The fit when every target tried failed: the steps of the k largest gains
+ * only (the others keep their plain entry), k the largest that a bisection
+ * over 0..(steps with a gain) finds within limit (placement makes need
+ * not monotone in k, so it is a largest found, not the largest).
+ * Writes upto and *moved (0: none fits). */
+static int fit_top_gains(const nto_model *m, int n, const nto_schedule *sc,
+                         const int *desired, const double *gain, size_t target,
+                         size_t limit, int *upto, int *moved, nto_err *err) {
+  int S = sc->n_steps, lo = 0, hi = 0;
+  double *sorted = malloc((size_t)S * sizeof *sorted);
+  double *g = malloc((size_t)S * sizeof *g);
+  int *best = malloc((size_t)S * sizeof *best);
+  int rc =
+      sorted && g && best ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0) {
+    memcpy(sorted, gain, (size_t)S * sizeof *sorted);
+    qsort(sorted, (size_t)S, sizeof *sorted, by_gain_desc);
+    while (hi < S && sorted[hi] > 0)
+      hi++;
+  }
+  /* invariant: k = lo fits (k = 0 is the plain window), k = hi is taken
+   * not to (the whole set failed before) */
+  while (rc == 0 && hi - lo > 1) {
+    int k = lo + (hi - lo) / 2, got = 0;
+    size_t need = 0;
+    for (int j = 0; j < S; j++)
+      g[j] = gain[j] >= sorted[k - 1] ? gain[j] : 0;
+    rc = fit_once(m, n, sc, desired, g, target, upto, &got, &need, err);
+    if (rc == 0 && need <= limit && got > 0) {
+      lo = k;
+      *moved = got;
+      memcpy(best, upto, (size_t)S * sizeof *best);
+    } else {
+      hi = k;
+    }
+  }
+  if (rc == 0 && *moved > 0)
+    memcpy(upto, best, (size_t)S * sizeof *upto);
+  free(sorted);
+  free(g);
+  free(best);
+  return rc;
+}
+
 /* Fit upto (the desired frontier; overwritten) so that region + workspace
  * stay within limit (bytes): nto_lookahead_fit on the plain schedule sc's
  * profile, then the schedule built with the result is checked, and the
- * fit retried with a lower target where placement made it larger. The
- * gain of step j: the stall the plain window leaves before it (its read
- * time beyond the compute of the n steps it is read behind). *moved: the
- * steps that enter earlier than the plain window's (0: none fitted; upto
- * is then not to be used). */
-static int fit_frontier(nto_model *m, int n, const nto_schedule *sc,
-                        const double *read_ms, size_t limit, int *upto,
-                        int *moved, nto_err *err) {
+ * fit retried with a lower target where placement made it larger; when no
+ * target fits, with fewer steps moved (fit_top_gains). The gain of step
+ * j: the stall the plain window leaves before it (its read time beyond
+ * the compute of the n steps it is read behind). *moved: the steps that
+ * enter earlier than the plain window's (0: none fitted; upto is then not
+ * to be used). Each try builds one schedule (ResNet-18: ~5 ms). */
+static int fit_frontier(const nto_model *m, int n, const nto_schedule *sc,
+                        const double *step_ms, const double *read_ms,
+                        size_t limit, int *upto, int *moved, nto_err *err) {
   int S = sc->n_steps;
   size_t ws = nto_round_page(m->ws_bytes), need = 0;
   double *gain = malloc((size_t)S * sizeof *gain);
@@ -1396,38 +1455,42 @@ static int fit_frontier(nto_model *m, int n, const nto_schedule *sc,
   for (int j = 0; rc == 0 && j < S; j++) {
     double behind = 0;
     for (int k = 1; k <= n; k++)
-      behind += m->step_ms[(j - k + S) % S];
+      behind += step_ms[(j - k + S) % S];
     gain[j] = read_ms[j] > behind ? read_ms[j] - behind : 0;
   }
   if (rc == 0)
     memcpy(desired, upto, (size_t)S * sizeof *upto);
-  size_t target = limit > ws ? limit - ws : 0;
+  size_t full = limit > ws ? limit - ws : 0, target = full;
   for (int k = 0; rc == 0 && k < FIT_TRIES && target > 0; k++) {
-    int got = nto_lookahead_fit(S, n, desired, sc->live, sc->enter_read, gain,
-                                target, upto);
-    rc = got < 0 ? nto_err_set(err, got, "out of memory")
-                 : frontier_need(m, n, upto, &need, err);
+    int got = 0;
+    rc = fit_once(m, n, sc, desired, gain, target, upto, &got, &need, err);
     if (rc == 0 && need <= limit) {
       *moved = got;
       break;
     }
     target = rc == 0 && need - limit < target ? target - (need - limit) : 0;
   }
+  if (rc == 0 && *moved == 0 && full > 0)
+    rc = fit_top_gains(m, n, sc, desired, gain, full, limit, upto, moved, err);
   free(gain);
   free(desired);
   return rc;
 }
 
-static int make_frontier(nto_model *m, int n, int *upto, int *ok,
-                         nto_err *err) {
-  *ok = 0;
-  nto_offload_stats st;
-  nto_offload_get_stats(m->off, &st);
-  if (!m->step_ms || st.read_bytes == 0 || st.read_busy_ms <= 0)
-    return 0;
-  double bytes_per_ms = (double)st.read_bytes / st.read_busy_ms;
+int nto_model_frontier(const nto_model *m, int n, const double *step_ms,
+                       double bytes_per_ms, int room, size_t limit, int *upto,
+                       int *moved, nto_err *err) {
   const nto_plan *p = &m->plan[NTO_PASS_TRAIN];
   int S = p->n_steps;
+  *moved = 0;
+  if (S < 2 || n < 1 || !(bytes_per_ms > 0))
+    return nto_err_set(err, NTO_EINVAL,
+                       "frontier of window %d over %d steps at %g bytes/ms: "
+                       "expected a window >= 1, 2 steps or more and a "
+                       "bandwidth > 0",
+                       n, S, bytes_per_ms);
+  if (n > S - 1)
+    n = S - 1; /* as the engine clamps its window */
   double *read_ms = malloc((size_t)S * sizeof *read_ms);
   nto_schedule sc;
   int rc = read_ms ? nto_schedule_build(&sc, p, n, NULL, err)
@@ -1441,21 +1504,39 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok,
                                             PREFETCH_MARGIN +
                                         PREFETCH_LATENCY_MS
                                   : 0;
-  int most = nto_lookahead_frontier(S, n, m->step_ms, read_ms, -1, upto);
+  int most = nto_lookahead_frontier(S, n, step_ms, read_ms, -1, upto);
   rc = most < 0 ? nto_err_set(err, most, "out of memory") : 0;
-  /* the limit: the budget, and for ROOM the plain window's own need */
-  size_t limit = m->budget, plain = 0, need = 0;
-  if (rc == 0 && most > 0 && m->prefetch == NTO_PREFETCH_ROOM) {
+  /* the limit: the budget, and for room the plain window's own need */
+  size_t plain = 0, need = 0;
+  if (rc == 0 && most > 0 && room) {
     rc = frontier_need(m, n, NULL, &plain, err);
     limit = limit && limit < plain ? limit : plain;
   }
   if (rc == 0 && most > 0 && limit)
     rc = frontier_need(m, n, upto, &need, err);
   if (rc == 0 && most > 0 && limit && need > limit)
-    rc = fit_frontier(m, n, &sc, read_ms, limit, upto, &most, err);
+    rc = fit_frontier(m, n, &sc, step_ms, read_ms, limit, upto, &most, err);
   nto_schedule_free(&sc);
   free(read_ms);
-  *ok = rc == 0 && most > 0;
+  *moved = rc == 0 && most > 0 ? most : 0;
+  return rc;
+}
+
+/* The frontier of window n from the step times and read bandwidth
+ * measured so far; *ok = 0 when there is nothing to weigh (no times, no
+ * reads) or nothing moves. */
+static int make_frontier(nto_model *m, int n, int *upto, int *ok,
+                         nto_err *err) {
+  *ok = 0;
+  nto_offload_stats st;
+  nto_offload_get_stats(m->off, &st);
+  if (!m->step_ms || st.read_bytes == 0 || st.read_busy_ms <= 0)
+    return 0;
+  int moved = 0;
+  int rc = nto_model_frontier(
+      m, n, m->step_ms, (double)st.read_bytes / st.read_busy_ms,
+      m->prefetch == NTO_PREFETCH_ROOM, m->budget, upto, &moved, err);
+  *ok = rc == 0 && moved > 0;
   return rc;
 }
 
@@ -1512,6 +1593,11 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
 int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
                            nto_err *err) {
   return frontier_need(m, n < 1 ? 1 : n, NULL, bytes, err);
+}
+
+int nto_model_frontier_bytes(const nto_model *m, int n, const int *upto,
+                             size_t *bytes, nto_err *err) {
+  return frontier_need(m, n < 1 ? 1 : n, upto, bytes, err);
 }
 
 int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err) {

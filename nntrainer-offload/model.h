@@ -6,11 +6,11 @@
  * Execution plan: one training iteration is the step sequence
  *   F_0 .. F_{L-1}, then (R ...) B_{L-1} (U ...) .. (R ...) B_0 (U ...)
  * (step index s: F_i = i; the loss is computed at the start of B_{L-1},
- * step L unless R steps come first), with the optimizer update of layer i fused into B_i; for a
- * weight larger than the update chunk (NTO_UPDATE_CHUNK) the update runs
- * instead in U steps right after B_i, one per chunk of its elements, so
- * its optimizer state is never needed in RAM all at once. An R step
- * recomputes an activation right before its first backward reader
+ * step L unless R steps come first), with the optimizer update of layer i fused
+ * into B_i; for a weight larger than the update chunk (NTO_UPDATE_CHUNK) the
+ * update runs instead in U steps right after B_i, one per chunk of its
+ * elements, so its optimizer state is never needed in RAM all at once. An R
+ * step recomputes an activation right before its first backward reader
  * (nto_recompute). Parameter
  * gradients live only from B_i to its last U step. For every tensor the plan
  * records the first and last step that use it. Weights and optimizer state
@@ -297,6 +297,11 @@ size_t nto_model_update_chunk(const nto_model *m);
 int nto_model_window_bytes(const nto_model *m, int n, size_t *bytes,
                            nto_err *err);
 
+/* As nto_model_window_bytes, for window n with the training frontier
+ * upto[0..S) (nto_model_frontier; NULL: s + n). */
+int nto_model_frontier_bytes(const nto_model *m, int n, const int *upto,
+                             size_t *bytes, nto_err *err);
+
 /*
  * Change the offload window between passes (nto_offload_set_window):
  * results stay bit-identical. NTO_EINVAL when the model does not offload
@@ -313,6 +318,28 @@ int nto_model_set_window(nto_model *m, int n, nto_err *err);
  * window change or measured iteration. Executor thread, between passes.
  */
 int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err);
+
+/*
+ * The read frontier --prefetch time and room use (lookahead.h) for window
+ * n (>= 1; clamped to S - 1, the training pass's S steps), from step times
+ * step_ms[0..S) (ms) and a read bandwidth bytes_per_ms (> 0): the model
+ * computes it after training iterations 1 and 3 from what it measured;
+ * tests and tools give their own. Step j's read time is the bytes that
+ * bring it in at bytes_per_ms, with a margin. The frontier is fitted so
+ * that the tensor region + workspace stay within limit (bytes; 0: no
+ * limit) and, with room, within the plain window's own: first with the
+ * memory model's target lowered a few times, then, if no target fits
+ * once placed, with only the steps of the largest gains moved (gain: the
+ * stall the plain window leaves before a step). Writes upto[0..S) and
+ * *moved, the steps entering earlier than in the plain window (0: upto is
+ * not to be used; the plain window stands). Works on plan-only models.
+ * Returns 0, NTO_EINVAL (n < 1, S < 2 or no bandwidth) or NTO_ENOMEM. The
+ * model's thread; builds a schedule per try (ResNet-18: ~5 ms each, at most
+ * ~12).
+ */
+int nto_model_frontier(const nto_model *m, int n, const double *step_ms,
+                       double bytes_per_ms, int room, size_t limit, int *upto,
+                       int *moved, nto_err *err);
 
 /* The adaptive window's record: one sample per training iteration so far
  * (NULL and *n = 0 unless NTO_WINDOW_AUTO). Owned by the model, valid

@@ -155,6 +155,16 @@ expect failing_config 1 "configuration '0' failed" -- "$exe" bench "$net" \
 grep -q "^0 .*failed" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
   fail failing_table "the table must show 0 failed and all ok" "$tmp/out"
 
+# @SIZE: a run's own --memory-budget (a budget below window 1's need fails
+# that run, naming it; the others run, and without a budget `all` is fine).
+expect budget_label 1 "below the minimum" -- "$exe" bench "$net" \
+  --windows 1@8K,1:time@64M,all --iterations 2 --warmup 1 --swap-dir "$tmp/swap" $direct
+grep -q "configuration '1@8K' failed" "$tmp/out" &&
+  grep -q "^1:time@64M .* yes$" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
+  fail budget_table "1@8K must fail, 1:time@64M and all run" "$tmp/out"
+expect all_budget 2 "option --windows" -- "$exe" bench "$net" --windows all@64M
+expect bad_budget 2 "option --windows" -- "$exe" bench "$net" --windows 1@lots
+
 [ -z "$(ls -A "$tmp/swap" "$tmp/tmpdir" | grep -v ':$' | grep -v '^$')" ] && pass ||
   fail leftovers "files left: $(ls -A "$tmp/swap" "$tmp/tmpdir")"
 
