@@ -673,7 +673,10 @@ static void report_window_trace(run *r) {
            v[i].measured_ms, 100 * v[i].stall_ms / part,
            100 * v[i].io_busy_ms /
                (v[i].iteration_ms > 0 ? v[i].iteration_ms : 1),
-           v[i].judged ? "" : " (mostly priming: not judged)");
+           v[i].judged ? ""
+           : v[i].before_read_ahead
+               ? " (before the read-ahead by time: not judged)"
+               : " (mostly priming: not judged)");
   }
   if (skipped)
     printf("                  (%d more iterations with N unchanged)\n",
@@ -796,10 +799,12 @@ static int report_json(run *r, const metrics *mx, double total_s,
     fprintf(f,
             "%s\n    {\"iteration\": %d, \"window\": %d, "
             "\"iteration_ms\": %.3f, \"measured_ms\": %.3f, "
-            "\"stall_ms\": %.3f, \"io_busy_ms\": %.3f, \"judged\": %s}",
+            "\"stall_ms\": %.3f, \"io_busy_ms\": %.3f, \"judged\": %s, "
+            "\"before_read_ahead\": %s}",
             i ? "," : "", i + 1, v[i].window, v[i].iteration_ms,
             v[i].measured_ms, v[i].stall_ms, v[i].io_busy_ms,
-            v[i].judged ? "true" : "false");
+            v[i].judged ? "true" : "false",
+            v[i].before_read_ahead ? "true" : "false");
   fprintf(f, "%s]\n}\n", nw ? "\n  " : "");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)

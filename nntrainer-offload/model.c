@@ -1333,6 +1333,9 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
   double rb = now->read_busy_ms - before->read_busy_ms;
   double wb = now->write_busy_ms - before->write_busy_ms;
   double it = now_ms() - t0_ms, prime = now->prime_ms - before->prime_ms;
+  /* the first pass of time/room ran with the plain read-ahead: its stall
+   * says nothing about the window with read-ahead by time */
+  int before_read_ahead = m->prefetch != NTO_PREFETCH_STEPS && m->passes == 1;
   nto_window_sample ws = {
       .window = now->window,
       .iteration_ms = it,
@@ -1340,7 +1343,8 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
       .stall_ms = (now->stall_ms - before->stall_ms) -
                   (now->prime_stall_ms - before->prime_stall_ms),
       .io_busy_ms = rb > wb ? rb : wb,
-      .judged = it - prime >= 0.25 * it,
+      .judged = it - prime >= 0.25 * it && !before_read_ahead,
+      .before_read_ahead = before_read_ahead,
   };
   if (m->n_wtrace == m->cap_wtrace) {
     int cap = m->cap_wtrace ? 2 * m->cap_wtrace : 64;

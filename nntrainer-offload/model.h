@@ -147,15 +147,20 @@ typedef struct nto_model_opts {
 
 /* One training iteration of the adaptive window (NTO_WINDOW_AUTO). */
 typedef struct nto_window_sample {
-  int window;          /* N the iteration ran with */
-  double iteration_ms; /* its wall time */
-  double measured_ms;  /* the part after the priming steps (the first N
-                          steps after a window change, whose reads no
-                          window hides): what the controller judges */
-  double stall_ms;     /* executor waiting for reads in that part */
-  double io_busy_ms;   /* the busier I/O thread's busy time (whole) */
-  int judged;          /* 0: priming took most of the iteration; the
-                          controller kept N without judging it */
+  int window;            /* N the iteration ran with */
+  double iteration_ms;   /* its wall time */
+  double measured_ms;    /* the part after the priming steps (the first N
+                            steps after a window change, whose reads no
+                            window hides): what the controller judges */
+  double stall_ms;       /* executor waiting for reads in that part */
+  double io_busy_ms;     /* the busier I/O thread's busy time (whole) */
+  int judged;            /* 0: the controller kept N without judging the
+                            iteration: priming took most of it, or
+                            before_read_ahead */
+  int before_read_ahead; /* 1: --prefetch time or room, and the iteration
+                            ran before any step time was measured, i.e.
+                            without the read-ahead that the window will
+                            have (not judged) */
 } nto_window_sample;
 
 /* Result of one step. */

@@ -118,6 +118,10 @@ expect bad_swap_dir 1 "$tmp/none" -- "$exe" train test/data/nets/tiny_resnet.ini
   --data synthetic --iterations 1 --window 1 --swap-dir "$tmp/none"
 
 # Adaptive window, memory budget, trace file.
+# With --prefetch time the first iteration (no step times yet) is not judged.
+expect window_auto_time 0 "1: N=1, .*(before the read-ahead by time: not judged)" -- \
+  "$exe" train test/data/nets/tiny_resnet.ini --data synthetic --iterations 3 \
+  --eval-samples 0 --window auto --prefetch time --swap-dir "$tmp" $direct
 expect window_auto 0 "window trace" -- "$exe" train test/data/nets/tiny_resnet.ini \
   --data synthetic --iterations 4 --eval-samples 0 --window auto --swap-dir "$tmp" \
   --trace "$tmp/trace.json" $direct

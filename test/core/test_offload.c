@@ -1038,7 +1038,9 @@ static void test_window_changes(void **state) {
 /* --window auto with an injected slow read path (every read 3 ms late):
  * the controller grows N from 1; every window stays within [1, the
  * largest the budget allows] and within the budget; weights stay
- * bit-identical to the all-resident run. */
+ * bit-identical to the all-resident run. With --prefetch time, the first
+ * iteration (run before any step time existed, so without the read-ahead
+ * by time) is not judged: N stays 1 for the second. */
 static void test_auto_window_grows(void **state) {
   (void)state;
   char dir[256];
@@ -1056,47 +1058,58 @@ static void test_auto_window_grows(void **state) {
   assert_int_equal(nto_model_create(&m, &c, &po, &err), 0);
   assert_int_equal(nto_model_window_bytes(m, 4, &need4, &err), 0);
 
-  nto_model_opts o = {.window_mode = NTO_WINDOW_AUTO, .memory_budget = need4};
-  o.offload.io = NTO_IO_PSYNC;
-  o.batch = nc.batch;
-  o.seed = 7;
-  o.offload.swap_dir = dir;
-  session ss;
-  session_open(&ss, nc.ini, &o);
-  nto_io_fault f = {.op = NTO_IO_READ, .delay_us = 3000};
-  nto_io_fault_set(&f);
-  nto_step_stats st;
-  result r = {0};
-  for (int s = 0; s <= nc.steps; s++) {
-    int eval = s == nc.steps;
-    if (session_step(&ss, eval ? 99 : s, eval, &st, &err) != 0)
-      fail_msg("auto step %d: %s", s, err.msg);
-    r.loss[s] = st.loss;
+  for (int time = 0; time < 2; time++) {
+    nto_model_opts o = {.window_mode = NTO_WINDOW_AUTO, .memory_budget = need4};
+    o.prefetch = time ? NTO_PREFETCH_TIME : NTO_PREFETCH_STEPS;
+    o.offload.io = NTO_IO_PSYNC;
+    o.batch = nc.batch;
+    o.seed = 7;
+    o.offload.swap_dir = dir;
+    session ss;
+    session_open(&ss, nc.ini, &o);
+    nto_io_fault f = {.op = NTO_IO_READ, .delay_us = 3000};
+    nto_io_fault_set(&f);
+    nto_step_stats st;
+    result r = {0};
+    for (int s = 0; s <= nc.steps; s++) {
+      int eval = s == nc.steps;
+      if (session_step(&ss, eval ? 99 : s, eval, &st, &err) != 0)
+        fail_msg("auto step %d: %s", s, err.msg);
+      r.loss[s] = st.loss;
+    }
+    nto_io_fault_set(NULL);
+    int n = 0, grew = 0;
+    const nto_window_sample *v = nto_model_window_trace(ss.m, &n);
+    assert_int_equal(n, nc.steps);
+    assert_int_equal(v[0].window, 1);
+    for (int i = 0; i < n; i++) {
+      size_t need;
+      assert_true(v[i].window >= 1);
+      assert_int_equal(nto_model_window_bytes(m, v[i].window, &need, &err), 0);
+      if (need > need4)
+        fail_msg("iteration %d: window %d needs %zu bytes, budget %zu", i + 1,
+                 v[i].window, need, need4);
+      grew |= v[i].window > 1;
+      if (v[i].before_read_ahead != (time && i == 0))
+        fail_msg("prefetch %s, iteration %d: before_read_ahead %d",
+                 time ? "time" : "steps", i + 1, v[i].before_read_ahead);
+    }
+    if (time) {
+      assert_int_equal(v[1].window, 1);
+      assert_false(v[0].judged);
+    } else {
+      assert_true(grew);
+    }
+    r.n_out = (size_t)ss.n * ss.k;
+    r.out = malloc(r.n_out * sizeof(float));
+    memcpy(r.out, nto_model_output(ss.m), r.n_out * sizeof(float));
+    collect_weights(ss.m, &r);
+    check_equal(&nc, &ref, &r, -1, NTO_IO_PSYNC);
+    session_close(&ss);
+    result_free(&r);
   }
-  nto_io_fault_set(NULL);
-  int n = 0, grew = 0;
-  const nto_window_sample *v = nto_model_window_trace(ss.m, &n);
-  assert_int_equal(n, nc.steps);
-  assert_int_equal(v[0].window, 1);
-  for (int i = 0; i < n; i++) {
-    size_t need;
-    assert_true(v[i].window >= 1);
-    assert_int_equal(nto_model_window_bytes(m, v[i].window, &need, &err), 0);
-    if (need > need4)
-      fail_msg("iteration %d: window %d needs %zu bytes, budget %zu", i + 1,
-               v[i].window, need, need4);
-    grew |= v[i].window > 1;
-  }
-  assert_true(grew);
-  r.n_out = (size_t)ss.n * ss.k;
-  r.out = malloc(r.n_out * sizeof(float));
-  memcpy(r.out, nto_model_output(ss.m), r.n_out * sizeof(float));
-  collect_weights(ss.m, &r);
-  check_equal(&nc, &ref, &r, -1, NTO_IO_PSYNC);
-  session_close(&ss);
   nto_model_free(m);
   nto_config_free(&c);
-  result_free(&r);
   result_free(&ref);
   assert_int_equal(dir_entries(dir), 0);
   tmpdir_remove(dir);
