@@ -16,7 +16,7 @@ if cppcheck --quiet --error-exitcode=1 --inline-suppr \
      --suppress-xml=tools/cppcheck-suppressions.xml \
      -j "${NTO_JOBS:-2}" --std=c11 \
      -I nntrainer-offload -I io -I layers -I test \
-     app io layers nntrainer-offload test; then
+     app bench io layers nntrainer-offload test; then
   echo "cppcheck: clean ($(cppcheck --version))"
 else
   echo "cppcheck: findings above" >&2
