@@ -1374,12 +1374,6 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
  * built schedule exceeded the limit by. */
 #define FIT_TRIES 4
 
-/* qsort: doubles in decreasing order. */
-static int by_gain_desc(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x < y) - (x > y);
-}
-
 /* One fit of desired within target with gains g (nto_lookahead_fit) into
  * upto, and the region + workspace of the schedule built from it into
  * *need. *got: the steps moved. */
@@ -1394,47 +1388,100 @@ static int fit_once(const nto_model *m, int n, const nto_schedule *sc,
   return frontier_need(m, n, upto, need, err);
 }
 
-/* The fit when every target tried failed: the steps of the k largest gains
- * only (the others keep their plain entry), k the largest that a bisection
- * over 0..(steps with a gain) finds within limit (placement makes need
- * not monotone in k, so it is a largest found, not the largest).
- * Writes upto and *moved (0: none fits). */
-static int fit_top_gains(const nto_model *m, int n, const nto_schedule *sc,
-                         const int *desired, const double *gain, size_t target,
-                         size_t limit, int *upto, int *moved, nto_err *err) {
-  int S = sc->n_steps, lo = 0, hi = 0;
-  double *sorted = malloc((size_t)S * sizeof *sorted);
-  double *g = malloc((size_t)S * sizeof *g);
-  int *best = malloc((size_t)S * sizeof *best);
-  int rc =
-      sorted && g && best ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
+/* Schedule builds fit_by_batches may spend (ResNet-18: ~5 ms each). */
+#define FIT_BATCH_BUILDS 48
+
+/* The search of fit_by_batches. */
+typedef struct fit_search {
+  const nto_model *m;
+  int n;
+  const nto_schedule *sc;
+  const int *desired;
+  const double *gain; /* per step: its gain */
+  size_t target, limit;
+  double *g;  /* per step: the gains of the steps kept and being tried */
+  int *upto;  /* scratch frontier */
+  int *best;  /* the frontier of the last set that fitted */
+  int moved;  /* its steps moved, 0: none yet */
+  int builds; /* schedules built so far */
+} fit_search;
+
+/* Try the steps kept so far plus order[a..b): keep them all when the
+ * placed schedule fits within the limit; else, if more than one, each
+ * half in turn. Stops trying after FIT_BATCH_BUILDS builds. */
+static int fit_batch(fit_search *q, const int *order, int a, int b,
+                     nto_err *err) {
+  if (a >= b || q->builds >= FIT_BATCH_BUILDS)
+    return 0;
+  int S = q->sc->n_steps, got = 0;
+  size_t need = 0;
+  for (int i = a; i < b; i++)
+    q->g[order[i]] = q->gain[order[i]];
+  q->builds++;
+  int rc = fit_once(q->m, q->n, q->sc, q->desired, q->g, q->target, q->upto,
+                    &got, &need, err);
+  if (rc != 0)
+    return rc;
+  if (need <= q->limit && got > 0) {
+    q->moved = got;
+    memcpy(q->best, q->upto, (size_t)S * sizeof *q->best);
+    return 0;
+  }
+  for (int i = a; i < b; i++)
+    q->g[order[i]] = 0;
+  if (b - a == 1)
+    return 0;
+  int mid = a + (b - a) / 2;
+  rc = fit_batch(q, order, a, mid, err);
+  return rc == 0 ? fit_batch(q, order, mid, b, err) : rc;
+}
+
+/* qsort_r: step indices by decreasing gain (ctx), then index. */
+static int by_step_gain(const void *a, const void *b, void *ctx) {
+  const double *gain = ctx;
+  int i = *(const int *)a, j = *(const int *)b;
+  if (gain[i] != gain[j])
+    return gain[i] < gain[j] ? 1 : -1;
+  return (i > j) - (i < j);
+}
+
+/* The fit when every target tried failed: only some steps move (the others
+ * keep their plain entry), chosen like keep_batch in schedule.c chooses
+ * gaps: the steps with a gain in decreasing order of gain, the first half
+ * tried with those kept so far, kept whole when the placed schedule fits,
+ * else split; then the second half. Placement makes need depend on which
+ * steps move, not only on how many, so a step with a smaller gain may fit
+ * where a larger one did not (the room of a region sized by layer 4's
+ * backward is in the steps before and after it). Writes upto and *moved
+ * (0: none fits). */
+static int fit_by_batches(const nto_model *m, int n, const nto_schedule *sc,
+                          const int *desired, const double *gain, size_t target,
+                          size_t limit, int *upto, int *moved, nto_err *err) {
+  int S = sc->n_steps, h = 0;
+  fit_search q = {m,     n,    sc,   desired, gain, target,
+                  limit, NULL, upto, NULL,    0,    0};
+  int *order = malloc((size_t)S * sizeof *order);
+  q.g = calloc((size_t)S, sizeof *q.g);
+  q.best = malloc((size_t)S * sizeof *q.best);
+  int rc = order && q.g && q.best
+               ? 0
+               : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  for (int j = 0; rc == 0 && j < S; j++)
+    if (gain[j] > 0)
+      order[h++] = j;
   if (rc == 0) {
-    memcpy(sorted, gain, (size_t)S * sizeof *sorted);
-    qsort(sorted, (size_t)S, sizeof *sorted, by_gain_desc);
-    while (hi < S && sorted[hi] > 0)
-      hi++;
+    qsort_r(order, (size_t)h, sizeof *order, by_step_gain, (void *)gain);
+    /* all h at once failed already: start with the halves */
+    rc = fit_batch(&q, order, 0, h / 2, err);
   }
-  /* invariant: k = lo fits (k = 0 is the plain window), k = hi is taken
-   * not to (the whole set failed before) */
-  while (rc == 0 && hi - lo > 1) {
-    int k = lo + (hi - lo) / 2, got = 0;
-    size_t need = 0;
-    for (int j = 0; j < S; j++)
-      g[j] = gain[j] >= sorted[k - 1] ? gain[j] : 0;
-    rc = fit_once(m, n, sc, desired, g, target, upto, &got, &need, err);
-    if (rc == 0 && need <= limit && got > 0) {
-      lo = k;
-      *moved = got;
-      memcpy(best, upto, (size_t)S * sizeof *best);
-    } else {
-      hi = k;
-    }
-  }
-  if (rc == 0 && *moved > 0)
-    memcpy(upto, best, (size_t)S * sizeof *upto);
-  free(sorted);
-  free(g);
-  free(best);
+  if (rc == 0)
+    rc = fit_batch(&q, order, h / 2, h, err);
+  *moved = rc == 0 ? q.moved : 0;
+  if (*moved > 0)
+    memcpy(upto, q.best, (size_t)S * sizeof *upto);
+  free(order);
+  free(q.g);
+  free(q.best);
   return rc;
 }
 
@@ -1442,7 +1489,7 @@ static int fit_top_gains(const nto_model *m, int n, const nto_schedule *sc,
  * stay within limit (bytes): nto_lookahead_fit on the plain schedule sc's
  * profile, then the schedule built with the result is checked, and the
  * fit retried with a lower target where placement made it larger; when no
- * target fits, with fewer steps moved (fit_top_gains). The gain of step
+ * target fits, with fewer steps moved (fit_by_batches). The gain of step
  * j: the stall the plain window leaves before it (its read time beyond
  * the compute of the n steps it is read behind). *moved: the steps that
  * enter earlier than the plain window's (0: none fitted; upto is then not
@@ -1475,7 +1522,7 @@ static int fit_frontier(const nto_model *m, int n, const nto_schedule *sc,
     target = rc == 0 && need - limit < target ? target - (need - limit) : 0;
   }
   if (rc == 0 && *moved == 0 && full > 0)
-    rc = fit_top_gains(m, n, sc, desired, gain, full, limit, upto, moved, err);
+    rc = fit_by_batches(m, n, sc, desired, gain, full, limit, upto, moved, err);
   free(gain);
   free(desired);
   return rc;

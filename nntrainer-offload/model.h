@@ -334,13 +334,14 @@ int nto_model_set_frontier(nto_model *m, int n, const int *upto, nto_err *err);
  * that the tensor region + workspace stay within limit (bytes; 0: no
  * limit) and, with room, within the plain window's own: first with the
  * memory model's target lowered a few times, then, if no target fits
- * once placed, with only the steps of the largest gains moved (gain: the
- * stall the plain window leaves before a step). Writes upto[0..S) and
+ * once placed, with only some steps moved, chosen in batches by gain (the
+ * stall the plain window leaves before a step): a batch stays when its
+ * placed schedule fits, else its halves are tried. Writes upto[0..S) and
  * *moved, the steps entering earlier than in the plain window (0: upto is
  * not to be used; the plain window stands). Works on plan-only models.
  * Returns 0, NTO_EINVAL (n < 1, S < 2 or no bandwidth) or NTO_ENOMEM. The
  * model's thread; builds a schedule per try (ResNet-18: ~5 ms each, at most
- * ~12).
+ * 4 + 48).
  */
 int nto_model_frontier(const nto_model *m, int n, const double *step_ms,
                        double bytes_per_ms, int room, size_t limit, int *upto,
