@@ -40,26 +40,20 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Y (M x N) = W X by `blocks` row blocks of W. */
-static void forward(const float *w, const float *x, float *y, int m, int k,
-                    int n, int blocks) {
+/* grad 0: Y (M x N) = W X; grad 1: dX (K x N) = W^T dY, summed over the
+ * blocks (in = X or dY, out = Y or dX), by `blocks` row blocks of W. */
+static void gemm_blocks(int grad, const float *w, const float *in, float *out,
+                        int m, int k, int n, int blocks) {
   int rows = (m + blocks - 1) / blocks;
   for (int m0 = 0; m0 < m; m0 += rows) {
     int r = m0 + rows > m ? m - m0 : rows;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, k, 1.0f,
-                w + (size_t)m0 * k, k, x, n, 0.0f, y + (size_t)m0 * n, n);
-  }
-}
-
-/* dX (K x N) = W^T dY, summed over `blocks` row blocks of W. */
-static void input_grad(const float *w, const float *dy, float *dx, int m, int k,
-                       int n, int blocks) {
-  int rows = (m + blocks - 1) / blocks;
-  for (int m0 = 0; m0 < m; m0 += rows) {
-    int r = m0 + rows > m ? m - m0 : rows;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, r, 1.0f,
-                w + (size_t)m0 * k, k, dy + (size_t)m0 * n, n, m0 ? 1.0f : 0.0f,
-                dx, n);
+    const float *wb = w + (size_t)m0 * k;
+    if (grad)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, r, 1.0f, wb, k,
+                  in + (size_t)m0 * n, n, m0 ? 1.0f : 0.0f, out, n);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, k, 1.0f, wb,
+                  k, in, n, 0.0f, out + (size_t)m0 * n, n);
   }
 }
 
@@ -70,18 +64,14 @@ static double max_diff(const float *a, const float *b, size_t n) {
   return d;
 }
 
-/* Median ms of one forward (which = 0) or input gradient (1). */
-static double time_one(int which, const float *w, const float *in, float *out,
+/* Median ms of one forward (grad 0) or input gradient (1). */
+static double time_one(int grad, const float *w, const float *in, float *out,
                        int m, int k, int n, int blocks) {
   double t[REPS];
   for (int r = 0; r < REPS; r++) {
     double t0 = now_ms();
-    for (int i = 0; i < INNER; i++) {
-      if (which == 0)
-        forward(w, in, out, m, k, n, blocks);
-      else
-        input_grad(w, in, out, m, k, n, blocks);
-    }
+    for (int i = 0; i < INNER; i++)
+      gemm_blocks(grad, w, in, out, m, k, n, blocks);
     t[r] = (now_ms() - t0) / INNER;
   }
   qsort(t, REPS, sizeof *t, by_value);
@@ -114,8 +104,8 @@ int main(int argc, char **argv) {
   fill(w, wn, 1);
   fill(x, xn, 2);
   openblas_set_num_threads(1);
-  forward(w, x, y1, m, k, n, 1);
-  input_grad(w, y1, dx1, m, k, n, 1);
+  gemm_blocks(0, w, x, y1, m, k, n, 1);
+  gemm_blocks(1, w, y1, dx1, m, k, n, 1);
   printf("M %d, K %d, N %d; OpenBLAS 1 thread; median of %d timings of %d "
          "GEMM sets\n",
          m, k, n, REPS, INNER);
