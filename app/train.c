@@ -88,7 +88,7 @@ static const char usage[] =
     "                        chunk next to its update (less memory) or\n"
     "                        whole; 'auto' (default): by chunk where that\n"
     "                        costs no time (a convolution whose batch's\n"
-    "                        column matrix is smaller than its weight);\n"
+    "                        column matrix is no larger than its weight);\n"
     "                        'on': wherever possible (slower); results\n"
     "                        differ by rounding between the modes\n"
     "  --keep-resident on|off\n"

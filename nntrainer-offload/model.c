@@ -56,7 +56,7 @@ struct nto_model {
    * is then -1); dw_row[i][j] is the row length, 0 for whole gradients.
    * dw_cache[i][j]: the layer's cache for those rows (layer.h
    * weight_rows_cache, written by the first U step, read by the others),
-   * or -1: none, or not smaller than the whole gradient (the rows then
+   * or -1: none, or larger than the whole gradient (the rows then
    * derive it again in every U step, slower but smallest). */
   int (*dw_first)[NTO_MAX_WEIGHTS];
   int (*dw_row)[NTO_MAX_WEIGHTS];
@@ -205,12 +205,15 @@ static int add_weight_state(nto_model *m, int i, int j, int n_state) {
 }
 
 /* Floats of the rows cache of weight j of layer i worth keeping: the
- * layer's (layer.h weight_rows_cache) when smaller than the whole
- * gradient, else 0. */
+ * layer's (layer.h weight_rows_cache) when no larger than the whole
+ * gradient, else 0. At equal size the cache still wins: it lives from the
+ * first U step to the last, while a whole gradient also spans B_i's
+ * compute, where the read-ahead needs the room (ResNet-18's last stage
+ * at batch 32, docs/design-offload.md). */
 static size_t rows_cache(const nto_model *m, int i, int j) {
   const nto_layer *l = &m->g.layers[i];
   size_t c = l->ops->weight_rows_cache ? l->ops->weight_rows_cache(l, j) : 0;
-  return c < nto_shape_numel(l->w[j].shape) ? c : 0;
+  return c <= nto_shape_numel(l->w[j].shape) ? c : 0;
 }
 
 /* Is the gradient of weight j of layer i (row length `row`, 0: none)
@@ -231,7 +234,7 @@ static int rows_read_input(const nto_model *m, int i, int j, int k) {
 }
 
 /* The per-chunk gradient tensors of weight j of layer i (dw_first) and
- * the cache of their rows (dw_cache) when it is smaller than the whole
+ * the cache of their rows (dw_cache) when it is no larger than the whole
  * gradient. */
 static int add_chunk_grads(nto_model *m, int i, int j) {
   const nto_layer *l = &m->g.layers[i];

@@ -82,9 +82,11 @@ typedef enum {
 typedef enum {
   NTO_CHUNK_GRADS_AUTO, /* by chunk where the layer's rows cache (the
                            batch's column matrix, layer.h
-                           weight_rows_cache) is smaller than the whole
-                           gradient: less memory at about the same time
-                           (ResNet-18's last stage at batch 10); else
+                           weight_rows_cache) is no larger than the
+                           whole gradient: less memory at about the
+                           same time (ResNet-18's last stage at batch
+                           10; at batch 32 the cache is as large, and
+                           it frees B_i for the read-ahead); else
                            whole */
   NTO_CHUNK_GRADS_ON,   /* by chunk wherever the layer can (also without
                            a cache: the rows then derive it again for
