@@ -114,6 +114,7 @@ typedef struct report {
   double batch, iterations, warmup, measured;
   double peak_rss, resident_peak; /* bytes */
   double median_ms, p90_ms, stall_ms, read_mib, written_mib;
+  double region_floor_ms; /* 0: none (all resident) */
   long n_iteration_ms;
 } report;
 
@@ -125,6 +126,9 @@ typedef struct config {
   double ratios[MAX_ROUNDS];     /* per round: median / that round's floor */
   report r;                      /* over the rounds (see the top) */
   double floor_ms, ratio;
+  /* against the region floor (train --floor-bandwidth), 0: none */
+  double region_ratios[MAX_ROUNDS];
+  double region_ratio;
   const char *identical; /* "yes", "no" or "-" */
 } config;
 
@@ -577,6 +581,9 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--memory-budget"), ARG(budget ? budget : o->budget);
   if (o->no_direct)
     ARG("--no-direct");
+  char bw[64]; /* what measure_bandwidth found: the region floor's */
+  snprintf(bw, sizeof bw, "%.3f,%.3f", b->bw.read_mib_s, b->bw.write_mib_s);
+  ARG("--floor-bandwidth"), ARG(bw);
   args[n] = NULL;
 #undef ARG
   nto_err err = {0};
@@ -621,7 +628,8 @@ static void print_tail(const char *file, const char *alt) {
 
 /* What a known key holds: a number, a string, a boolean, the window (a
  * number or a string), an array of numbers (its length is kept). */
-typedef enum { F_NUM, F_STR, F_BOOL, F_WINDOW, F_NUMS } field_kind;
+/* F_OPT_NUM: a number that may be missing (left 0) */
+typedef enum { F_NUM, F_STR, F_BOOL, F_WINDOW, F_NUMS, F_OPT_NUM } field_kind;
 
 typedef struct field {
   const char *key;
@@ -853,6 +861,7 @@ static int jr_field(jreader *j, field *f) {
   }
   switch (f->kind) {
   case F_NUM:
+  case F_OPT_NUM:
     return jr_number(j, f->dst);
   case F_BOOL:
     *(int *)f->dst = c == 't';
@@ -941,6 +950,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
                     {"read_mib_per_iteration", F_NUM, &r->read_mib, 0, 0},
                     {"written_mib_per_iteration", F_NUM, &r->written_mib, 0, 0},
                     {"iteration_ms", F_NUMS, &r->n_iteration_ms, 0, 0},
+                    {"region_floor_ms", F_OPT_NUM, &r->region_floor_ms, 0, 0},
                     {NULL, F_NUM, NULL, 0, 0}};
   char *buf = NULL;
   size_t len = 0;
@@ -956,7 +966,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
   if (rc != 0)
     return rc;
   for (field *f = fields; f->key; f++)
-    if (!f->seen)
+    if (!f->seen && f->kind != F_OPT_NUM)
       return nto_err_set(err, NTO_EDATA, "%s: key '%s' missing", path, f->key);
   return 0;
 }
@@ -1063,6 +1073,7 @@ static void summarize_runs(config *c, int n) {
   OVER(stall_ms, 0);
   OVER(read_mib, 0);
   OVER(written_mib, 0);
+  OVER(region_floor_ms, 0);
 #undef OVER
 }
 
@@ -1085,12 +1096,16 @@ static void derive_floors(bench *b) {
                          r->written_mib / b->bw.write_mib_s);
       floors[k] = compute > io ? compute : io;
       c->ratios[k] = floors[k] > 0 ? r->median_ms / floors[k] : 0;
+      c->region_ratios[k] =
+          r->region_floor_ms > 0 ? r->median_ms / r->region_floor_ms : 0;
     }
     summarize_runs(c, R);
     c->floor_ms = median(floors, R);
     double ratios[MAX_ROUNDS];
     memcpy(ratios, c->ratios, sizeof ratios);
     c->ratio = median(ratios, R);
+    memcpy(ratios, c->region_ratios, sizeof ratios);
+    c->region_ratio = c->r.region_floor_ms > 0 ? median(ratios, R) : 0;
   }
 }
 
@@ -1129,11 +1144,12 @@ static void print_header(const bench *b) {
 
 static void print_table(const bench *b) {
   int w = label_width(b);
-  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "config",
-         "window", "peak RSS", "resident", "median", "p90", "stall", "read",
-         "written", "floor", "ratio", "weights");
-  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %s\n", w, "", "", "MiB",
-         "MiB", "ms", "ms", "ms/it", "MiB/it", "MiB/it", "ms", "", "identical");
+  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %9s %6s %s\n", w,
+         "config", "window", "peak RSS", "resident", "median", "p90", "stall",
+         "read", "written", "floor", "ratio", "region", "ratio", "weights");
+  printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %9s %6s %s\n", w, "", "",
+         "MiB", "MiB", "ms", "ms", "ms/it", "MiB/it", "MiB/it", "ms", "",
+         "floor ms", "", "identical");
   for (int i = 0; i < b->o.n; i++) {
     const config *c = &b->cfg[i];
     const report *r = &c->r;
@@ -1141,11 +1157,16 @@ static void print_table(const bench *b) {
       printf("%-*s failed: %s\n", w, c->label, c->failure);
       continue;
     }
+    char rf[16] = "-", rr[16] = "-";
+    if (r->region_floor_ms > 0) {
+      snprintf(rf, sizeof rf, "%.1f", r->region_floor_ms);
+      snprintf(rr, sizeof rr, "%.2f", c->region_ratio);
+    }
     printf("%-*s %6s %9.1f %9.1f %9.1f %9.1f %8.1f %8.1f %8.1f %9.1f %6.2f "
-           "%s\n",
+           "%9s %6s %s\n",
            w, c->label, r->window, MIB(r->peak_rss), MIB(r->resident_peak),
            r->median_ms, r->p90_ms, r->stall_ms, r->read_mib, r->written_mib,
-           c->floor_ms, c->ratio, c->identical);
+           c->floor_ms, c->ratio, rf, rr, c->identical);
   }
   if (b->o.rounds > 1) {
     printf("\nratio per round:\n");
@@ -1155,6 +1176,11 @@ static void print_table(const bench *b) {
       printf("%-*s", w, b->cfg[i].label);
       for (int k = 0; k < b->o.rounds; k++)
         printf(" %6.2f", b->cfg[i].ratios[k]);
+      if (b->cfg[i].region_ratio > 0) {
+        printf("   to the region floor:");
+        for (int k = 0; k < b->o.rounds; k++)
+          printf(" %6.2f", b->cfg[i].region_ratios[k]);
+      }
       printf("\n");
     }
   }
@@ -1163,6 +1189,9 @@ static void print_table(const bench *b) {
          b->all >= 0 && b->cfg[b->all].ok
              ? "the all run's median"
              : "each run's median minus its stall");
+  printf("region floor = the fastest the run's tensor region allows at "
+         "these bandwidths, from its own step times (train "
+         "--floor-bandwidth; docs/cli.md); ratio = median / region floor\n");
   printf("weights compared with the %s run's (%s)\n", b->cfg[b->ref].label,
          "nntrainer .bin, byte for byte");
 }
@@ -1170,7 +1199,8 @@ static void print_table(const bench *b) {
 static const char csv_header[] =
     "config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,"
     "iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,"
-    "written_mib_per_iteration,floor_ms,ratio,weights_identical\n";
+    "written_mib_per_iteration,floor_ms,ratio,region_floor_ms,region_ratio,"
+    "weights_identical\n";
 
 static int close_out(FILE *f, const char *path, const char *opt, nto_err *err) {
   int bad = ferror(f);
@@ -1189,13 +1219,18 @@ static int write_csv(const bench *b, const char *path, nto_err *err) {
     const config *c = &b->cfg[i];
     const report *r = &c->r;
     if (!c->ok) {
-      fprintf(f, "%s,failed,,,,,,,,,,,-\n", c->label);
+      fprintf(f, "%s,failed,,,,,,,,,,,,,-\n", c->label);
       continue;
     }
-    fprintf(f, "%s,ok,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%s\n",
+    fprintf(f, "%s,ok,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,",
             c->label, r->window, MIB(r->peak_rss), MIB(r->resident_peak),
             r->median_ms, r->p90_ms, r->stall_ms, r->read_mib, r->written_mib,
-            c->floor_ms, c->ratio, c->identical);
+            c->floor_ms, c->ratio);
+    if (r->region_floor_ms > 0)
+      fprintf(f, "%.3f,%.4f,", r->region_floor_ms, c->region_ratio);
+    else
+      fprintf(f, ",,");
+    fprintf(f, "%s\n", c->identical);
   }
   return close_out(f, path, "--csv", err);
 }
@@ -1227,6 +1262,7 @@ static void json_config(FILE *f, const config *c, int rounds) {
                "\"read_mib_per_iteration\": null, "
                "\"written_mib_per_iteration\": null, \"floor_ms\": null, "
                "\"ratio\": null, \"ratios\": null, "
+               "\"region_floor_ms\": null, \"region_ratio\": null, "
                "\"weights_identical\": \"-\"}");
     return;
   }
@@ -1246,7 +1282,12 @@ static void json_config(FILE *f, const config *c, int rounds) {
           r->stall_ms, r->read_mib, r->written_mib, c->floor_ms, c->ratio);
   for (int k = 0; k < rounds; k++)
     fprintf(f, "%s%.4f", k ? ", " : "", c->ratios[k]);
-  fprintf(f, "], \"weights_identical\": \"%s\"}", c->identical);
+  if (r->region_floor_ms > 0)
+    fprintf(f, "], \"region_floor_ms\": %.3f, \"region_ratio\": %.4f",
+            r->region_floor_ms, c->region_ratio);
+  else
+    fprintf(f, "], \"region_floor_ms\": null, \"region_ratio\": null");
+  fprintf(f, ", \"weights_identical\": \"%s\"}", c->identical);
 }
 
 static int write_json(const bench *b, const char *path, nto_err *err) {

@@ -3,6 +3,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "dataset.h"
+#include "floor.h"
 #include "memstat.h"
 #include "parallel.h"
 #include "weights.h"
@@ -48,6 +49,10 @@ static const char usage[] =
     "  --warmup K            leave the first K iterations out of the\n"
     "                        report's times and traffic (default 0)\n"
     "  --report-json FILE    also write the report as JSON to FILE\n"
+    "  --floor-bandwidth R,W swap device bandwidth, read and write in MiB/s\n"
+    "                        (e.g. what fio or bench measured): the report\n"
+    "                        adds the fastest iteration the window's\n"
+    "                        region allows (docs/cli.md, region floor)\n"
     "\n"
     "Checkpoints (SIGINT/SIGTERM: finish the iteration, write a checkpoint\n"
     "when --checkpoint is given, exit 130/143):\n"
@@ -128,6 +133,7 @@ typedef struct opts {
   const char *checkpoint;  /* --checkpoint, NULL: off */
   long checkpoint_every;   /* 0: once per epoch */
   const char *resume;      /* --resume, NULL: a new run */
+  double floor_bw[2];      /* --floor-bandwidth read, write (MiB/s), 0: off */
 } opts;
 
 /* The signal that asks the run to stop (SIGINT, SIGTERM), 0: none. Set by
@@ -153,6 +159,27 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* --floor-bandwidth "READ,WRITE" (MiB/s, each > 0) into bw[0..2). Returns
+ * 0, or -1 after a usage error naming the option and the value. */
+static int parse_bandwidths(const char *v, double bw[2]) {
+  char *end = NULL;
+  if (v) {
+    errno = 0;
+    bw[0] = strtod(v, &end);
+    if (*end == ',')
+      bw[1] = strtod(end + 1, &end);
+  }
+  if (!v || errno || *end || end == v || !(bw[0] > 0) || !(bw[1] > 0) ||
+      !isfinite(bw[0]) || !isfinite(bw[1])) {
+    cli_error("--floor-bandwidth: expected READ,WRITE in MiB/s (e.g. "
+              "2000,3000), got '%s'",
+              v ? v : "");
+    bw[0] = bw[1] = 0;
+    return -1;
+  }
+  return 0;
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -197,6 +224,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
         cli_error("option %s needs a value", a);
         return -1;
       }
+      continue;
+    } else if (!strcmp(a, "--floor-bandwidth")) {
+      if (parse_bandwidths(cli_value(argc, argv, &i), o->floor_bw) != 0)
+        return -1;
       continue;
     } else if (!strcmp(a, "--epochs")) {
       target = &o->epochs;
@@ -336,6 +367,9 @@ typedef struct run {
   uint64_t io_read, io_written; /* during training steps only */
   double stall_ms;              /* during training steps only */
   double busy_ms[2];            /* onloader, offloader busy time: the same */
+  double *step_ms;              /* per training step: compute ms summed over
+                                   the measured iterations (offload only) */
+  double *step_tmp;             /* scratch: the last pass's step times */
 } run;
 
 static void progress(run *r, long epoch, long it, long it_in_epoch,
@@ -492,6 +526,13 @@ static int train_loop(run *r, nto_err *err) {
       calloc((size_t)(r->planned > 0 ? r->planned : 1), sizeof *r->step_s);
   if (!r->step_s)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (r->offload) {
+    size_t S = (size_t)nto_model_pass_steps(r->m, NTO_PASS_TRAIN);
+    r->step_ms = calloc(S, sizeof *r->step_ms);
+    r->step_tmp = calloc(S, sizeof *r->step_tmp);
+    if (!r->step_ms || !r->step_tmp)
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
   long log_every = r->o.log_every ? r->o.log_every
                                   : (per_epoch / 20 > 0 ? per_epoch / 20 : 1);
   long every = r->o.checkpoint_every ? r->o.checkpoint_every : per_epoch;
@@ -531,6 +572,10 @@ static int train_loop(run *r, nto_err *err) {
         r->stall_ms += after.stall_ms - before.stall_ms;
         r->busy_ms[0] += after.read_busy_ms - before.read_busy_ms;
         r->busy_ms[1] += after.write_busy_ms - before.write_busy_ms;
+        if (rc == 0 && r->step_ms &&
+            nto_model_step_times(r->m, r->step_tmp) == 0)
+          for (int s = 0; s < nto_model_pass_steps(r->m, NTO_PASS_TRAIN); s++)
+            r->step_ms[s] += r->step_tmp[s];
       }
       if (rc != 0)
         break;
@@ -588,7 +633,34 @@ typedef struct metrics {
   nto_offload_stats st;
   nto_mem_plan plan;
   size_t peak_rss;
+  /* --floor-bandwidth: the region floor (floor.h) of the final window's
+   * region from the measured iterations' mean step times, reads and
+   * writes sharing the device [0] or on separate channels [1] */
+  int has_floor;
+  nto_region_floor floor[2];
 } metrics;
+
+/* The region floors of the measured iterations (metrics.floor), when
+ * --floor-bandwidth was given and the model offloads; a failure (out of
+ * memory) leaves has_floor 0 and is reported as a warning. */
+static void measure_floor(run *r, metrics *mx) {
+  if (!r->o.floor_bw[0] || !mx->offload || !r->step_ms || mx->n <= 0)
+    return;
+  const nto_plan *p = nto_model_plan(r->m, NTO_PASS_TRAIN);
+  for (int s = 0; s < p->n_steps; s++)
+    r->step_tmp[s] = r->step_ms[s] / (double)mx->n;
+  double rbw = r->o.floor_bw[0] * 1048576.0 / 1e3; /* bytes per ms */
+  double wbw = r->o.floor_bw[1] * 1048576.0 / 1e3;
+  nto_err err = {0};
+  int rc = 0;
+  for (int c = 0; c < 2 && rc == 0; c++)
+    rc = nto_region_floor_compute(p, r->step_tmp, mx->st.region, rbw, wbw,
+                                  c ? NTO_IO_SEPARATE : NTO_IO_SHARED,
+                                  &mx->floor[c], &err);
+  if (rc != 0)
+    cli_error("warning: no region floor: %s", err.msg);
+  mx->has_floor = rc == 0;
+}
 
 static void measure(run *r, metrics *mx) {
   memset(mx, 0, sizeof *mx);
@@ -607,6 +679,30 @@ static void measure(run *r, metrics *mx) {
   mx->offload = nto_model_offload_stats(r->m, &mx->st) == 0;
   mx->plan = nto_model_mem_plan(r->m);
   mx->peak_rss = nto_peak_rss_bytes();
+  measure_floor(r, mx);
+}
+
+/* --floor-bandwidth: the region floor and the median against it. */
+static void report_floor(run *r, const metrics *mx) {
+  if (!mx->has_floor)
+    return;
+  const nto_region_floor *f = &mx->floor[0];
+  char a[32], n0[64], n1[64];
+  printf("region floor      %.1f ms per iteration: the fastest a region of "
+         "%s allows at %.0f MiB/s read, %.0f MiB/s write (%.1f ms with "
+         "separate read and write channels); compute %.1f ms; median / "
+         "floor %.2f\n",
+         f->floor_ms, cli_bytes(mx->st.region, a, sizeof a), r->o.floor_bw[0],
+         r->o.floor_bw[1], mx->floor[1].floor_ms, f->compute_ms,
+         mx->median_ms / (f->floor_ms + 1e-9));
+  if (f->first >= 0)
+    printf("                  most I/O-bound: steps %s .. %s, +%.1f ms over "
+           "their compute (%.1f MiB read, %.1f MiB written that the region "
+           "cannot hold)\n",
+           nto_model_step_name(r->m, NTO_PASS_TRAIN, f->first, n0, sizeof n0),
+           nto_model_step_name(r->m, NTO_PASS_TRAIN, f->last, n1, sizeof n1),
+           f->excess_ms, f->read_bytes / 1048576.0,
+           f->written_bytes / 1048576.0);
 }
 
 /* Offload lines of the end-of-run report. */
@@ -649,6 +745,7 @@ static void report_offload(run *r, const metrics *mx) {
          "(planned %.1f / %.1f)\n",
          mx->read_mib, mx->written_mib, st->planned_read / 1048576.0,
          st->planned_written / 1048576.0);
+  report_floor(r, mx);
 }
 
 /* --window auto: N, stall and I/O busy time per iteration. Long runs
@@ -788,6 +885,14 @@ static int report_json(run *r, const metrics *mx, double total_s,
           mx->offload ? st->planned_read / 1048576.0 : 0.0);
   fprintf(f, "  \"planned_written_mib_per_iteration\": %.3f,\n",
           mx->offload ? st->planned_written / 1048576.0 : 0.0);
+  if (mx->has_floor) {
+    fprintf(f, "  \"floor_bandwidth_mib_s\": [%.3f, %.3f],\n", r->o.floor_bw[0],
+            r->o.floor_bw[1]);
+    fprintf(f, "  \"step_compute_ms\": %.3f,\n", mx->floor[0].compute_ms);
+    fprintf(f, "  \"region_floor_ms\": %.3f,\n", mx->floor[0].floor_ms);
+    fprintf(f, "  \"region_floor_separate_ms\": %.3f,\n",
+            mx->floor[1].floor_ms);
+  }
   fprintf(f, "  \"resumed_at_iteration\": %ld,\n", r->it0);
   fprintf(f, "  \"iteration_ms\": [");
   for (long i = r->it0; i < r->n_steps; i++)
@@ -1087,6 +1192,8 @@ static int cleanup(run *r, nto_err *err) {
   nto_free_aligned(r->x);
   nto_free_aligned(r->y);
   free(r->step_s);
+  free(r->step_ms);
+  free(r->step_tmp);
   if (r->state_log && r->state_log != stderr)
     fclose(r->state_log);
   return trace_finish(r, err); /* also after a failed run: valid JSON */

@@ -1905,6 +1905,13 @@ size_t nto_model_update_chunk(const nto_model *m) {
   return m->chunk_elems * sizeof(float);
 }
 
+int nto_model_step_times(nto_model *m, double *ms) {
+  if (!m->off)
+    return NTO_EINVAL;
+  nto_offload_step_times(m->off, ms);
+  return 0;
+}
+
 int nto_model_offload_stats(nto_model *m, nto_offload_stats *st) {
   if (!m->off) {
     memset(st, 0, sizeof *st);

@@ -359,6 +359,11 @@ const nto_window_sample *nto_model_window_trace(const nto_model *m, int *n);
 int nto_model_offload_stats(nto_model *m, nto_offload_stats *st);
 /* Reset the offload counters and peaks (no-op when all resident). */
 void nto_model_reset_offload_stats(nto_model *m);
+/* Compute time of every training step in the last training pass (ms,
+ * waits for reads excluded; nto_offload_step_times) into
+ * ms[0..nto_model_pass_steps(m, NTO_PASS_TRAIN)). Returns 0, or NTO_EINVAL
+ * (ms untouched) when everything is resident. Executor thread. */
+int nto_model_step_times(nto_model *m, double *ms);
 
 /* The static plan of a pass (NTO_PASS_*): per-step and per-tensor uses
  * over the tensor table (tests, summary). Valid while the model lives. */

@@ -51,7 +51,7 @@ grep -q "^command: nntrainer-offload bench $net --windows 1,2:time,all" "$tmp/ru
   fail header "no command or bandwidth line" "$tmp/run.out"
 
 # CSV: the documented header, three rows, all ok and identical to `all`.
-hdr="config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,written_mib_per_iteration,floor_ms,ratio,weights_identical"
+hdr="config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,written_mib_per_iteration,floor_ms,ratio,region_floor_ms,region_ratio,weights_identical"
 if [ ! -f "$tmp/r.csv" ]; then
   fail csv "no CSV file" "$tmp/run.out"
 else
@@ -85,16 +85,24 @@ assert isinstance(bw["direct"], bool), bw
 keys = {"config", "status", "window", "peak_rss_mib", "resident_peak_mib",
         "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
         "read_mib_per_iteration", "written_mib_per_iteration", "floor_ms",
-        "ratio", "ratios", "weights_identical"}
+        "ratio", "ratios", "region_floor_ms", "region_ratio",
+        "weights_identical"}
 c = d["configs"]
 assert isinstance(c, list) and len(c) == 3, c
 assert [x["config"] for x in c] == ["1", "2:time", "all"], c
 for x in c:
     assert set(x) == keys, sorted(x)
     assert x["status"] == "ok" and x["weights_identical"] == "yes", x
-    for k in keys - {"config", "status", "window", "ratios", "weights_identical"}:
+    for k in keys - {"config", "status", "window", "ratios", "weights_identical",
+                     "region_floor_ms", "region_ratio"}:
         assert num(x[k]) and x[k] >= 0, (k, x)
     assert x["ratios"] == [x["ratio"]], x
+# the region floor (train --floor-bandwidth): windowed runs only, and the
+# ratio is the median against it
+for x in c[:2]:
+    assert num(x["region_floor_ms"]) and x["region_floor_ms"] > 0, x
+    assert abs(x["region_ratio"] * x["region_floor_ms"] - x["iteration_ms_median"]) < 1e-2 * x["iteration_ms_median"], x
+assert c[2]["region_floor_ms"] is None and c[2]["region_ratio"] is None, c[2]
 assert c[0]["window"] == 1 and c[1]["window"] == 2 and c[2]["window"] == "all", c
 assert c[0]["read_mib_per_iteration"] > 0 and c[2]["read_mib_per_iteration"] == 0, c
 assert abs(c[2]["ratio"] - 1) < 1e-9, c[2]

@@ -100,6 +100,18 @@ expect ini_window 0 "window            3 steps" -- "$exe" train "$tmp/swap.ini" 
 expect cli_wins 0 "window            all" -- "$exe" train "$tmp/swap.ini" \
   --data synthetic --iterations 1 --eval-samples 0 --window all
 expect bad_window 2 "option --window" -- "$exe" train res/resnet18.ini --window 0
+expect bad_floor_bandwidth 2 "--floor-bandwidth: expected READ,WRITE in MiB/s" -- \
+  "$exe" train res/resnet18.ini --floor-bandwidth 700
+expect floor_bandwidth_zero 2 "got '700,0'" -- "$exe" train res/resnet18.ini \
+  --floor-bandwidth 700,0
+# the region floor: window 1's region cannot read ResNet-18's layer-4 weights
+# and Adam state ahead at 10 MiB/s: some steps are I/O-bound
+expect region_floor 0 "most I/O-bound: steps" -- "$exe" train res/resnet18.ini \
+  --data synthetic --batch-size 2 --iterations 2 --eval-samples 0 --window 1 \
+  --floor-bandwidth 10,10 --swap-dir "$tmp" $direct
+grep -q "^region floor .* a region of .* at 10 MiB/s read, 10 MiB/s write" "$tmp/out" &&
+  passes=$((passes + 1)) ||
+  { echo "FAIL region_floor_line:"; sed 's/^/  /' "$tmp/out"; fails=$((fails + 1)); }
 expect bad_io 2 "expected uring or psync" -- "$exe" train res/resnet18.ini --io aio
 expect bad_prefetch 2 "expected steps, time or room" -- "$exe" train res/resnet18.ini \
   --prefetch soon
