@@ -713,14 +713,17 @@ static void report_offload(run *r, const metrics *mx) {
     printf("window            all (every tensor resident)\n");
     return;
   }
-  printf("window            %d steps%s (%s, swap %s%s, checksums %s)\n",
+  printf("window            %d steps%s (%s%s, swap %s%s, checksums %s)\n",
          st->window,
          !strcmp(r->window_mode, "auto")     ? ", adaptive (auto)"
          : !strcmp(r->window_mode, "budget") ? ", the largest within the "
                                                "memory budget"
                                              : "",
-         st->io, st->swap_dir, st->direct ? ", O_DIRECT" : ", page cache",
+         st->io, st->fixed ? " with registered buffers" : "", st->swap_dir,
+         st->direct ? ", O_DIRECT" : ", page cache",
          st->checksum ? "on (NTO_SWAP_CHECKSUM=1)" : "off");
+  if (st->fixed_note[0])
+    printf("                  buffers not registered: %s\n", st->fixed_note);
   printf("resident tensors  peak %s in a region of %s (planned peak %s) + "
          "workspace %s\n",
          cli_bytes(st->peak_resident, a, sizeof a),
@@ -868,6 +871,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
   json_string(f, mx->offload ? st->io : "none");
   fprintf(f, ",\n  \"direct\": %s,\n",
           mx->offload && st->direct ? "true" : "false");
+  fprintf(f, "  \"registered_buffers\": %s,\n",
+          mx->offload && st->fixed ? "true" : "false");
   fprintf(f, "  \"peak_rss_bytes\": %zu,\n", mx->peak_rss);
   fprintf(f, "  \"resident_peak_bytes\": %zu,\n", resident);
   fprintf(f, "  \"region_bytes\": %zu,\n",

@@ -81,7 +81,15 @@ struct nto_io {
   slot_fifo wait;    /* submitted and not yet started */
   slot_fifo ready;   /* uring: failed by the fault hook, not yet reaped */
   struct io_uring ring;
+  char *fixed; /* uring: the registered buffer (nto_io_register_buffer), or
+                  NULL; fixed_n iovecs of NTO_IO_FIXED_SPAN bytes, the last
+                  one shorter */
+  size_t fixed_len;
+  unsigned fixed_n;
 };
+
+/* Bytes per registered iovec: the kernel takes at most 1 GiB each. */
+#define NTO_IO_FIXED_SPAN ((size_t)1 << 30)
 
 /* ------------------------------------------------------------ the FIFO */
 
@@ -290,16 +298,31 @@ static int psync_reap(nto_io *io, nto_io_req **done, int max) {
 
 /* -------------------------------------------------------------- io_uring */
 
+/* The registered iovec that holds [buf, buf + len) whole, or -1. */
+static int fixed_index(const nto_io *io, const char *buf, size_t len) {
+  if (!io->fixed || buf < io->fixed || len > io->fixed_len ||
+      (size_t)(buf - io->fixed) > io->fixed_len - len)
+    return -1;
+  size_t at = (size_t)(buf - io->fixed), k = at / NTO_IO_FIXED_SPAN;
+  return (at + len - 1) / NTO_IO_FIXED_SPAN == k ? (int)k : -1;
+}
+
 /*
  * Prepare an SQE for the next attempt of r (see chunk() for shorten). An
- * SQE must be available (uring_has_slot).
+ * SQE must be available (uring_has_slot): a registered buffer's request
+ * goes out as READ_FIXED / WRITE_FIXED.
  */
 static void uring_prep(nto_io *io, nto_io_req *r, int shorten) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
   char *buf = (char *)r->buf + r->done;
   uint64_t off = (uint64_t)r->offset + r->done;
   unsigned len = (unsigned)chunk(io, r, shorten);
-  if (r->op == NTO_IO_READ)
+  int idx = fixed_index(io, buf, len);
+  if (idx >= 0 && r->op == NTO_IO_READ)
+    io_uring_prep_read_fixed(sqe, io->fd, buf, len, off, idx);
+  else if (idx >= 0)
+    io_uring_prep_write_fixed(sqe, io->fd, buf, len, off, idx);
+  else if (r->op == NTO_IO_READ)
     io_uring_prep_read(sqe, io->fd, buf, len, off);
   else
     io_uring_prep_write(sqe, io->fd, buf, len, off);
@@ -479,6 +502,36 @@ int nto_io_create(nto_io **out, nto_io_kind kind, int fd, unsigned depth,
 }
 
 nto_io_kind nto_io_kind_of(const nto_io *io) { return io->kind; }
+
+int nto_io_register_buffer(nto_io *io, void *base, size_t len, nto_err *err) {
+  if (io->kind != NTO_IO_URING)
+    return 0;
+  if (io->fixed)
+    io_uring_unregister_buffers(&io->ring);
+  io->fixed = NULL;
+  io->fixed_len = 0;
+  io->fixed_n = 0;
+  if (!base || len == 0)
+    return 0;
+  unsigned n = (unsigned)((len + NTO_IO_FIXED_SPAN - 1) / NTO_IO_FIXED_SPAN);
+  struct iovec *v = calloc(n, sizeof *v);
+  if (!v)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  for (unsigned k = 0; k < n; k++) {
+    v[k].iov_base = (char *)base + k * NTO_IO_FIXED_SPAN;
+    v[k].iov_len = k + 1 < n ? NTO_IO_FIXED_SPAN : len - k * NTO_IO_FIXED_SPAN;
+  }
+  int rc = io_uring_register_buffers(&io->ring, v, n);
+  free(v);
+  if (rc < 0)
+    return nto_err_set(
+        err, NTO_EUNSUPPORTED, "registering %zu bytes of buffers: %s%s", len,
+        strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK, ulimit -l)" : "");
+  io->fixed = base;
+  io->fixed_len = len;
+  io->fixed_n = n;
+  return 0;
+}
 
 int nto_io_submit(nto_io *io, nto_io_req *r) {
   r->done = 0;

@@ -119,6 +119,14 @@ struct nto_offload {
   int loads_inflight, writes_inflight; /* queued or submitted */
   int stop, failed, io_dead;
   job *jobs[2]; /* per I/O thread: one slot per tensor */
+  /* Registered buffers (io_main): each I/O thread registers the region
+   * with its ring before its first request and drops that registration
+   * when asked (drop_fixed_locked: reg_gen moved past its reg_ack) before
+   * the region's pages are unmapped or released. */
+  int fixed[2];      /* the thread's ring has the region registered */
+  int fixed_once[2]; /* it has registered it at least once */
+  unsigned reg_gen, reg_ack[2];
+  char fixed_note[160]; /* the first refusal, or "" */
   struct thread_arg *targ[2];
   nto_err ferr;
   pthread_t th_load, th_off;
@@ -523,6 +531,38 @@ static int reap(nto_offload *o, nto_io *io, int writer, int wait) {
   return nd;
 }
 
+/* Register the region with the thread's queue (jobs are queued, so the
+ * region stays: it changes only while drained). Returns 0 when the kernel
+ * refused (the thread then stops trying; the first reason is kept), else
+ * 1. Lock held, dropped during the registration. */
+static int fix(nto_offload *o, nto_io *io, int writer) {
+  char *base = o->region;
+  size_t len = o->region_bytes;
+  nto_err e = {0};
+  pthread_mutex_unlock(&o->mu);
+  int rc = nto_io_register_buffer(io, base, len, &e);
+  pthread_mutex_lock(&o->mu);
+  if (rc != 0 && !o->fixed_note[0])
+    snprintf(o->fixed_note, sizeof o->fixed_note, "%.150s", e.msg);
+  o->fixed[writer] = rc == 0 && nto_io_kind_of(io) == NTO_IO_URING;
+  o->fixed_once[writer] |= o->fixed[writer];
+  o->reg_ack[writer] = o->reg_gen;
+  return rc == 0;
+}
+
+/* Drop the thread's registration (drop_fixed_locked asked). Lock held,
+ * dropped during the call. */
+static void unfix(nto_offload *o, nto_io *io, int writer) {
+  if (o->fixed[writer]) {
+    pthread_mutex_unlock(&o->mu);
+    nto_io_register_buffer(io, NULL, 0, NULL);
+    pthread_mutex_lock(&o->mu);
+  }
+  o->fixed[writer] = 0;
+  o->reg_ack[writer] = o->reg_gen;
+  pthread_cond_broadcast(&o->cv_exec);
+}
+
 /* One I/O thread: pop jobs, submit, reap, complete; until stop. */
 static void *io_main(void *arg) {
   nto_offload *o = ((thread_arg *)arg)->o;
@@ -534,7 +574,8 @@ static void *io_main(void *arg) {
   nto_err e = {0};
   int rc =
       nto_io_create(&io, o->io_kind, nto_swap_fd(o->swap), o->opts.depth, &e);
-  int pending = 0;
+  int pending = 0, try_fixed = rc == 0 && !o->opts.no_fixed &&
+                               nto_io_kind_of(io) == NTO_IO_URING;
   pthread_mutex_lock(&o->mu);
   if (rc != 0)
     io_broken(o, &e);
@@ -543,12 +584,19 @@ static void *io_main(void *arg) {
       o->busy_ms[writer] += now_ms() - o->busy_since[writer];
       o->busy_since[writer] = -1;
     }
-    while (!o->stop && q->n == 0 && pending == 0)
+    while (!o->stop && q->n == 0 && pending == 0 &&
+           o->reg_ack[writer] == o->reg_gen)
       pthread_cond_wait(cv, &o->mu);
+    if (o->reg_ack[writer] != o->reg_gen && pending == 0) {
+      unfix(o, io, writer);
+      continue;
+    }
     if (q->n == 0 && pending == 0)
       break; /* stop requested and nothing left */
     if (o->busy_since[writer] < 0)
       o->busy_since[writer] = now_ms();
+    if (try_fixed && !o->fixed[writer])
+      try_fixed = fix(o, io, writer);
     job batch[BATCH];
     int nb = fifo_pop(q, batch, BATCH), nd = 0;
     pthread_mutex_unlock(&o->mu);
@@ -595,6 +643,21 @@ static int step_ready(const nto_offload *o, int s) {
       return 0;
   }
   return 1;
+}
+
+/* Have the I/O threads drop their registrations of the region before its
+ * pages are unmapped or released (nto_io_register_buffer: the kernel would
+ * go on transferring into the old pages). Drained: no request pending.
+ * Lock held; executor. */
+static void drop_fixed_locked(nto_offload *o) {
+  if (!o->fixed[0] && !o->fixed[1])
+    return;
+  o->reg_gen++;
+  pthread_cond_broadcast(&o->cv_load);
+  pthread_cond_broadcast(&o->cv_off);
+  while (!o->io_dead && ((o->fixed[0] && o->reg_ack[0] != o->reg_gen) ||
+                         (o->fixed[1] && o->reg_ack[1] != o->reg_gen)))
+    pthread_cond_wait(&o->cv_exec, &o->mu);
 }
 
 /* Wait until no job of the given kind is queued or in flight. */
@@ -754,8 +817,12 @@ static int transfer_all(nto_offload *o, int writing, void *buf, size_t len,
  * them in again on its first pass. */
 static void release_region(nto_offload *o, size_t keep) {
   size_t from = (keep + NTO_PAGE - 1) / NTO_PAGE * NTO_PAGE;
-  if (from < o->region_bytes)
-    madvise(o->region + from, o->region_bytes - from, MADV_DONTNEED);
+  if (from >= o->region_bytes)
+    return;
+  pthread_mutex_lock(&o->mu);
+  drop_fixed_locked(o);
+  pthread_mutex_unlock(&o->mu);
+  madvise(o->region + from, o->region_bytes - from, MADV_DONTNEED);
 }
 
 /* Synchronous store (writing) or fetch of persistent tensor t, through
@@ -876,8 +943,10 @@ static int map_region(nto_offload *o, const nto_schedule sc[2], nto_err *err) {
     return nto_err_set(err, NTO_ENOMEM,
                        "cannot reserve %zu bytes for resident tensors", bytes);
   }
-  if (o->region)
+  if (o->region) {
+    drop_fixed_locked(o);
     munmap(o->region, o->region_bytes ? o->region_bytes : NTO_PAGE);
+  }
   free(o->owner);
   o->region = r;
   o->region_bytes = bytes;
@@ -1164,6 +1233,8 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
     st->ahead = a > st->ahead ? a : st->ahead;
   }
   st->io = nto_io_kind_name(o->io_kind);
+  st->fixed = o->fixed_once[0] && o->fixed_once[1];
+  snprintf(st->fixed_note, sizeof st->fixed_note, "%s", o->fixed_note);
   st->direct = nto_swap_is_direct(o->swap);
   st->swap_dir = nto_swap_dir(o->swap);
   st->swap_bytes = o->swap_bytes;

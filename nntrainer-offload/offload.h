@@ -106,6 +106,9 @@ typedef struct nto_offload_opts {
   int checksum; /* checksums of swapped tensors: 1 on, -1 off, 0 the
                    default (NTO_OFFLOAD_CHECKSUM_DEFAULT); the environment
                    variable NTO_SWAP_CHECKSUM=0|1 overrides this */
+  int no_fixed; /* 1: io_uring requests without registered buffers (by
+                   default each I/O thread registers the tensor region,
+                   iobackend.h nto_io_register_buffer) */
 } nto_offload_opts;
 
 /* Counters since creation (or the last nto_offload_reset_stats). */
@@ -114,6 +117,12 @@ typedef struct nto_offload_stats {
   int ahead;                /* training frontier: the most steps entered
                                beyond the window (0 without a frontier) */
   const char *io;           /* "io_uring" or "psync" */
+  int fixed;                /* io_uring: both I/O threads have registered
+                               the tensor region for their requests (0
+                               before their first I/O, with psync,
+                               no_fixed, or when the kernel refused:
+                               fixed_note says why) */
+  char fixed_note[160];     /* why registering the region failed, or "" */
   int direct;               /* swap file opened with O_DIRECT */
   const char *swap_dir;     /* directory of the swap file */
   uint64_t swap_bytes;      /* swap file size */

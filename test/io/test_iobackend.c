@@ -599,6 +599,69 @@ static void test_api(void **state) {
   }
 }
 
+/* A registered buffer (nto_io_register_buffer): blocks written from it and
+ * read back into it (READ_FIXED / WRITE_FIXED with io_uring), one of them
+ * split by a short transfer (the rest continues inside the buffer), next
+ * to a block outside it (sent unregistered); the same after the
+ * registration is dropped. psync: registering is a no-op. */
+static void test_registered(void **state) {
+  fixture *fx = begin(state);
+  enum { N = 8 };
+  size_t len = (size_t)N * SLOT_PAGES * NTO_PAGE;
+  unsigned char *arena = (unsigned char *)nto_alloc_aligned(len);
+  unsigned char *back = (unsigned char *)nto_alloc_aligned(len);
+  assert_non_null(arena);
+  assert_non_null(back);
+  nto_rng rng;
+  nto_rng_seed(&rng, 7);
+  nto_err err = {0};
+  for (int round = 0; round < 2; round++) {
+    if (nto_io_register_buffer(fx->io, round ? NULL : arena, round ? 0 : len,
+                               &err) != 0)
+      skip(); /* refused (RLIMIT_MEMLOCK): nothing to test here */
+    fill_random(arena, len, &rng);
+    nto_io_fault f = {.op = NTO_IO_WRITE, .short_nth = 3};
+    nto_io_fault_set(&f);
+    block w[N + 1], r[N + 1];
+    for (int i = 0; i <= N; i++) {
+      int64_t off = (int64_t)i * SLOT_PAGES * NTO_PAGE;
+      block_init(&w[i], NTO_IO_WRITE, SLOT_PAGES, off, i);
+      if (i < N) { /* inside the registered buffer */
+        nto_free_aligned((float *)w[i].buf);
+        w[i].buf = NULL;
+        w[i].r.buf = arena + (size_t)i * SLOT_PAGES * NTO_PAGE;
+      } else {
+        fill_random(w[i].buf, w[i].r.len, &rng);
+      }
+    }
+    run_all(fx->io, w, N + 1, DEPTH);
+    assert_int_equal(nto_io_fault_fired(), 1);
+    nto_io_fault_set(NULL);
+    memset(back, 0xee, len);
+    for (int i = 0; i <= N; i++) {
+      assert_ok(&w[i], i);
+      block_init(&r[i], NTO_IO_READ, SLOT_PAGES, w[i].r.offset, i);
+      if (i < N) {
+        nto_free_aligned((float *)r[i].buf);
+        r[i].buf = NULL;
+        r[i].r.buf = back + (size_t)i * SLOT_PAGES * NTO_PAGE;
+      }
+    }
+    if (round == 0)
+      assert_int_equal(nto_io_register_buffer(fx->io, back, len, &err),
+                       0); /* reads */
+    run_all(fx->io, r, N + 1, DEPTH);
+    for (int i = 0; i <= N; i++)
+      assert_ok(&r[i], i);
+    assert_memory_equal(back, arena, len);
+    assert_memory_equal(r[N].buf, w[N].buf, w[N].r.len);
+    block_free(&w[N]);
+    block_free(&r[N]);
+  }
+  nto_free_aligned((float *)arena);
+  nto_free_aligned((float *)back);
+}
+
 typedef void (*test_fn)(void **);
 
 int main(void) {
@@ -615,6 +678,7 @@ int main(void) {
       {"fault_short_all", test_fault_short_all},
       {"read_past_eof", test_read_past_eof},
       {"destroy_pending", test_destroy_pending},
+      {"registered", test_registered},
   };
   enum { NFN = sizeof fns / sizeof fns[0] };
   static char names[NFN * NPARAM][80];
