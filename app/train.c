@@ -370,6 +370,7 @@ typedef struct run {
   double *step_ms;              /* per training step: compute ms summed over
                                    the measured iterations (offload only) */
   double *step_tmp;             /* scratch: the last pass's step times */
+  long step_passes;             /* passes summed into step_ms */
 } run;
 
 static void progress(run *r, long epoch, long it, long it_in_epoch,
@@ -573,9 +574,11 @@ static int train_loop(run *r, nto_err *err) {
         r->busy_ms[0] += after.read_busy_ms - before.read_busy_ms;
         r->busy_ms[1] += after.write_busy_ms - before.write_busy_ms;
         if (rc == 0 && r->step_ms &&
-            nto_model_step_times(r->m, r->step_tmp) == 0)
+            nto_model_step_times(r->m, r->step_tmp) == 0) {
           for (int s = 0; s < nto_model_pass_steps(r->m, NTO_PASS_TRAIN); s++)
             r->step_ms[s] += r->step_tmp[s];
+          r->step_passes++;
+        }
       }
       if (rc != 0)
         break;
@@ -644,11 +647,11 @@ typedef struct metrics {
  * --floor-bandwidth was given and the model offloads; a failure (out of
  * memory) leaves has_floor 0 and is reported as a warning. */
 static void measure_floor(run *r, metrics *mx) {
-  if (!r->o.floor_bw[0] || !mx->offload || !r->step_ms || mx->n <= 0)
-    return;
+  if (!r->o.floor_bw[0] || !mx->offload || !r->step_ms || !r->step_passes)
+    return; /* no measured pass (a warm-up of every iteration) */
   const nto_plan *p = nto_model_plan(r->m, NTO_PASS_TRAIN);
   for (int s = 0; s < p->n_steps; s++)
-    r->step_tmp[s] = r->step_ms[s] / (double)mx->n;
+    r->step_tmp[s] = r->step_ms[s] / (double)r->step_passes;
   double rbw = r->o.floor_bw[0] * 1048576.0 / 1e3; /* bytes per ms */
   double wbw = r->o.floor_bw[1] * 1048576.0 / 1e3;
   nto_err err = {0};

@@ -625,8 +625,10 @@ static void *io_main(void *arg) {
       break; /* requests in flight are abandoned with their buffers */
     }
   }
+  o->fixed[writer] = 0; /* no more requests: drop_fixed_locked need not wait */
+  pthread_cond_broadcast(&o->cv_exec);
   pthread_mutex_unlock(&o->mu);
-  nto_io_destroy(io);
+  nto_io_destroy(io); /* drops the registration */
   return NULL;
 }
 
@@ -655,8 +657,9 @@ static void drop_fixed_locked(nto_offload *o) {
   o->reg_gen++;
   pthread_cond_broadcast(&o->cv_load);
   pthread_cond_broadcast(&o->cv_off);
-  while (!o->io_dead && ((o->fixed[0] && o->reg_ack[0] != o->reg_gen) ||
-                         (o->fixed[1] && o->reg_ack[1] != o->reg_gen)))
+  /* a thread that has left its loop cleared its fixed[] */
+  while ((o->fixed[0] && o->reg_ack[0] != o->reg_gen) ||
+         (o->fixed[1] && o->reg_ack[1] != o->reg_gen))
     pthread_cond_wait(&o->cv_exec, &o->mu);
 }
 
