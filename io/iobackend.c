@@ -82,10 +82,9 @@ struct nto_io {
   slot_fifo ready;   /* uring: failed by the fault hook, not yet reaped */
   struct io_uring ring;
   char *fixed; /* uring: the registered buffer (nto_io_register_buffer), or
-                  NULL; fixed_n iovecs of NTO_IO_FIXED_SPAN bytes, the last
-                  one shorter */
+                  NULL; iovecs of NTO_IO_FIXED_SPAN bytes, the last one
+                  shorter */
   size_t fixed_len;
-  unsigned fixed_n;
 };
 
 /* Bytes per registered iovec: the kernel takes at most 1 GiB each. */
@@ -510,7 +509,6 @@ int nto_io_register_buffer(nto_io *io, void *base, size_t len, nto_err *err) {
     io_uring_unregister_buffers(&io->ring);
   io->fixed = NULL;
   io->fixed_len = 0;
-  io->fixed_n = 0;
   if (!base || len == 0)
     return 0;
   unsigned n = (unsigned)((len + NTO_IO_FIXED_SPAN - 1) / NTO_IO_FIXED_SPAN);
@@ -529,7 +527,6 @@ int nto_io_register_buffer(nto_io *io, void *base, size_t len, nto_err *err) {
         strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK, ulimit -l)" : "");
   io->fixed = base;
   io->fixed_len = len;
-  io->fixed_n = n;
   return 0;
 }
 

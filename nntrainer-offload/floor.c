@@ -64,19 +64,20 @@ int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
   size_t nt = (size_t)(T > 0 ? T : 1), ns = (size_t)S + 1;
   phase_marks mk = {malloc(nt * sizeof(int)), malloc(nt * sizeof(int)),
                     calloc(nt, sizeof(size_t))};
-  double *best = calloc(ns, sizeof *best), *lb = calloc(ns, sizeof *lb);
+  double *best = calloc(ns, sizeof *best), *excess = calloc(ns, sizeof *excess);
   double *rd = calloc(ns, sizeof *rd), *wr = calloc(ns, sizeof *wr);
   int *from = calloc(ns, sizeof *from);
-  int rc = mk.seen && mk.written && mk.counted && best && lb && rd && wr && from
-               ? 0
-               : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  int rc =
+      mk.seen && mk.written && mk.counted && best && excess && rd && wr && from
+          ? 0
+          : nto_err_set(err, NTO_ENOMEM, "out of memory");
   for (int t = 0; rc == 0 && t < T; t++)
     mk.seen[t] = mk.written[t] = -1;
   for (int e = 1; rc == 0 && e <= S; e++)
     best[e] = -1;
   /* best[e]: the largest bound of steps 0..e-1 over partitions into
-   * phases; from[e], lb[e], rd[e], wr[e]: its last phase's first step,
-   * bound and bytes. */
+   * phases; from[e], excess[e], rd[e], wr[e]: its last phase's first
+   * step, bound beyond its compute, and bytes. */
   for (int s = 0; rc == 0 && s < S; s++) {
     double need = 0, dirty = 0, compute = 0;
     for (int e = s; e < S; e++) {
@@ -89,7 +90,7 @@ int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
       if (best[s] + bound > best[e + 1]) {
         best[e + 1] = best[s] + bound;
         from[e + 1] = s;
-        lb[e + 1] = bound - compute;
+        excess[e + 1] = bound - compute;
         rd[e + 1] = r;
         wr[e + 1] = w;
       }
@@ -100,10 +101,10 @@ int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
     for (int s = 0; s < S; s++)
       out->compute_ms += step_ms[s];
     for (int e = S; e > 0; e = from[e])
-      if (lb[e] > out->excess_ms) {
+      if (excess[e] > out->excess_ms) {
         out->first = from[e];
         out->last = e - 1;
-        out->excess_ms = lb[e];
+        out->excess_ms = excess[e];
         out->read_bytes = rd[e];
         out->written_bytes = wr[e];
       }
@@ -112,7 +113,7 @@ int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
   free(mk.written);
   free(mk.counted);
   free(best);
-  free(lb);
+  free(excess);
   free(rd);
   free(wr);
   free(from);

@@ -65,7 +65,8 @@ typedef struct nto_region_floor {
  * (both > 0) under `channels`. Fills *out. Returns 0, NTO_EINVAL (a bad
  * bandwidth or step time) or NTO_ENOMEM. Pure logic: any thread; p is only
  * read. Time: for each first step, one pass over the accesses of the
- * steps after it, each asking nto_plan_needed_after (ResNet-18: ~5 ms);
+ * steps after it, each asking nto_plan_needed_after (measured, -O2, 10
+ * calls each: ResNet-18's 218 steps 1.4 ms, MobileNetV2's 374 steps 4.0 ms);
  * memory O(S + n_tensors).
  */
 int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
