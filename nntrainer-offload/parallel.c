@@ -1,22 +1,38 @@
 /*
  * parallel.c - the executor's compute helpers. See parallel.h.
  *
- * DESIGN. Workers 1..T-1 each run one range of every job; the caller runs
- * range 0. A job is published under the pool's mutex by bumping `gen` and
- * broadcasting `start`; each worker runs its range once per generation it
- * sees, then decrements `pending`, and the last one signals `done`. Ranges
- * are fixed by the worker's index, so which thread computes which outputs
- * is the same in every run. Workers sleep on the condition variable between
- * jobs (no spinning: the I/O threads share the cores, and OpenBLAS's own
- * threads, where a caller runs them, spin after a GEMM). They block all
- * signals (the CLI's SIGINT/SIGTERM handling stays on its main thread) and
- * are named "nto-compute".
+ * DESIGN. A job of T threads is cut into R = min(units, NTO_PARALLEL_SPLIT
+ * * T) fixed ranges (a unit: grain elements), and the caller and workers
+ * 1..T-1 take ranges in order from a shared counter until none is left.
+ * The scheduler preempts compute threads for the I/O threads on two cores;
+ * a preempted thread then holds up only the range it is in while the others
+ * take the rest, and the caller returns when every range is done, without
+ * waiting for a worker that has not woken up yet. (Ranges fixed per thread
+ * made every job wait for its slowest thread.) Which outputs a range
+ * computes depends on n, grain and R only, so the results are the same
+ * whichever thread takes it.
+ *
+ * A job is published under the pool's mutex: its parameters, `left` = R,
+ * and `claim` = (generation << 32 | 0), then `gen` bumped and `start`
+ * broadcast. A thread takes range k by a compare-and-swap of claim from
+ * (its generation, k) to (generation, k + 1): a worker that read an older
+ * job's parameters finds another generation there and takes nothing, so a
+ * range is always run with its own job's fn and ctx. Whoever finishes the
+ * last range (left reaches 0) signals `done`.
+ *
+ * Workers sleep on the condition variable between jobs (no spinning: the
+ * I/O threads share the cores, and OpenBLAS's own threads, where a caller
+ * runs them, spin after a GEMM). They block all signals (the CLI's
+ * SIGINT/SIGTERM handling stays on its main thread) and are named
+ * "nto-compute".
  */
 #include "parallel.h"
 
 #include <cblas.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct pool {
@@ -31,8 +47,10 @@ typedef struct pool {
   nto_range_fn fn;
   void *ctx;
   size_t n, grain;
-  int job_threads; /* T of the job */
-  int pending;     /* its ranges not finished yet, the caller's excluded */
+  int job_threads;        /* T of the job */
+  int job_ranges;         /* R of the job */
+  _Atomic uint64_t claim; /* (gen << 32) | its first range not taken */
+  atomic_int left;        /* its ranges not finished */
 } pool;
 
 static pool P = {.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -41,19 +59,54 @@ static pool P = {.mu = PTHREAD_MUTEX_INITIALIZER,
                  .threads = 1,
                  .keep = 1};
 
-/* First element of range k of t over n (see parallel.h); k == t: n. */
-static size_t range_start(size_t n, size_t grain, int k, int t) {
-  if (k >= t)
+/* First element of range k of r over n (see parallel.h); k == r: n. */
+static size_t range_start(size_t n, size_t grain, int k, int r) {
+  if (k >= r)
     return n;
-  size_t r = (size_t)((unsigned long long)n * (unsigned)k / (unsigned)t);
-  return r / grain * grain;
+  size_t s = (size_t)((unsigned long long)n * (unsigned)k / (unsigned)r);
+  return s / grain * grain;
 }
 
-static void run_range(nto_range_fn fn, void *ctx, size_t n, size_t grain, int k,
-                      int t) {
-  size_t a = range_start(n, grain, k, t), b = range_start(n, grain, k + 1, t);
-  if (a < b)
-    fn(ctx, a, b, k);
+/* R for n elements on t threads: NTO_PARALLEL_SPLIT ranges per thread, at
+ * most one per grain. */
+static int job_ranges(size_t n, size_t grain, int t) {
+  size_t units = n / grain + (n % grain != 0);
+  size_t r = (size_t)t * NTO_PARALLEL_SPLIT;
+  return (int)(units < r ? units : r);
+}
+
+/* The job a thread read under the mutex. */
+typedef struct job {
+  nto_range_fn fn;
+  void *ctx;
+  size_t n, grain;
+  int ranges;
+  uint64_t tag; /* generation << 32 */
+} job;
+
+/* Takes ranges of job j as slot `slot` until none is left or another job
+ * has been published; signals `done` after the job's last range. */
+static void take_ranges(const job *j, int slot) {
+  uint64_t c = atomic_load_explicit(&P.claim, memory_order_acquire);
+  for (;;) {
+    if ((c & ~(uint64_t)UINT32_MAX) != j->tag ||
+        (c & UINT32_MAX) >= (uint64_t)j->ranges)
+      return;
+    if (!atomic_compare_exchange_weak_explicit(
+            &P.claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire))
+      continue; /* c now holds the current value */
+    int k = (int)(c & UINT32_MAX);
+    size_t a = range_start(j->n, j->grain, k, j->ranges);
+    size_t b = range_start(j->n, j->grain, k + 1, j->ranges);
+    if (a < b)
+      j->fn(j->ctx, a, b, slot);
+    if (atomic_fetch_sub_explicit(&P.left, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&P.mu);
+      pthread_cond_signal(&P.done);
+      pthread_mutex_unlock(&P.mu);
+    }
+    c++;
+  }
 }
 
 /* A worker: created with every signal blocked (nto_parallel_set_threads),
@@ -68,16 +121,12 @@ static void *worker(void *arg) {
     if (k >= P.keep)
       break;
     seen = P.gen;
-    nto_range_fn fn = P.fn;
-    void *ctx = P.ctx;
-    size_t n = P.n, grain = P.grain;
+    job j = {P.fn, P.ctx, P.n, P.grain, P.job_ranges, (uint64_t)seen << 32};
     int t = P.job_threads;
     pthread_mutex_unlock(&P.mu);
     if (k < t)
-      run_range(fn, ctx, n, grain, k, t);
+      take_ranges(&j, k);
     pthread_mutex_lock(&P.mu);
-    if (k < t && --P.pending == 0)
-      pthread_cond_signal(&P.done);
   }
   pthread_mutex_unlock(&P.mu);
   return NULL;
@@ -152,13 +201,16 @@ void nto_parallel_for(size_t n, size_t grain, int max_threads, nto_range_fn fn,
   P.n = n;
   P.grain = grain;
   P.job_threads = t;
-  P.pending = t - 1;
+  P.job_ranges = job_ranges(n, grain, t);
   P.gen++;
+  job j = {fn, ctx, n, grain, P.job_ranges, (uint64_t)P.gen << 32};
+  atomic_store_explicit(&P.left, j.ranges, memory_order_relaxed);
+  atomic_store_explicit(&P.claim, j.tag, memory_order_release);
   pthread_cond_broadcast(&P.start);
   pthread_mutex_unlock(&P.mu);
-  run_range(fn, ctx, n, grain, 0, t);
+  take_ranges(&j, 0);
   pthread_mutex_lock(&P.mu);
-  while (P.pending > 0)
+  while (atomic_load_explicit(&P.left, memory_order_acquire) > 0)
     pthread_cond_wait(&P.done, &P.mu);
   pthread_mutex_unlock(&P.mu);
 }

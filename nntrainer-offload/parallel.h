@@ -30,10 +30,16 @@
 
 #define NTO_PARALLEL_MAX 64 /* threads, the caller included */
 
+/* Ranges per thread of a job: enough that a thread the scheduler preempts
+ * (the I/O threads share the cores) holds up a small share of the job,
+ * few enough that a range's fixed costs (a GEMM's packing) stay small. */
+#define NTO_PARALLEL_SPLIT 4
+
 /* Body of a parallel loop: elements [begin, end) of the loop; ctx is the
- * caller's; slot: the range's index, < the job's thread count (for
- * per-thread scratch). Runs on the calling thread or a worker; must not
- * call nto_parallel_for. */
+ * caller's; slot: the index of the thread running it, < the job's thread
+ * count, 0 on the caller (for per-thread scratch: a slot runs one range at
+ * a time, but may run several of a job). Runs on the calling thread or a
+ * worker; must not call nto_parallel_for. */
 typedef void (*nto_range_fn)(void *ctx, size_t begin, size_t end, int slot);
 
 /*
@@ -49,12 +55,14 @@ int nto_parallel_threads(void);
 
 /*
  * fn over [0, n): with T = min(nto_parallel_threads(), max_threads)
- * threads (max_threads <= 0: no cap), ranges are [r_k, r_{k+1}) with
- * r_k = round_down(n * k / T, grain) (r_T = n), range k in slot k, so
- * every range but the last is a multiple of grain long (grain >= 1;
- * alignment for vector loops); empty ranges are skipped. The caller runs
- * range 0; returns when all have run. With T == 1 or n <= grain:
- * fn(ctx, 0, n, 0) on the caller.
+ * threads (max_threads <= 0: no cap), R = min(ceil(n / grain),
+ * NTO_PARALLEL_SPLIT * T) ranges [r_k, r_{k+1}) with r_k = round_down(n * k
+ * / R, grain) (r_R = n), so every range but the last is a multiple of grain
+ * long (grain >= 1; alignment for vector loops); empty ranges are skipped.
+ * The caller and T-1 workers take the ranges in order, each the next one
+ * not taken, until none is left: which thread runs a range varies from run
+ * to run, its bounds do not. Returns when every range has run. With T == 1
+ * or n <= grain: fn(ctx, 0, n, 0) on the caller.
  */
 void nto_parallel_for(size_t n, size_t grain, int max_threads, nto_range_fn fn,
                       void *ctx);
