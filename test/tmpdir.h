@@ -9,7 +9,10 @@
 
 /*
  * Create "$TMPDIR/nto-<tag>-XXXXXX" (TMPDIR defaults to /tmp) and write its
- * path into dir (len bytes). Returns 0, or -1 if it cannot be created.
+ * path into dir (len bytes). Returns 0, or -1 if it cannot be created. A
+ * directory not removed by tmpdir_remove (a failed assertion leaves its
+ * test by a long jump) is removed when the process exits (atexit), for up
+ * to 64 directories at a time.
  */
 int tmpdir_make(char *dir, size_t len, const char *tag);
 
