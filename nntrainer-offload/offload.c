@@ -971,10 +971,8 @@ static int plan_engine(nto_offload *o, int window, const int *upto,
   memset(sc, 0, sizeof sc);
   int rc = 0;
   for (int k = 0; k < 2 && rc == 0; k++)
-    rc = o->opts.no_keep ? nto_schedule_build(&sc[k], o->plans[k], window,
-                                              k ? NULL : upto, err)
-                         : nto_schedule_keep(&sc[k], o->plans[k], window,
-                                             k ? NULL : upto, err);
+    rc = nto_schedule_final(&sc[k], o->plans[k], window, k ? NULL : upto,
+                            !o->opts.no_keep, err);
   uint64_t size = rc == 0 ? assign_slots(o, sc, 0) : 0;
   if (rc == 0 && o->swap && size > o->swap_bytes)
     rc = nto_swap_grow(o->swap, size, err);

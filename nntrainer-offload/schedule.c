@@ -331,6 +331,117 @@ static size_t place(model *m) {
   return region[best];
 }
 
+/* ---- spreading the placement ---- */
+
+/* Instants from a forward to b in the cycle of T. */
+static long ahead(long a, long b, long T) {
+  long d = (b - a) % T;
+  return d < 0 ? d + T : d;
+}
+
+static long first_instant(const interval *v) { return v->seg[0][0]; }
+static long last_instant(const interval *v) { return v->seg[v->n_seg - 1][1]; }
+
+/* Instants between u and v (disjoint in time), the shorter way round. */
+static long time_gap(const interval *u, const interval *v, long T) {
+  long a = ahead(last_instant(u), first_instant(v), T);
+  long b = ahead(last_instant(v), first_instant(u), T);
+  return a < b ? a : b;
+}
+
+static int bytes_overlap(size_t o1, size_t l1, size_t o2, size_t l2) {
+  return o1 < o2 + l2 && o2 < o1 + l1;
+}
+
+/* Gaps shorter than this many instants (8 steps) count; beyond, pages
+ * are as good as free. */
+#define SPREAD_HORIZON 24
+
+/*
+ * Move each interval, within the region, to the offset whose pages were
+ * released longest before it starts and are taken again longest after it
+ * ends (the largest smallest gap, up to SPREAD_HORIZON instants, to the
+ * intervals sharing its bytes at other times). The greedy placement puts
+ * a buffer at the lowest free offset, often in the pages a write released
+ * one instant before in the model, while on the device that write is
+ * still running and the step that needs the buffer waits for it. Offsets
+ * only: the region, the actions and every byte moved stay; the placement
+ * stays valid (each move checks every interval overlapping in time). The
+ * permanent intervals stay. Costs O(intervals^2) plus candidates times
+ * the nearby intervals.
+ */
+static int spread_placement(model *m, size_t region) {
+  long T = 3L * m->S;
+  int n = m->n_iv;
+  int *near = malloc(((size_t)n + 1) * sizeof *near);
+  int *busy = malloc(((size_t)n + 1) * sizeof *busy);
+  size_t *cand = malloc((2 * (size_t)n + 3) * sizeof *cand);
+  if (!near || !busy || !cand) {
+    free(near);
+    free(busy);
+    free(cand);
+    return NTO_ENOMEM;
+  }
+  for (int k = 0; k < n; k++) {
+    interval *v = &m->iv[k];
+    size_t len = m->p->bytes[v->t];
+    if (!used(v) || v->start < 0 || len == 0)
+      continue;
+    int nb = 0, nn = 0, nc = 0;
+    for (int j = 0; j < n; j++) {
+      const interval *u = &m->iv[j];
+      if (j == k || !used(u) || m->p->bytes[u->t] == 0)
+        continue;
+      if (time_overlap(u, v))
+        busy[nb++] = j;
+      else if (time_gap(u, v, T) < SPREAD_HORIZON)
+        near[nn++] = j;
+    }
+    cand[nc++] = v->offset;
+    cand[nc++] = 0;
+    if (region >= len)
+      cand[nc++] = region - len;
+    for (int i = 0; i < nb; i++) {
+      const interval *u = &m->iv[busy[i]];
+      cand[nc++] = u->offset + m->p->bytes[u->t];
+      if (u->offset >= len)
+        cand[nc++] = u->offset - len;
+    }
+    size_t best_off = v->offset;
+    long best = -1;
+    for (int c = 0; c < nc; c++) {
+      size_t o = cand[c];
+      if (o + len > region)
+        continue;
+      int ok = 1;
+      for (int i = 0; i < nb && ok; i++) {
+        const interval *u = &m->iv[busy[i]];
+        ok = !bytes_overlap(o, len, u->offset, m->p->bytes[u->t]);
+      }
+      if (!ok)
+        continue;
+      long score = SPREAD_HORIZON;
+      for (int i = 0; i < nn; i++) {
+        const interval *u = &m->iv[near[i]];
+        if (bytes_overlap(o, len, u->offset, m->p->bytes[u->t])) {
+          long g = time_gap(u, v, T);
+          if (g < score)
+            score = g;
+        }
+      }
+      if (score > best) { /* the first candidate is the current offset */
+        best = score;
+        best_off = o;
+      }
+    }
+    v->offset = best_off;
+  }
+  free(near);
+  free(busy);
+  free(cand);
+  return 0;
+}
+
 /* The interval holding tensor t when a pass starts. */
 static const interval *at_wrap(const model *m, int t) {
   long T = 3L * m->S;
@@ -464,8 +575,9 @@ static void make_frontier(int S, int n, const int *upto, int *out) {
     out[s] = out[S - 1] - S;
 }
 
-int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
-                       const int *upto, nto_err *err) {
+/* nto_schedule_build, the placement spread when `spread`. */
+static int build(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
+                 int spread, nto_err *err) {
   memset(sc, 0, sizeof *sc);
   model m = {.p = p, .S = p->n_steps};
   size_t nt = (size_t)p->n_tensors + 1;
@@ -510,6 +622,8 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
     sc->region = place(&m);
     if (sc->region == (size_t)-1)
       rc = NTO_ENOMEM;
+    else if (spread)
+      rc = spread_placement(&m, sc->region);
   }
   if (rc == 0)
     rc = fill(sc, &m);
@@ -525,6 +639,11 @@ int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
   if (rc != 0)
     nto_schedule_free(sc);
   return rc;
+}
+
+int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
+                       const int *upto, nto_err *err) {
+  return build(sc, p, n, upto, 0, err);
 }
 
 void nto_schedule_free(nto_schedule *sc) {
@@ -675,8 +794,28 @@ static int keep_batch(nto_schedule *sc, const nto_plan *p, int n_win,
  * one build; one that does not is split in halves. */
 #define KEEP_BATCH 32
 
-int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
-                      const int *upto, nto_err *err) {
+/* The kept schedule with holds h[0..n_h) built again with its placement
+ * spread (the same region, actions and bytes). */
+static int respread(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
+                    const nto_plan_hold *h, int n_h, nto_err *err) {
+  nto_plan held;
+  nto_schedule out;
+  int rc = nto_plan_add_holds(&held, p, h, n_h, err);
+  if (rc == 0) {
+    rc = build(&out, &held, n, upto, 1, err);
+    nto_plan_free(&held);
+  }
+  if (rc == 0) {
+    out.n_kept = sc->n_kept;
+    nto_schedule_free(sc);
+    *sc = out;
+  }
+  return rc;
+}
+
+/* nto_schedule_keep, the final placement spread when `spread`. */
+static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
+                int spread, nto_err *err) {
   int rc = nto_schedule_build(sc, p, n, upto, err);
   if (rc != 0)
     return rc;
@@ -710,6 +849,8 @@ int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
     }
   }
   sc->n_kept = n_h;
+  if (rc == 0 && spread)
+    rc = respread(sc, p, n, upto, h, n_h, err);
   free(g);
   free(h);
   free(live);
@@ -718,4 +859,15 @@ int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
   if (rc != 0)
     nto_schedule_free(sc);
   return rc;
+}
+
+int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
+                      const int *upto, nto_err *err) {
+  return keep(sc, p, n, upto, 0, err);
+}
+
+int nto_schedule_final(nto_schedule *sc, const nto_plan *p, int n,
+                       const int *upto, int keep_resident, nto_err *err) {
+  return keep_resident ? keep(sc, p, n, upto, 1, err)
+                       : build(sc, p, n, upto, 1, err);
 }

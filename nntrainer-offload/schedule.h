@@ -24,6 +24,17 @@
  * may enter at one step's start and none at another's. upto[s] = s + N is
  * the default.
  *
+ * Spreading. The greedy placement puts each buffer at the lowest free
+ * offset, often in pages the model has a write release one instant
+ * before; on the device that write is still running and the step that
+ * needs the buffer waits for it. The engine's schedule (nto_schedule_final)
+ * then moves each interval, in order, to the offset within the region whose
+ * pages are free longest before it starts and after it ends (the largest
+ * smallest gap to the intervals sharing its bytes, counted up to 24
+ * instants). Offsets only: the region, the actions and the bytes stay.
+ * ResNet-18 b32 within 64 MiB: stall 58 -> 27 ms per iteration
+ * (docs/benchmarks.md, "Spreading the placement").
+ *
  * Time within a pass: step s has three instants, 3s (its start: the
  * lookahead's reads, and the buffers of its own tensors that have no
  * content yet), 3s+1 (the previous step's writes complete) and 3s+2 (its
@@ -100,11 +111,11 @@ void nto_schedule_free(nto_schedule *sc);
  * weight leaves after its forward step and is read back a few cheap steps
  * later for its backward; a block input that two branches' backward steps
  * read is read back twice; a residual gradient is written and read back
- * between the two branches' backward steps. A gap is a tensor t and two consecutive uses a < b in
- * the cyclic step order (b >= S: the next pass; persistent tensors only)
- * whose content b needs and which the window does not keep (b beyond the
- * frontier at a). Keeping it resident = the steps a+1 .. b-1 hold t
- * (plan.h nto_plan_add_holds), so the window never lets it go; a kept
+ * between the two branches' backward steps. A gap is a tensor t and two
+ * consecutive uses a < b in the cyclic step order (b >= S: the next pass;
+ * persistent tensors only) whose content b needs and which the window does not
+ * keep (b beyond the frontier at a). Keeping it resident = the steps a+1 .. b-1
+ * hold t (plan.h nto_plan_add_holds), so the window never lets it go; a kept
  * activation is neither written nor read back, a kept weight not read
  * again. Gaps are taken in order of memory-time per byte saved (shortest
  * first, then the largest tensor). One is a candidate when t plus the
@@ -123,5 +134,16 @@ void nto_schedule_free(nto_schedule *sc);
  */
 int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
                       const int *upto, nto_err *err);
+
+/*
+ * The schedule the engine runs: nto_schedule_keep (keep_resident) or
+ * nto_schedule_build, then the placement spread (see "Spreading"): the
+ * same region, actions and bytes, other offsets. Costs one more build
+ * and O(intervals^2) (about 12 ms for ResNet-18 b32 window 1's 2000
+ * intervals); the sizing and fitting callers (region, bytes) use the two
+ * above. Returns what they return.
+ */
+int nto_schedule_final(nto_schedule *sc, const nto_plan *p, int n,
+                       const int *upto, int keep_resident, nto_err *err);
 
 #endif /* NTO_SCHEDULE_H */

@@ -485,21 +485,40 @@ static void unclaim(int *owner, size_t off, size_t bytes) {
     owner[p] = -1;
 }
 
+/* Pages released at instant g (released[] per page, -1: never). */
+static void mark_released(long *released, size_t off, size_t bytes, long g) {
+  for (size_t p = off / 4096; p < (off + bytes) / 4096; p++)
+    released[p] = g;
+}
+
+/* Pages of [off, off + bytes) released less than one step (3 instants)
+ * before instant g. */
+static long close_reuses(const long *released, size_t off, size_t bytes,
+                         long g) {
+  long n = 0;
+  for (size_t p = off / 4096; p < (off + bytes) / 4096; p++)
+    n += released[p] >= 0 && g - released[p] < 3;
+  return n;
+}
+
 /* Replay a schedule with its modelled timing (writes complete during the
  * next step) for three passes: no buffer may ever be placed over one in
  * use, everything stays inside the region, every tensor a step uses
  * holds its buffer when the step runs, and no buffer whose content is
  * newer than its swap copy is dropped (a persistent one freed): p is the
- * model's plan, also for a schedule of the plan with holds. */
-static void replay(const nto_model *m, const nto_plan *p,
+ * model's plan, also for a schedule of the plan with holds. Returns the
+ * pages claimed less than a step after their release in passes 1 and 2
+ * (what the spread placement avoids). */
+static long replay(const nto_model *m, const nto_plan *p,
                    const nto_schedule *sc) {
   size_t pages = sc->region / 4096 + 1;
+  long *released = malloc(pages * sizeof *released), close = 0;
   int *owner = malloc(pages * sizeof *owner);
   size_t *off = calloc((size_t)p->n_tensors, sizeof *off);
   int *pend = malloc((size_t)p->n_tensors * sizeof *pend), np = 0;
   unsigned char *newer = calloc((size_t)p->n_tensors, 1);
   for (size_t q = 0; q < pages; q++)
-    owner[q] = -1;
+    owner[q] = -1, released[q] = -1;
   for (int i = 0; i < sc->n_prime; i++) {
     const nto_sched_act *a = &sc->prime[i];
     assert_true(a->offset + p->bytes[a->t] <= sc->region);
@@ -507,9 +526,12 @@ static void replay(const nto_model *m, const nto_plan *p,
   }
   for (int pass = 0; pass < 3; pass++) {
     for (int s = 0; s < sc->n_steps; s++) {
+      long g = 3L * ((long)pass * sc->n_steps + s);
       for (int i = sc->begin_first[s]; i < sc->begin_first[s + 1]; i++) {
         const nto_sched_act *a = &sc->begin[i];
         assert_true(a->offset + p->bytes[a->t] <= sc->region);
+        if (pass > 0)
+          close += close_reuses(released, a->offset, p->bytes[a->t], g);
         claim(owner, a->t, off[a->t] = a->offset, p->bytes[a->t], m);
       }
       for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
@@ -518,8 +540,10 @@ static void replay(const nto_model *m, const nto_plan *p,
           fail_msg("step %d runs without %s", s, nto_model_tensor(m, t)->name);
         newer[t] |= (p->step_mode[k] & NTO_USE_WRITE) != 0;
       }
-      for (int i = 0; i < np; i++) /* last step's writes complete */
+      for (int i = 0; i < np; i++) { /* last step's writes complete */
         unclaim(owner, off[pend[i]], p->bytes[pend[i]]);
+        mark_released(released, off[pend[i]], p->bytes[pend[i]], g + 1);
+      }
       np = 0;
       for (int i = sc->end_first[s]; i < sc->end_first[s + 1]; i++) {
         const nto_sched_act *a = &sc->end[i];
@@ -532,15 +556,19 @@ static void replay(const nto_model *m, const nto_plan *p,
           newer[a->t] = 0;
         if (a->kind == NTO_ACT_WRITE && !a->keep)
           pend[np++] = a->t;
-        else if (a->kind != NTO_ACT_WRITE)
+        else if (a->kind != NTO_ACT_WRITE) {
           unclaim(owner, off[a->t], p->bytes[a->t]);
+          mark_released(released, off[a->t], p->bytes[a->t], g + 2);
+        }
       }
     }
   }
   free(newer);
   free(owner);
+  free(released);
   free(off);
   free(pend);
+  return close;
 }
 
 /* A ragged frontier (s + n + (7s mod 5), not monotone) is made valid
@@ -605,6 +633,56 @@ static void check_keep(const nto_model *m, const nto_plan *p, int n,
   nto_schedule_free(&sc);
 }
 
+/* Same actions in the same lists: only offsets may differ. */
+static void expect_same_actions(const nto_schedule *a, const nto_schedule *b) {
+  assert_int_equal(a->begin_first[a->n_steps], b->begin_first[b->n_steps]);
+  assert_int_equal(a->end_first[a->n_steps], b->end_first[b->n_steps]);
+  for (int s = 0; s <= a->n_steps; s++) {
+    assert_int_equal(a->begin_first[s], b->begin_first[s]);
+    assert_int_equal(a->end_first[s], b->end_first[s]);
+  }
+  for (int i = 0; i < a->begin_first[a->n_steps]; i++) {
+    assert_int_equal(a->begin[i].t, b->begin[i].t);
+    assert_int_equal(a->begin[i].kind, b->begin[i].kind);
+  }
+  for (int i = 0; i < a->end_first[a->n_steps]; i++) {
+    assert_int_equal(a->end[i].t, b->end[i].t);
+    assert_int_equal(a->end[i].kind, b->end[i].kind);
+    assert_int_equal(a->end[i].keep, b->end[i].keep);
+  }
+}
+
+/* The engine's schedule (nto_schedule_final) against the plain one of
+ * window n (close: its pages claimed within a step of their release): the
+ * same region, bytes and actions, a valid placement, and no more close
+ * reuses; fewer where `fewer` (ResNet-18 window 1). The kept variant
+ * against nto_schedule_keep likewise. */
+static void check_final(const nto_model *m, const nto_plan *p, int n,
+                        const nto_schedule *plain, long close, int fewer) {
+  nto_err err = {0};
+  for (int keep = 0; keep < 2; keep++) {
+    nto_schedule base, fin;
+    if (keep)
+      assert_int_equal(nto_schedule_keep(&base, p, n, NULL, &err), 0);
+    const nto_schedule *b = keep ? &base : plain;
+    assert_int_equal(nto_schedule_final(&fin, p, n, NULL, keep, &err), 0);
+    assert_int_equal(fin.region, b->region);
+    assert_int_equal(fin.peak, b->peak);
+    assert_true(fin.read_bytes == b->read_bytes);
+    assert_true(fin.written_bytes == b->written_bytes);
+    assert_int_equal(fin.n_kept, b->n_kept);
+    expect_same_actions(&fin, b);
+    long c_fin = replay(m, p, &fin),
+         c_base = keep ? replay(m, p, &base) : close;
+    if (c_fin > c_base || (fewer && c_fin >= c_base))
+      fail_msg("window %d%s: %ld pages reused within a step, plain %ld", n,
+               keep ? " (keep)" : "", c_fin, c_base);
+    if (keep)
+      nto_schedule_free(&base);
+    nto_schedule_free(&fin);
+  }
+}
+
 /* The schedule's placement holds on real networks for several windows,
  * and the region is the busiest instant's bytes at window 1. */
 static void test_schedule_placement(void **state) {
@@ -626,8 +704,9 @@ static void test_schedule_placement(void **state) {
         if (nto_schedule_build(&sc, p, windows[w], NULL, &err) != 0)
           fail_msg("%s window %d: %s", nets[i], windows[w], err.msg);
         assert_true(sc.peak <= sc.region);
-        replay(m, p, &sc);
+        long close = replay(m, p, &sc);
         check_keep(m, p, windows[w], pass == NTO_PASS_TRAIN, &sc);
+        check_final(m, p, windows[w], &sc, close, i == 2 && windows[w] == 1);
         nto_schedule_free(&sc);
       }
       for (int w = 0; w < 3; w++)
