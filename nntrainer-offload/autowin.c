@@ -12,6 +12,7 @@ void nto_autowin_init(nto_autowin *c, int min, int max) {
   c->max = max < 1 ? 1 : max;
   c->min = min < 1 ? 1 : min > c->max ? c->max : min;
   c->n = c->min;
+  c->reprobe = NTO_AUTOWIN_REPROBE;
   c->target = 0.05;
   c->idle = 0.5;
 }
@@ -46,13 +47,21 @@ static int fastest(const nto_autowin *c) {
 /* far: the stall was more than 4 targets (grow 4x instead of 2x);
  * a good window that now stalls less than that grows by a quarter. */
 static int after_stall(nto_autowin *c, int n, int far) {
-  int was_good = c->hi == n;
+  int was_good = c->hi == n, probe = c->probing;
+  if (probe) { /* no good window below the probe's start: back off */
+    c->probing = 0;
+    c->reprobe = 2 * c->reprobe < NTO_AUTOWIN_REPROBE_MAX
+                     ? 2 * c->reprobe
+                     : NTO_AUTOWIN_REPROBE_MAX;
+  }
   c->lo = n;
   c->since_lo = 0;
   if (c->hi && c->hi <= n)
     c->hi = 0; /* it stalls now: conditions changed */
   if (c->settled)
     return n;
+  if (probe && c->hi)
+    return c->hi; /* nothing changed: straight back to the good window */
   if (c->hi)
     return c->hi > c->lo + 1 ? c->lo + (c->hi - c->lo) / 2 : c->hi;
   if (n < c->max && was_good && !far)
@@ -75,8 +84,17 @@ static int after_good(nto_autowin *c, int n, int idled, int free) {
     c->lo = n - 1;
   /* a stalling window seen long ago (or before reads became free) may
    * not stall any more: probe below it again */
-  if (idled && (free || c->since_lo >= NTO_AUTOWIN_REPROBE))
+  if (c->probing && n < c->probing) { /* found a smaller good window */
+    c->probing = 0;
+    c->reprobe = NTO_AUTOWIN_REPROBE;
+  }
+  if (idled && c->lo > 0 && (free || c->since_lo >= c->reprobe)) {
+    int stalled_last = c->lo;
     c->lo = 0;
+    c->probing = n;
+    if (!free) /* does the window that stalled last stall still? */
+      return stalled_last;
+  }
   int floor = c->lo + 1 > c->min ? c->lo + 1 : c->min;
   if (c->lo > 0 && n - c->lo <= n / 8)
     return n; /* close enough to the smallest good window */

@@ -22,10 +22,20 @@
  *     the smallest good window, for a change of N costs more than the
  *     memory it would save). If
  *     the I/O threads idled (busy less than `idle` of the iteration),
- *     shrink the same way; the stalling N known is then forgotten when it
- *     is NTO_AUTOWIN_REPROBE iterations old, or at once when the reads
- *     cost next to nothing (busy below a fifth of `idle`), so that a disk
- *     that got faster is noticed. Otherwise stay.
+ *     shrink the same way; the stalling N known is then probed again
+ *     when it is NTO_AUTOWIN_REPROBE iterations old (N goes to that
+ *     window; if it no longer stalls, bisection goes on below it), or
+ *     forgotten at once when the reads cost next to nothing (busy below a
+ *     fifth of `idle`), so that a disk that got faster is noticed. A
+ *     probe that stalls before it finds a good window smaller than the
+ *     one it started from goes straight back to that window and doubles
+ *     the age (up to NTO_AUTOWIN_REPROBE_MAX); one that finds it resets
+ *     it. The stall at small windows need not come from a busy disk:
+ *     ResNet-18 b32 within 64 MiB stalls 8-12% at N = 2-3 with the I/O
+ *     threads busy 25%, and at the good N = 5-6 they are busy 20%,
+ *     "idle"; before the backoff, every tenth iteration started a probe
+ *     that bisected down to 2 or 3 and walked back up one window at a
+ *     time: 4-6 iterations of such stalls. Otherwise stay.
  *   - at max and still stalled (storage slower than compute at any
  *     window): settle on the window with the shortest iteration measured
  *     so far and stay there; windows within NTO_AUTOWIN_TIE of that time
@@ -48,8 +58,11 @@
 #ifndef NTO_AUTOWIN_H
 #define NTO_AUTOWIN_H
 
-#define NTO_AUTOWIN_TRIED 32   /* windows whose iteration time is kept */
-#define NTO_AUTOWIN_REPROBE 10 /* iterations before a stall is forgotten */
+#define NTO_AUTOWIN_TRIED 32 /* windows whose iteration time is kept */
+/* iterations before a stalling window is probed again: at first, and at
+ * most after probes that stalled (each doubles the wait) */
+#define NTO_AUTOWIN_REPROBE 10
+#define NTO_AUTOWIN_REPROBE_MAX 320
 #define NTO_AUTOWIN_TIE                                                        \
   0.15 /* settling: iteration times within this                                \
           fraction of the fastest are tied */
@@ -59,6 +72,11 @@ typedef struct nto_autowin {
   int n;         /* the window in use */
   int lo, hi;    /* largest N seen stalling, smallest seen good; 0: none */
   int since_lo;  /* iterations since lo was last seen stalling */
+  int reprobe;   /* since_lo at which lo is probed (NTO_AUTOWIN_REPROBE,
+                    doubled by every probe that stalled again) */
+  int probing;   /* a probe started at good window `probing` (lo was
+                    forgotten) and has seen neither a stall nor a smaller
+                    good window since; 0: no probe */
   int settled;   /* stalled at max: stays on the largest window within
                     NTO_AUTOWIN_TIE of the fastest seen */
   int forgiven;  /* the last iteration's marginal stall at hi was forgiven */
