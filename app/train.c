@@ -79,14 +79,15 @@ static const char usage[] =
     "                        io_uring is refused)\n"
     "  --no-direct           swap through the page cache (no O_DIRECT)\n"
     "  --prefetch steps|time|room\n"
-    "                        when reads start: 'steps' (default): step\n"
-    "                        s+N's at the start of step s; 'time': from\n"
-    "                        the step times and read bandwidth measured in\n"
-    "                        iterations 1 and 3, early enough to be done\n"
-    "                        before each step runs (more tensors resident;\n"
-    "                        within --memory-budget if given); 'room': as\n"
-    "                        'time' where the window's own memory has room,\n"
-    "                        so the tensor region stays that of 'steps'\n"
+    "                        when reads start: 'steps': step s+N's at the\n"
+    "                        start of step s (default without a budget);\n"
+    "                        'time': from the step times and read bandwidth\n"
+    "                        measured in iterations 1 and 3, early enough\n"
+    "                        to be done before each step runs (more tensors\n"
+    "                        resident; within --memory-budget if given: the\n"
+    "                        default with one); 'room': as 'time' where the\n"
+    "                        window's own memory has room, so the tensor\n"
+    "                        region stays that of 'steps'\n"
     "  --chunk-grads auto|on|off\n"
     "                        where the gradient of a weight above the\n"
     "                        update chunk (1 MiB) is computed: chunk by\n"
@@ -353,6 +354,7 @@ typedef struct run {
   int trace_events;             /* written so far */
   double trace_t0;              /* ms, CLOCK_MONOTONIC: ts 0 of the trace */
   const char *window_mode;      /* "fixed", "auto", "budget" or "all" */
+  const char *prefetch;         /* "steps", "time" or "room" */
   size_t budget;                /* bytes, 0: none */
   char budget_src[256];         /* where the budget came from (errors) */
   long it0;                     /* iterations done before this process
@@ -738,9 +740,15 @@ static void report_offload(run *r, const metrics *mx) {
            "window's region is %s, its planned peak above)\n",
            cli_bytes(st->region, a, sizeof a));
   if (st->ahead > 0)
-    printf("prefetch          by time: reads start up to %d steps beyond "
+    printf("prefetch          by %s: reads start up to %d steps beyond "
            "the window (measured step times and read bandwidth)\n",
-           st->ahead);
+           r->prefetch, st->ahead);
+  else if (strcmp(r->prefetch, "steps") != 0)
+    printf("prefetch          by %s: no read ahead of the window (no room "
+           "for it, or no step times measured yet)\n",
+           r->prefetch);
+  else
+    printf("prefetch          by steps: step s+N's reads start at step s\n");
   printf("stall             %.1f ms per iteration (%.1f%% of the median "
          "iteration), executor waiting for reads\n",
          mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
@@ -868,6 +876,7 @@ static int report_json(run *r, const metrics *mx, double total_s,
   else
     fprintf(f, "  \"window\": \"all\",\n");
   fprintf(f, "  \"window_mode\": \"%s\",\n", r->window_mode);
+  fprintf(f, "  \"prefetch\": \"%s\",\n", mx->offload ? r->prefetch : "none");
   fprintf(f, "  \"prefetch_ahead_steps\": %d,\n", mx->offload ? st->ahead : 0);
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);
   fprintf(f, "  \"io\": ");
@@ -1145,12 +1154,17 @@ static int offload_opts(run *r, nto_model_opts *mo) {
       cli_keep_resident(o->keep, &oo->no_keep) != 0 ||
       cli_recompute(o->recompute, &mo->recompute) != 0)
     return -1;
-  mo->prefetch = NTO_PREFETCH_STEPS;
-  if (o->prefetch && !strcmp(o->prefetch, "time")) {
+  /* With a budget the user has said how much memory training may take:
+   * the read-ahead by time uses what the window leaves of it
+   * (docs/benchmarks.md, "Read-ahead by time under a budget by default") */
+  r->prefetch = o->prefetch ? o->prefetch : r->budget ? "time" : "steps";
+  if (!strcmp(r->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;
-  } else if (o->prefetch && !strcmp(o->prefetch, "room")) {
+  } else if (!strcmp(r->prefetch, "room")) {
     mo->prefetch = NTO_PREFETCH_ROOM;
-  } else if (o->prefetch && strcmp(o->prefetch, "steps") != 0) {
+  } else if (!strcmp(r->prefetch, "steps")) {
+    mo->prefetch = NTO_PREFETCH_STEPS;
+  } else {
     cli_error("--prefetch: expected steps, time or room, got '%s'",
               o->prefetch);
     return -1;
