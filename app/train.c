@@ -1155,8 +1155,9 @@ static int offload_opts(run *r, nto_model_opts *mo) {
       cli_recompute(o->recompute, &mo->recompute) != 0)
     return -1;
   /* With a budget the user has said how much memory training may take:
-   * the read-ahead by time uses what the window leaves of it
-   * (docs/benchmarks.md, "Read-ahead by time under a budget by default") */
+   * the read-ahead by time uses what the window leaves of it (measured:
+   * docs/benchmarks.md, "Read-ahead by time, the default under a memory
+   * budget") */
   r->prefetch = o->prefetch ? o->prefetch : r->budget ? "time" : "steps";
   if (!strcmp(r->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;
