@@ -54,7 +54,8 @@ static int after_stall(nto_autowin *c, int n, int far) {
                      ? 2 * c->reprobe
                      : NTO_AUTOWIN_REPROBE_MAX;
   }
-  c->lo = n;
+  if (!probe || n > c->lo) /* a probe keeps the larger window it knew */
+    c->lo = n;
   c->since_lo = 0;
   if (c->hi && c->hi <= n)
     c->hi = 0; /* it stalls now: conditions changed */
@@ -82,18 +83,18 @@ static int after_good(nto_autowin *c, int n, int idled, int free) {
     c->hi = n;
   if (c->lo >= n)
     c->lo = n - 1;
-  /* a stalling window seen long ago (or before reads became free) may
-   * not stall any more: probe below it again */
   if (c->probing && n < c->probing) { /* found a smaller good window */
     c->probing = 0;
     c->reprobe = NTO_AUTOWIN_REPROBE;
+    c->lo = 0; /* what stalled before no longer does: bisect below */
   }
-  if (idled && c->lo > 0 && (free || c->since_lo >= c->reprobe)) {
-    int stalled_last = c->lo;
-    c->lo = 0;
+  /* a stalling window seen long ago may not stall any more: probe it
+   * again; with free reads at once, halfway down, until a probe stalled */
+  int now = free && c->reprobe == NTO_AUTOWIN_REPROBE;
+  if (idled && c->lo >= c->min && (now || c->since_lo >= c->reprobe)) {
     c->probing = n;
-    if (!free) /* does the window that stalled last stall still? */
-      return stalled_last;
+    int to = now ? n / 2 : c->lo;
+    return to > c->min ? to : c->min;
   }
   int floor = c->lo + 1 > c->min ? c->lo + 1 : c->min;
   if (c->lo > 0 && n - c->lo <= n / 8)

@@ -26,7 +26,8 @@
  *     when it is NTO_AUTOWIN_REPROBE iterations old (N goes to that
  *     window; if it no longer stalls, bisection goes on below it), or
  *     forgotten at once when the reads cost next to nothing (busy below a
- *     fifth of `idle`), so that a disk that got faster is noticed. A
+ *     fifth of `idle`; until a probe has stalled), so that a disk that
+ *     got faster is noticed. A
  *     probe that stalls before it finds a good window smaller than the
  *     one it started from goes straight back to that window and doubles
  *     the age (up to NTO_AUTOWIN_REPROBE_MAX); one that finds it resets

@@ -5,8 +5,9 @@
  * [min, max], settles on the fastest window when every window stalls,
  * grows again when the disk slows down, and does not move for one
  * marginal stall (a noisy machine) but grows by a quarter for two in a
- * row, and judges an iteration that primed a new window only by a far
- * stall.
+ * row, judges an iteration that primed a new window only by a far stall,
+ * and probes below a good window at the window that stalled last, less
+ * often after every probe that stalled again.
  */
 #include "autowin.h"
 
@@ -149,14 +150,35 @@ static void test_shrinks_when_reads_are_free(void **state) {
   int from = converge(&c, &free_reads, 20, 1);
   assert_true(from > 0 && from <= 8);
   assert_int_equal(c.n, 1);
+  /* free reads, yet windows below 6 stall (reads issued too late): after
+   * the first probe stalls, the next ones wait too, not one every few
+   * iterations */
+  nto_autowin_init(&c, 1, 64);
+  sim late = {6, 0.05, 1};
+  int probes = 0, stalled = 0, prev = 0;
+  for (int i = 0; i < 100; i++) {
+    nto_autowin_sample s = measure(&late, c.n);
+    stalled += c.n < late.need;
+    int next = nto_autowin_next(&c, &s);
+    probes += next < late.need && prev >= late.need;
+    prev = next;
+  }
+  /* the search (1, 4, 16), its bisection (8, 4), the free probe at once
+   * (6 to 3),
+   * a bisection step to 5 (not measured before), then probes of 5 that
+   * wait 20 and 40 iterations; each one iteration (a far stall), never a
+   * walk back up through the windows in between */
+  assert_in_range(probes, 2, 5);
+  assert_int_equal(stalled, probes + 2); /* + the search's 1 and 4 */
+  assert_true(c.n >= late.need && c.n <= late.need + 1);
 }
 
 /* Small windows stall while the I/O threads idle (ResNet-18 b32 within
  * 64 MiB: 8-12% stall at N = 2-3, I/O busy 25%): the good window is
- * probed below again, but every probe that stalls doubles the wait for
- * the next one, so over 300 iterations a handful of probes cost a few
- * dozen stalled iterations, not one in three. A disk that got faster is
- * still found by the next probe, which resets the wait. */
+ * probed below again, at the window that stalled last, and every probe
+ * that stalls doubles the wait for the next one: over 320 iterations 4
+ * probes cost 4 stalled iterations. A disk that got faster is still found
+ * by the next probe, which resets the wait. */
 static void test_probes_back_off(void **state) {
   (void)state;
   nto_autowin c;
