@@ -57,6 +57,24 @@ static int converge(nto_autowin *c, const sim *d, int iters, int want) {
   return from;
 }
 
+/* Run `iters` iterations on d from the window before, `prev`; counts the
+ * probes (moves from a good window to one below d->need) into *probes and
+ * the iterations run below d->need into *stalled. With probe_at > 0, every
+ * window below d->need must be probe_at. */
+static void count_probes(nto_autowin *c, const sim *d, int iters, int prev,
+                         int probe_at, int *probes, int *stalled) {
+  *probes = *stalled = 0;
+  for (int i = 0; i < iters; i++) {
+    nto_autowin_sample s = measure(d, c->n);
+    *stalled += c->n < d->need;
+    int next = nto_autowin_next(c, &s);
+    *probes += next < d->need && prev >= d->need;
+    if (probe_at > 0 && next < d->need)
+      assert_int_equal(next, probe_at);
+    prev = next;
+  }
+}
+
 /* The smallest window without stalls is found, and kept, in a number of
  * iterations logarithmic in it (doubling, then bisection); bisection stops
  * within an eighth of it (need <= N <= need + need / 8). */
@@ -155,19 +173,12 @@ static void test_shrinks_when_reads_are_free(void **state) {
    * iterations */
   nto_autowin_init(&c, 1, 64);
   sim late = {6, 0.05, 1};
-  int probes = 0, stalled = 0, prev = 0;
-  for (int i = 0; i < 100; i++) {
-    nto_autowin_sample s = measure(&late, c.n);
-    stalled += c.n < late.need;
-    int next = nto_autowin_next(&c, &s);
-    probes += next < late.need && prev >= late.need;
-    prev = next;
-  }
+  int probes, stalled;
+  count_probes(&c, &late, 100, 0, 0, &probes, &stalled);
   /* the search (1, 4, 16), its bisection (8, 4), the free probe at once
-   * (6 to 3),
-   * a bisection step to 5 (not measured before), then probes of 5 that
-   * wait 20 and 40 iterations; each one iteration (a far stall), never a
-   * walk back up through the windows in between */
+   * (6 to 3), a bisection step to 5 (not measured before), then probes of
+   * 5 that wait 20 and 40 iterations; each one iteration (a far stall),
+   * never a walk back up through the windows in between */
   assert_in_range(probes, 2, 5);
   assert_int_equal(stalled, probes + 2); /* + the search's 1 and 4 */
   assert_true(c.n >= late.need && c.n <= late.need + 1);
@@ -185,16 +196,8 @@ static void test_probes_back_off(void **state) {
   nto_autowin_init(&c, 1, 64);
   sim d = {5, 0.2, 1};
   assert_true(converge(&c, &d, 16, 5) > 0);
-  int probes = 0, stalled = 0, prev = c.n;
-  for (int i = 0; i < 320; i++) {
-    nto_autowin_sample s = measure(&d, c.n);
-    stalled += c.n < d.need;
-    int next = nto_autowin_next(&c, &s);
-    probes += next < d.need && prev >= d.need;
-    if (next < d.need) /* the probe: the window that stalled last */
-      assert_int_equal(next, d.need - 1);
-    prev = next;
-  }
+  int probes, stalled; /* each probe at 4, the window that stalled last */
+  count_probes(&c, &d, 320, c.n, d.need - 1, &probes, &stalled);
   /* waits of 10, 20, 40, 80, 160 iterations: probes at about iterations
    * 11, 32, 73, 154 and 315, 4 of them here (without the backoff: 24),
    * each one iteration at window 4, the one that stalled last (far beyond
