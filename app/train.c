@@ -80,14 +80,15 @@ static const char usage[] =
     "  --no-direct           swap through the page cache (no O_DIRECT)\n"
     "  --prefetch steps|time|room\n"
     "                        when reads start: 'steps': step s+N's at the\n"
-    "                        start of step s (default without a budget);\n"
-    "                        'time': from the step times and read bandwidth\n"
-    "                        measured in iterations 1 and 3, early enough\n"
-    "                        to be done before each step runs (more tensors\n"
-    "                        resident; within --memory-budget if given: the\n"
-    "                        default with one); 'room': as 'time' where the\n"
-    "                        window's own memory has room, so the tensor\n"
-    "                        region stays that of 'steps'\n"
+    "                        start of step s (default for a fixed window\n"
+    "                        without a budget); 'time': from the step times\n"
+    "                        and read bandwidth measured in iterations 1\n"
+    "                        and 3, early enough to be done before each\n"
+    "                        step runs (more tensors resident; within\n"
+    "                        --memory-budget if given; the default with a\n"
+    "                        budget or --window auto); 'room': as 'time'\n"
+    "                        where the window's own memory has room, so\n"
+    "                        the tensor region stays that of 'steps'\n"
     "  --chunk-grads auto|on|off\n"
     "                        where the gradient of a weight above the\n"
     "                        update chunk (1 MiB) is computed: chunk by\n"
@@ -1155,10 +1156,15 @@ static int offload_opts(run *r, nto_model_opts *mo) {
       cli_recompute(o->recompute, &mo->recompute) != 0)
     return -1;
   /* With a budget the user has said how much memory training may take:
-   * the read-ahead by time uses what the window leaves of it (measured:
+   * the read-ahead by time uses what the window leaves of it. The
+   * adaptive window trades memory for stall itself, and with reads by
+   * time it stalls less in as much memory or less (measured:
    * docs/benchmarks.md, "Read-ahead by time, the default under a memory
-   * budget") */
-  r->prefetch = o->prefetch ? o->prefetch : r->budget ? "time" : "steps";
+   * budget" and "... for the adaptive window"). A fixed window without a
+   * budget keeps what N says: reads by steps. */
+  r->prefetch = o->prefetch                                       ? o->prefetch
+                : r->budget || mo->window_mode == NTO_WINDOW_AUTO ? "time"
+                                                                  : "steps";
   if (!strcmp(r->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;
   } else if (!strcmp(r->prefetch, "room")) {
