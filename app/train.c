@@ -80,15 +80,17 @@ static const char usage[] =
     "  --no-direct           swap through the page cache (no O_DIRECT)\n"
     "  --prefetch steps|time|room\n"
     "                        when reads start: 'steps': step s+N's at the\n"
-    "                        start of step s (default for a fixed window\n"
-    "                        without a budget); 'time': from the step times\n"
+    "                        start of step s; 'time': from the step times\n"
     "                        and read bandwidth measured in iterations 1\n"
     "                        and 3, early enough to be done before each\n"
     "                        step runs (more tensors resident; within\n"
     "                        --memory-budget if given; the default with a\n"
     "                        budget or --window auto); 'room': as 'time'\n"
     "                        where the window's own memory has room, so\n"
-    "                        the tensor region stays that of 'steps'\n"
+    "                        the tensor region stays that of 'steps', and\n"
+    "                        only while the swap traffic it adds fits\n"
+    "                        behind the compute (the default for a fixed\n"
+    "                        window without a budget)\n"
     "  --chunk-grads auto|on|off\n"
     "                        where the gradient of a weight above the\n"
     "                        update chunk (1 MiB) is computed: chunk by\n"
@@ -744,6 +746,10 @@ static void report_offload(run *r, const metrics *mx) {
     printf("prefetch          by %s: reads start up to %d steps beyond "
            "the window (measured step times and read bandwidth)\n",
            r->prefetch, st->ahead);
+  else if (!strcmp(r->prefetch, "room") && nto_model_room_declined(r->m))
+    printf("prefetch          by room: no read ahead of the window (the "
+           "swap traffic it adds would not fit behind the compute at the "
+           "measured bandwidths)\n");
   else if (strcmp(r->prefetch, "steps") != 0)
     printf("prefetch          by %s: no read ahead of the window (no room "
            "for it, or no step times measured yet)\n",
@@ -879,6 +885,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"window_mode\": \"%s\",\n", r->window_mode);
   fprintf(f, "  \"prefetch\": \"%s\",\n", mx->offload ? r->prefetch : "none");
   fprintf(f, "  \"prefetch_ahead_steps\": %d,\n", mx->offload ? st->ahead : 0);
+  fprintf(f, "  \"prefetch_room_declined\": %s,\n",
+          mx->offload && nto_model_room_declined(r->m) ? "true" : "false");
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);
   fprintf(f, "  \"io\": ");
   json_string(f, mx->offload ? st->io : "none");
@@ -1158,13 +1166,15 @@ static int offload_opts(run *r, nto_model_opts *mo) {
   /* With a budget the user has said how much memory training may take:
    * the read-ahead by time uses what the window leaves of it. The
    * adaptive window trades memory for stall itself, and with reads by
-   * time it stalls less in as much memory or less (measured:
+   * time it stalls less in as much memory or less. A fixed window without
+   * a budget keeps the region N gives and reads ahead within it (room),
+   * where that pays (model.h nto_model_room_pays). Measured:
    * docs/benchmarks.md, "Read-ahead by time, the default under a memory
-   * budget" and "... for the adaptive window"). A fixed window without a
-   * budget keeps what N says: reads by steps. */
+   * budget", "... for the adaptive window without a budget" and "Read-ahead
+   * within a fixed window's region by default". */
   r->prefetch = o->prefetch                                       ? o->prefetch
                 : r->budget || mo->window_mode == NTO_WINDOW_AUTO ? "time"
-                                                                  : "steps";
+                                                                  : "room";
   if (!strcmp(r->prefetch, "time")) {
     mo->prefetch = NTO_PREFETCH_TIME;
   } else if (!strcmp(r->prefetch, "room")) {

@@ -96,6 +96,9 @@ struct nto_model {
   nto_window_sample *wtrace; /* its record, one per iteration */
   int n_wtrace, cap_wtrace;
   nto_prefetch prefetch; /* while offloading */
+  int no_keep;           /* the engine keeps nothing resident in gaps */
+  int room_declined;     /* the last ROOM frontier was not used: its
+                            traffic would not fit behind the compute */
   double *step_ms;       /* per training step: compute time as
                             measured for the frontier, NULL: none */
   long passes;           /* training passes run by this process */
@@ -1003,6 +1006,7 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
     m->budget = opts->memory_budget;
     m->auto_window = opts->window_mode == NTO_WINDOW_AUTO;
     m->prefetch = opts->prefetch;
+    m->no_keep = oo.no_keep;
     if (m->auto_window)
       nto_autowin_init(&m->ctl, 1, max);
     return start_offload(m, &oo, err);
@@ -1576,9 +1580,47 @@ int nto_model_frontier(const nto_model *m, int n, const double *step_ms,
   return rc;
 }
 
+/* Bytes read and written per pass by the engine's schedule of window n
+ * with frontier upto (NULL: s + n), its keeping included, into *read and
+ * *written. */
+static int engine_bytes(const nto_model *m, int n, const int *upto,
+                        uint64_t *read, uint64_t *written, nto_err *err) {
+  nto_schedule sc;
+  const nto_plan *p = &m->plan[NTO_PASS_TRAIN];
+  int rc = m->no_keep ? nto_schedule_build(&sc, p, n, upto, err)
+                      : nto_schedule_keep(&sc, p, n, upto, err);
+  if (rc != 0)
+    return rc;
+  *read = sc.read_bytes;
+  *written = sc.written_bytes;
+  nto_schedule_free(&sc);
+  return 0;
+}
+
+int nto_model_room_pays(const nto_model *m, int n, const int *upto,
+                        const double *step_ms, double read_bytes_per_ms,
+                        double write_bytes_per_ms, int *pays, nto_err *err) {
+  uint64_t r0 = 0, w0 = 0, r1 = 0, w1 = 0;
+  int S = m->plan[NTO_PASS_TRAIN].n_steps;
+  *pays = 1;
+  int rc = engine_bytes(m, n, NULL, &r0, &w0, err);
+  if (rc == 0)
+    rc = engine_bytes(m, n, upto, &r1, &w1, err);
+  if (rc != 0 || r1 + w1 <= r0 + w0)
+    return rc;
+  double compute = 0;
+  for (int s = 0; s < S; s++)
+    compute += step_ms[s] > 0 ? step_ms[s] : 0;
+  double rd = read_bytes_per_ms > 0 ? r1 / read_bytes_per_ms : INFINITY;
+  double wr = write_bytes_per_ms > 0 ? w1 / write_bytes_per_ms : INFINITY;
+  *pays = rd <= compute && wr <= compute;
+  return 0;
+}
+
 /* The frontier of window n from the step times and read bandwidth
  * measured so far; *ok = 0 when there is nothing to weigh (no times, no
- * reads) or nothing moves. */
+ * reads), nothing moves, or (ROOM) the read-ahead does not pay
+ * (nto_model_room_pays). */
 static int make_frontier(nto_model *m, int n, int *upto, int *ok,
                          nto_err *err) {
   *ok = 0;
@@ -1586,13 +1628,21 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok,
   nto_offload_get_stats(m->off, &st);
   if (!m->step_ms || st.read_bytes == 0 || st.read_busy_ms <= 0)
     return 0;
-  int moved = 0;
-  int rc = nto_model_frontier(
-      m, n, m->step_ms, (double)st.read_bytes / st.read_busy_ms,
-      m->prefetch == NTO_PREFETCH_ROOM, m->budget, upto, &moved, err);
-  *ok = rc == 0 && moved > 0;
+  int moved = 0, room = m->prefetch == NTO_PREFETCH_ROOM, pays = 1;
+  double rbw = (double)st.read_bytes / st.read_busy_ms;
+  double wbw =
+      st.write_busy_ms > 0 ? (double)st.written_bytes / st.write_busy_ms : 0;
+  int rc = nto_model_frontier(m, n, m->step_ms, rbw, room, m->budget, upto,
+                              &moved, err);
+  if (rc == 0 && moved > 0 && room)
+    rc = nto_model_room_pays(m, n, upto, m->step_ms, rbw, wbw, &pays, err);
+  if (rc == 0)
+    m->room_declined = room && moved > 0 && !pays;
+  *ok = rc == 0 && moved > 0 && pays;
   return rc;
 }
+
+int nto_model_room_declined(const nto_model *m) { return m->room_declined; }
 
 /* After a training pass at window cur: measure step times for the
  * frontier (passes 1 and 3 of this process; the first pays for first

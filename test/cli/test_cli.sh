@@ -127,7 +127,8 @@ expect prefetch_room 0 "swap traffic" -- "$exe" train test/data/nets/tiny_resnet
   --data synthetic --iterations 4 --eval-samples 0 --window 1 --prefetch room \
   --swap-dir "$tmp" $direct
 # The read-ahead: by time under a memory budget or with the adaptive
-# window, by steps for a fixed window without a budget or when asked for.
+# window, within the window's region (room) for a fixed window without a
+# budget, by steps when asked for.
 expect prefetch_budget_default 0 "^prefetch          by time" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --data synthetic --iterations 2 \
   --eval-samples 0 --window 1 --memory-budget 64M --swap-dir "$tmp" $direct
@@ -135,9 +136,12 @@ expect prefetch_budget_steps 0 "^prefetch          by steps" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --data synthetic --iterations 2 \
   --eval-samples 0 --window 1 --memory-budget 64M --prefetch steps \
   --swap-dir "$tmp" $direct
-expect prefetch_default 0 "^prefetch          by steps" -- "$exe" train \
+expect prefetch_default 0 "^prefetch          by room" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --data synthetic --iterations 2 \
   --eval-samples 0 --window 1 --swap-dir "$tmp" $direct
+expect prefetch_steps 0 "^prefetch          by steps" -- "$exe" train \
+  test/data/nets/tiny_resnet.ini --data synthetic --iterations 2 \
+  --eval-samples 0 --window 1 --prefetch steps --swap-dir "$tmp" $direct
 expect prefetch_auto_default 0 "^prefetch          by time" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --data synthetic --iterations 2 \
   --eval-samples 0 --window auto --swap-dir "$tmp" $direct

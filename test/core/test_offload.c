@@ -15,6 +15,7 @@
 #include "config.h"
 #include "model.h"
 #include "parallel.h"
+#include "schedule.h"
 #include "tmpdir.h"
 
 #include <dirent.h>
@@ -943,6 +944,91 @@ static void test_frontier_fit(void **state) {
   nto_config_free(&c);
 }
 
+/* Bytes read + written per pass by the kept schedule of window n with
+ * frontier upto (NULL: s + n) on m's training plan. */
+static uint64_t kept_bytes(const nto_model *m, int n, const int *upto) {
+  nto_schedule sc;
+  nto_err err = {0};
+  if (nto_schedule_keep(&sc, nto_model_plan(m, NTO_PASS_TRAIN), n, upto,
+                        &err) != 0)
+    fail_msg("%s", err.msg);
+  uint64_t b = sc.read_bytes + sc.written_bytes;
+  nto_schedule_free(&sc);
+  return b;
+}
+
+/* nto_model_room_pays on ResNet-18 b32 window 1 (plan only), every step
+ * 4 ms: the room frontier at 500 MiB/s moves more bytes than the plain
+ * window (keeping loses room to the read-ahead). It pays when its reads
+ * and its writes each fit in the compute at the given bandwidths, and not
+ * when either does not (just above or below the boundary, each channel in
+ * turn); a frontier that moves no more bytes always pays. */
+static void test_room_pays(void **state) {
+  (void)state;
+  nto_config c;
+  nto_model *m;
+  nto_err err = {0};
+  nto_model_opts o = {.batch = 32, .plan_only = 1};
+  assert_int_equal(nto_config_load(&c, "res/resnet18.ini", &err), 0);
+  if (nto_model_create(&m, &c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  int S = nto_model_plan(m, NTO_PASS_TRAIN)->n_steps, moved = 0, pays = -1;
+  double *step_ms = malloc((size_t)S * sizeof *step_ms);
+  int *upto = malloc((size_t)S * sizeof *upto);
+  assert_non_null(step_ms);
+  assert_non_null(upto);
+  for (int s = 0; s < S; s++)
+    step_ms[s] = 4.0;
+  double compute = 4.0 * S, fast = 1e12;
+  if (nto_model_frontier(m, 1, step_ms, 500.0 * 1048576 / 1000, 1, 0, upto,
+                         &moved, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_true(moved > 0);
+  uint64_t plain = kept_bytes(m, 1, NULL), room = kept_bytes(m, 1, upto);
+  if (room <= plain)
+    fail_msg("room %llu bytes, plain %llu: expected more with room",
+             (unsigned long long)room, (unsigned long long)plain);
+  /* the channels' bytes of the room schedule, for the boundaries */
+  nto_schedule sc;
+  assert_int_equal(
+      nto_schedule_keep(&sc, nto_model_plan(m, NTO_PASS_TRAIN), 1, upto, &err),
+      0);
+  double r = (double)sc.read_bytes, w = (double)sc.written_bytes;
+  nto_schedule_free(&sc);
+  const struct {
+    double rbw, wbw;
+    int pays;
+  } cases[] = {
+      {fast, fast, 1},
+      {r / (0.95 * compute), fast, 1}, /* reads take 95% of the compute */
+      {r / (1.05 * compute), fast, 0}, /* 105% */
+      {fast, w / (0.95 * compute), 1},
+      {fast, w / (1.05 * compute), 0},
+      /* both at 60%: side by side, not one after the other */
+      {r / (0.6 * compute), w / (0.6 * compute), 1},
+      {1.0, 1.0, 0}, /* a slow card */
+      {fast, 0, 0},  /* no write measured yet: not known to fit */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    assert_int_equal(nto_model_room_pays(m, 1, upto, step_ms, cases[k].rbw,
+                                         cases[k].wbw, &pays, &err),
+                     0);
+    if (pays != cases[k].pays)
+      fail_msg("case %zu (read %g, write %g bytes/ms): pays %d, expected %d", k,
+               cases[k].rbw, cases[k].wbw, pays, cases[k].pays);
+  }
+  /* the plain frontier moves the plain bytes: pays on any card */
+  for (int s = 0; s < S; s++)
+    upto[s] = s + 1;
+  assert_int_equal(
+      nto_model_room_pays(m, 1, upto, step_ms, 1.0, 1.0, &pays, &err), 0);
+  assert_int_equal(pays, 1);
+  free(step_ms);
+  free(upto);
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
 /* Model creation with o on nc must fail with NTO_ECONFIG and a message
  * containing what. */
 static void expect_refused(const net_case *nc, nto_model_opts o,
@@ -1222,6 +1308,7 @@ int main(void) {
       cmocka_unit_test(test_memory_budget),
       cmocka_unit_test(test_prefetch_room),
       cmocka_unit_test(test_frontier_fit),
+      cmocka_unit_test(test_room_pays),
       cmocka_unit_test(test_window_changes),
       cmocka_unit_test(test_registered_buffers),
       cmocka_unit_test(test_auto_window_grows),
