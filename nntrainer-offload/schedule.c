@@ -357,6 +357,32 @@ static int bytes_overlap(size_t o1, size_t l1, size_t o2, size_t l2) {
  * are as good as free. */
 #define SPREAD_HORIZON 24
 
+/* A byte range [off, end) of the region. */
+typedef struct range {
+  size_t off, end;
+} range;
+
+static int by_off(const void *x, const void *y) {
+  const range *a = x, *b = y;
+  return (a->off > b->off) - (a->off < b->off);
+}
+
+/* Is [o, o + len) free of the ranges r[0..n) (sorted by off; pm[i]: the
+ * largest end of r[0..i])? The ranges that start below o + len are a
+ * prefix; none of them may end after o. O(log n). */
+static int range_free(const range *r, const size_t *pm, int n, size_t o,
+                      size_t len) {
+  int lo = 0, hi = n; /* the first range starting at or after o + len */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (r[mid].off < o + len)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo == 0 || pm[lo - 1] <= o;
+}
+
 /*
  * Move each interval, within the region, to the offset whose pages were
  * released longest before it starts and are taken again longest after it
@@ -367,8 +393,11 @@ static int bytes_overlap(size_t o1, size_t l1, size_t o2, size_t l2) {
  * still running and the step that needs the buffer waits for it. Offsets
  * only: the region, the actions and every byte moved stay; the placement
  * stays valid (each move checks every interval overlapping in time). The
- * permanent intervals stay. Costs O(intervals^2) plus candidates times
- * the nearby intervals.
+ * permanent intervals stay. Costs O(intervals^2) plus, per interval, its
+ * candidates times the nearby intervals (a candidate's clash with the
+ * intervals overlapping in time is a binary search in their byte ranges:
+ * MobileNetV2 224 b10 window 32, 2000-odd intervals, took 0.4 s with a
+ * scan of them per candidate).
  */
 static int spread_placement(model *m, size_t region) {
   long T = 3L * m->S;
@@ -376,10 +405,14 @@ static int spread_placement(model *m, size_t region) {
   int *near = malloc(((size_t)n + 1) * sizeof *near);
   int *busy = malloc(((size_t)n + 1) * sizeof *busy);
   size_t *cand = malloc((2 * (size_t)n + 3) * sizeof *cand);
-  if (!near || !busy || !cand) {
+  range *br = malloc(((size_t)n + 1) * sizeof *br);
+  size_t *pm = malloc(((size_t)n + 1) * sizeof *pm);
+  if (!near || !busy || !cand || !br || !pm) {
     free(near);
     free(busy);
     free(cand);
+    free(br);
+    free(pm);
     return NTO_ENOMEM;
   }
   for (int k = 0; k < n; k++) {
@@ -406,19 +439,16 @@ static int spread_placement(model *m, size_t region) {
       cand[nc++] = u->offset + m->p->bytes[u->t];
       if (u->offset >= len)
         cand[nc++] = u->offset - len;
+      br[i] = (range){u->offset, u->offset + m->p->bytes[u->t]};
     }
+    qsort(br, (size_t)nb, sizeof *br, by_off);
+    for (int i = 0; i < nb; i++)
+      pm[i] = i > 0 && pm[i - 1] > br[i].end ? pm[i - 1] : br[i].end;
     size_t best_off = v->offset;
     long best = -1;
     for (int c = 0; c < nc; c++) {
       size_t o = cand[c];
-      if (o + len > region)
-        continue;
-      int ok = 1;
-      for (int i = 0; i < nb && ok; i++) {
-        const interval *u = &m->iv[busy[i]];
-        ok = !bytes_overlap(o, len, u->offset, m->p->bytes[u->t]);
-      }
-      if (!ok)
+      if (o + len > region || !range_free(br, pm, nb, o, len))
         continue;
       long score = SPREAD_HORIZON;
       for (int i = 0; i < nn; i++) {
@@ -439,6 +469,8 @@ static int spread_placement(model *m, size_t region) {
   free(near);
   free(busy);
   free(cand);
+  free(br);
+  free(pm);
   return 0;
 }
 
@@ -504,21 +536,31 @@ static int fill(nto_schedule *sc, model *m) {
 }
 
 /* Resident bytes at the busiest instant of the cycle; those at every
- * instant g into live[g] (g < 3S). */
+ * instant g into live[g] (g < 3S; live has 3S + 1 entries). Each
+ * segment adds its bytes at its first instant and takes them back after
+ * its last (a difference array, then prefix sums): O(intervals + 3S). */
 static size_t busiest(const model *m, size_t *live) {
-  size_t best = 0;
-  for (long g = 0; g < 3L * m->S; g++) {
-    size_t sum = 0;
-    for (int k = 0; k < m->n_iv; k++) {
-      const interval *v = &m->iv[k];
-      for (int q = 0; q < v->n_seg; q++)
-        if (v->seg[q][0] <= g && g <= v->seg[q][1])
-          sum += m->p->bytes[v->t];
+  long T = 3L * m->S;
+  memset(live, 0, ((size_t)T + 1) * sizeof *live);
+  for (int k = 0; k < m->n_iv; k++) {
+    const interval *v = &m->iv[k];
+    for (int q = 0; q < v->n_seg; q++) {
+      long a = v->seg[q][0] > 0 ? v->seg[q][0] : 0;
+      long b = v->seg[q][1] < T - 1 ? v->seg[q][1] : T - 1;
+      if (a > b)
+        continue;
+      live[a] += m->p->bytes[v->t]; /* unsigned: the sums come out exact */
+      live[b + 1] -= m->p->bytes[v->t];
     }
+  }
+  size_t best = 0, sum = 0;
+  for (long g = 0; g < T; g++) {
+    sum += live[g];
     live[g] = sum;
     if (sum > best)
       best = sum;
   }
+  live[T] = 0;
   return best;
 }
 

@@ -128,9 +128,9 @@ void nto_schedule_free(nto_schedule *sc);
  * lists are those of the plan with holds; the engine runs them against
  * p unchanged (a held tensor is simply never released). sc->n_kept
  * counts the gaps kept. Cost: a plain build per batch plus one per
- * half tried (docs/design-offload.md: about 0.12 s per window for
- * ResNet-18, 0.8 s for MobileNetV2 224). Returns what nto_schedule_build
- * returns.
+ * half tried (ResNet-18: ~0.06-0.1 s per window; MobileNetV2 224:
+ * 0.15-0.6 s; docs/benchmarks.md, "Planning faster"). Returns what
+ * nto_schedule_build returns.
  */
 int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
                       const int *upto, nto_err *err);
