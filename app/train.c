@@ -757,7 +757,8 @@ static void report_offload(run *r, const metrics *mx) {
   else
     printf("prefetch          by steps: step s+N's reads start at step s\n");
   printf("stall             %.1f ms per iteration (%.1f%% of the median "
-         "iteration), executor waiting for reads\n",
+         "iteration), executor waiting for I/O (reads, or pages a write "
+         "still holds)\n",
          mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
   printf("I/O threads       busy %.1f ms reading, %.1f ms writing per "
          "iteration\n",
