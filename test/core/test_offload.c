@@ -877,6 +877,27 @@ static void check_frontier(const int *upto, int S, int n) {
   assert_true(upto[S - 1] - S <= upto[0]);
 }
 
+/* A plan-only ResNet-18 at batch 32 (c: its loaded config, to free),
+ * its S training steps at 4 ms each into *step_ms, and room for a
+ * frontier in *upto (both malloc'd). */
+static nto_model *resnet18_b32_plan(nto_config *c, int *S, double **step_ms,
+                                    int **upto) {
+  nto_model *m;
+  nto_err err = {0};
+  nto_model_opts o = {.batch = 32, .plan_only = 1};
+  assert_int_equal(nto_config_load(c, "res/resnet18.ini", &err), 0);
+  if (nto_model_create(&m, c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  *S = nto_model_plan(m, NTO_PASS_TRAIN)->n_steps;
+  *step_ms = malloc((size_t)*S * sizeof **step_ms);
+  *upto = malloc((size_t)*S * sizeof **upto);
+  assert_non_null(*step_ms);
+  assert_non_null(*upto);
+  for (int s = 0; s < *S; s++)
+    (*step_ms)[s] = 4.0;
+  return m;
+}
+
 /* nto_model_frontier on ResNet-18 at batch 32 (plan only), windows 1 and
  * 2, every step 4 ms at 500 MiB/s: reads of the layer-4 weights and Adam
  * state take several steps, so steps move ahead. Fitted within the plain
@@ -889,19 +910,10 @@ static void check_frontier(const int *upto, int S, int n) {
 static void test_frontier_fit(void **state) {
   (void)state;
   nto_config c;
-  nto_model *m;
   nto_err err = {0};
-  nto_model_opts o = {.batch = 32, .plan_only = 1};
-  assert_int_equal(nto_config_load(&c, "res/resnet18.ini", &err), 0);
-  if (nto_model_create(&m, &c, &o, &err) != 0)
-    fail_msg("%s", err.msg);
-  int S = nto_model_plan(m, NTO_PASS_TRAIN)->n_steps;
-  double *step_ms = malloc((size_t)S * sizeof *step_ms);
-  int *upto = malloc((size_t)S * sizeof *upto);
-  assert_non_null(step_ms);
-  assert_non_null(upto);
-  for (int s = 0; s < S; s++)
-    step_ms[s] = 4.0;
+  int S, *upto;
+  double *step_ms;
+  nto_model *m = resnet18_b32_plan(&c, &S, &step_ms, &upto);
   const double bw = 500.0 * 1048576 / 1000; /* bytes per ms */
   for (int n = 1; n <= 2; n++) {
     size_t plain = 0, need = 0;
@@ -966,19 +978,10 @@ static uint64_t kept_bytes(const nto_model *m, int n, const int *upto) {
 static void test_room_pays(void **state) {
   (void)state;
   nto_config c;
-  nto_model *m;
   nto_err err = {0};
-  nto_model_opts o = {.batch = 32, .plan_only = 1};
-  assert_int_equal(nto_config_load(&c, "res/resnet18.ini", &err), 0);
-  if (nto_model_create(&m, &c, &o, &err) != 0)
-    fail_msg("%s", err.msg);
-  int S = nto_model_plan(m, NTO_PASS_TRAIN)->n_steps, moved = 0, pays = -1;
-  double *step_ms = malloc((size_t)S * sizeof *step_ms);
-  int *upto = malloc((size_t)S * sizeof *upto);
-  assert_non_null(step_ms);
-  assert_non_null(upto);
-  for (int s = 0; s < S; s++)
-    step_ms[s] = 4.0;
+  int S, *upto, moved = 0, pays = -1;
+  double *step_ms;
+  nto_model *m = resnet18_b32_plan(&c, &S, &step_ms, &upto);
   double compute = 4.0 * S, fast = 1e12;
   if (nto_model_frontier(m, 1, step_ms, 500.0 * 1048576 / 1000, 1, 0, upto,
                          &moved, &err) != 0)
