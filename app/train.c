@@ -1171,8 +1171,8 @@ static int offload_opts(run *r, nto_model_opts *mo) {
    * a budget keeps the region N gives and reads ahead within it (room),
    * where that pays (model.h nto_model_room_pays). Measured:
    * docs/benchmarks.md, "Read-ahead by time, the default under a memory
-   * budget", "... for the adaptive window without a budget" and "Read-ahead
-   * within a fixed window's region by default". */
+   * budget", "Read-ahead by time for the adaptive window without a
+   * budget" and "Read-ahead within a fixed window's region by default". */
   r->prefetch = o->prefetch                                       ? o->prefetch
                 : r->budget || mo->window_mode == NTO_WINDOW_AUTO ? "time"
                                                                   : "room";

@@ -395,9 +395,9 @@ static int range_free(const range *r, const size_t *pm, int n, size_t o,
  * stays valid (each move checks every interval overlapping in time). The
  * permanent intervals stay. Costs O(intervals^2) plus, per interval, its
  * candidates times the nearby intervals (a candidate's clash with the
- * intervals overlapping in time is a binary search in their byte ranges:
- * MobileNetV2 224 b10 window 32, 2000-odd intervals, took 0.4 s with a
- * scan of them per candidate).
+ * intervals overlapping in time is a binary search in their byte ranges;
+ * with a scan of them per candidate, MobileNetV2 224 b10 window 32's
+ * final schedule took 1.2 s instead of 0.68).
  */
 static int spread_placement(model *m, size_t region) {
   long T = 3L * m->S;
