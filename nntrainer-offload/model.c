@@ -99,9 +99,11 @@ struct nto_model {
   int no_keep;           /* the engine keeps nothing resident in gaps */
   int room_declined;     /* the last ROOM frontier was not used: its
                             traffic would not fit behind the compute */
-  double *step_ms;       /* per training step: compute time as
-                            measured for the frontier, NULL: none */
-  long passes;           /* training passes run by this process */
+  int plain_n;           /* window of plain_read/written, 0: none yet */
+  uint64_t plain_read, plain_written; /* the plain window's engine bytes */
+  double *step_ms;                    /* per training step: compute time as
+                                         measured for the frontier, NULL: none */
+  long passes;                        /* training passes run by this process */
   nto_rng rng;
   nto_grad_hook hook;
   void *hook_user;
@@ -1597,49 +1599,74 @@ static int engine_bytes(const nto_model *m, int n, const int *upto,
   return 0;
 }
 
+/* The rule of nto_model_room_pays for room's schedule moving r1 + w1
+ * bytes per pass against the plain window's r0 + w0. */
+static int pays_with(const nto_model *m, uint64_t r1, uint64_t w1, uint64_t r0,
+                     uint64_t w0, const double *step_ms, double rbw,
+                     double wbw) {
+  if (r1 + w1 <= r0 + w0)
+    return 1;
+  double compute = 0;
+  for (int s = 0; s < m->plan[NTO_PASS_TRAIN].n_steps; s++)
+    compute += step_ms[s] > 0 ? step_ms[s] : 0;
+  double rd = rbw > 0 ? r1 / rbw : INFINITY;
+  double wr = wbw > 0 ? w1 / wbw : INFINITY;
+  return rd <= compute && wr <= compute;
+}
+
 int nto_model_room_pays(const nto_model *m, int n, const int *upto,
                         const double *step_ms, double read_bytes_per_ms,
                         double write_bytes_per_ms, int *pays, nto_err *err) {
   uint64_t r0 = 0, w0 = 0, r1 = 0, w1 = 0;
-  int S = m->plan[NTO_PASS_TRAIN].n_steps;
   *pays = 1;
   int rc = engine_bytes(m, n, NULL, &r0, &w0, err);
   if (rc == 0)
     rc = engine_bytes(m, n, upto, &r1, &w1, err);
-  if (rc != 0 || r1 + w1 <= r0 + w0)
-    return rc;
-  double compute = 0;
-  for (int s = 0; s < S; s++)
-    compute += step_ms[s] > 0 ? step_ms[s] : 0;
-  double rd = read_bytes_per_ms > 0 ? r1 / read_bytes_per_ms : INFINITY;
-  double wr = write_bytes_per_ms > 0 ? w1 / write_bytes_per_ms : INFINITY;
-  *pays = rd <= compute && wr <= compute;
-  return 0;
+  if (rc == 0)
+    *pays = pays_with(m, r1, w1, r0, w0, step_ms, read_bytes_per_ms,
+                      write_bytes_per_ms);
+  return rc;
 }
 
 /* The frontier of window n from the step times and read bandwidth
- * measured so far; *ok = 0 when there is nothing to weigh (no times, no
- * reads), nothing moves, or (ROOM) the read-ahead does not pay
- * (nto_model_room_pays). */
-static int make_frontier(nto_model *m, int n, int *upto, int *ok,
-                         nto_err *err) {
+ * measured so far, and the bandwidths measured (bytes/ms; write 0: none
+ * yet) into *rbw, *wbw; *ok = 0 when there is nothing to weigh (no
+ * times, no reads) or nothing moves. */
+static int make_frontier(nto_model *m, int n, int *upto, int *ok, double *rbw,
+                         double *wbw, nto_err *err) {
   *ok = 0;
   nto_offload_stats st;
   nto_offload_get_stats(m->off, &st);
   if (!m->step_ms || st.read_bytes == 0 || st.read_busy_ms <= 0)
     return 0;
-  int moved = 0, room = m->prefetch == NTO_PREFETCH_ROOM, pays = 1;
-  double rbw = (double)st.read_bytes / st.read_busy_ms;
-  double wbw =
-      st.write_busy_ms > 0 ? (double)st.written_bytes / st.write_busy_ms : 0;
-  int rc = nto_model_frontier(m, n, m->step_ms, rbw, room, m->budget, upto,
+  int moved = 0;
+  *rbw = (double)st.read_bytes / st.read_busy_ms;
+  *wbw = st.write_busy_ms > 0 ? (double)st.written_bytes / st.write_busy_ms : 0;
+  int rc = nto_model_frontier(m, n, m->step_ms, *rbw,
+                              m->prefetch == NTO_PREFETCH_ROOM, m->budget, upto,
                               &moved, err);
-  if (rc == 0 && moved > 0 && room)
-    rc = nto_model_room_pays(m, n, upto, m->step_ms, rbw, wbw, &pays, err);
-  if (rc == 0)
-    m->room_declined = room && moved > 0 && !pays;
-  *ok = rc == 0 && moved > 0 && pays;
+  *ok = rc == 0 && moved > 0;
   return rc;
+}
+
+/* With room's frontier in force for window n: does it pay
+ * (nto_model_room_pays, with the engine's own schedule's bytes, so that
+ * its keeping is not computed twice)? If not, the plain window instead.
+ * The plain window's bytes are computed once per window. */
+static int check_room(nto_model *m, int n, double rbw, double wbw,
+                      nto_err *err) {
+  nto_offload_stats st;
+  nto_offload_get_stats(m->off, &st);
+  if (m->plain_n != n) {
+    int rc = engine_bytes(m, n, NULL, &m->plain_read, &m->plain_written, err);
+    if (rc != 0)
+      return rc;
+    m->plain_n = n;
+  }
+  m->room_declined =
+      !pays_with(m, st.planned_read, st.planned_written, m->plain_read,
+                 m->plain_written, m->step_ms, rbw, wbw);
+  return m->room_declined ? nto_offload_set_frontier(m->off, n, NULL, err) : 0;
 }
 
 int nto_model_room_declined(const nto_model *m) { return m->room_declined; }
@@ -1659,11 +1686,16 @@ static int tune_window(nto_model *m, int cur, int next, nto_err *err) {
   if (!remeasured && next == cur)
     return 0;
   int *upto = malloc((size_t)S * sizeof *upto), ok = 0;
+  double rbw = 0, wbw = 0;
   if (!upto)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
-  int rc = m->step_ms ? make_frontier(m, next, upto, &ok, err) : 0;
+  int rc = m->step_ms ? make_frontier(m, next, upto, &ok, &rbw, &wbw, err) : 0;
   if (rc == 0)
     rc = nto_offload_set_frontier(m->off, next, ok ? upto : NULL, err);
+  if (rc == 0)
+    m->room_declined = 0;
+  if (rc == 0 && ok && m->prefetch == NTO_PREFETCH_ROOM)
+    rc = check_room(m, next, rbw, wbw, err);
   free(upto);
   return rc;
 }

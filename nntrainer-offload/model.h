@@ -369,7 +369,9 @@ const nto_window_sample *nto_model_window_trace(const nto_model *m, int *n);
  * time; <= 0: unknown, does not fit) each take no longer than the
  * compute, the sum of step_ms[0..S) (ms): reads and writes proceed side by
  * side on the device, so the slower of the two is the bound. Costs two
- * nto_schedule_keep (ResNet-18: ~0.1 s; MobileNetV2 224: ~0.5-1 s).
+ * nto_schedule_keep (ResNet-18: ~0.1 s; MobileNetV2 224 with a frontier:
+ * ~2 s); training applies the same rule to the schedule the engine built
+ * (model.c check_room), computing only the plain window's bytes.
  * Returns 0, NTO_ENOMEM. Any single thread; m is not changed.
  */
 int nto_model_room_pays(const nto_model *m, int n, const int *upto,
