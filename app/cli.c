@@ -52,10 +52,20 @@ int cli_keep_resident(const char *v, int *no_keep) {
 }
 
 int cli_recompute(const char *v, nto_recompute *out) {
-  int on = on_off("--recompute", v);
-  if (on >= 0)
-    *out = on ? NTO_RECOMPUTE_ON : NTO_RECOMPUTE_OFF;
-  return on < 0 ? -1 : 0;
+  if (!v || !strcmp(v, "auto"))
+    *out = NTO_RECOMPUTE_AUTO;
+  else if (!strcmp(v, "on"))
+    *out = NTO_RECOMPUTE_ON;
+  else if (!strcmp(v, "activations"))
+    *out = NTO_RECOMPUTE_ACTIVATIONS;
+  else if (!strcmp(v, "off"))
+    *out = NTO_RECOMPUTE_OFF;
+  else {
+    cli_error("--recompute: expected auto, on, activations or off, got '%s'",
+              v);
+    return -1;
+  }
+  return 0;
 }
 
 void cli_compute_threads(long threads) {

@@ -27,7 +27,7 @@ int cli_chunk_grads(const char *v, nto_chunk_grads *out);
  * and returns -1 for anything else. */
 int cli_keep_resident(const char *v, int *no_keep);
 
-/* --recompute on|off (NULL: on) -> *out (model.h nto_recompute). Returns 0,
+/* --recompute auto|on|activations|off (NULL: auto) -> *out (model.h nto_recompute). Returns 0,
  * or -1 after printing an error naming the option and the value. */
 int cli_recompute(const char *v, nto_recompute *out);
 

@@ -12,8 +12,8 @@ static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
     "                                 [--chunk-grads auto|on|off]\n"
-    "                                 [--keep-resident on|off] [--recompute "
-    "on|off]\n"
+    "                                 [--keep-resident on|off]\n"
+    "                                 [--recompute auto|on|activations|off]\n"
     "\n"
     "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
     "and the bytes it keeps from forward to backward (its saved tensors,\n"
@@ -33,9 +33,11 @@ static const char usage[] =
     "  --keep-resident on|off\n"
     "                   as for train: whether tensors stay in RAM between\n"
     "                   uses where the window has room (default on)\n"
-    "  --recompute on|off\n"
-    "                   as for train: whether backward recomputes the\n"
-    "                   activations after batch normalization (default on)\n";
+    "  --recompute auto|on|activations|off\n"
+    "                   as for train: what backward recomputes (default\n"
+    "                   auto: the table and all-resident memory with\n"
+    "                   activations recomputed, the offloading lines\n"
+    "                   with cheap convolutions' outputs too)\n";
 
 /* Bytes layer i keeps from its forward step to its backward step (an
  * output or input that backward recomputes is not kept). */
@@ -89,11 +91,14 @@ static size_t estimate_rss(size_t tensors, long threads) {
          (size_t)threads * BLAS_THREAD_BYTES;
 }
 
-/* What offloading with windows 1, 2, 4 and 8 plans: the tensor region
- * (the larger of the training and inference schedules) + workspace, the
- * estimated peak RSS, and the swap traffic of a training iteration
- * (schedule.h); then the same estimate with everything resident. */
-static void print_windows(const nto_model *m, long threads, int no_keep) {
+/* What offloading with windows 1, 2, 4 and 8 plans with model m: the
+ * tensor region (the larger of the training and inference schedules) +
+ * workspace, the estimated peak RSS, and the swap traffic of a training
+ * iteration (schedule.h); then the same estimate with everything resident
+ * in model r (the same model, or one planned for residency: nto_recompute
+ * auto). */
+static void print_windows(const nto_model *m, const nto_model *r, long threads,
+                          int no_keep) {
   const int windows[] = {1, 2, 4, 8};
   size_t ws = nto_model_mem_plan(m).workspace;
   char a[32], b[32], c[32];
@@ -121,10 +126,10 @@ static void print_windows(const nto_model *m, long threads, int no_keep) {
            sc.read_bytes / 1048576.0, sc.written_bytes / 1048576.0);
     nto_schedule_free(&sc);
   }
+  size_t all = nto_model_mem_plan(r).total;
   printf("  all resident: %s of tensors; estimated peak RSS %s\n",
-         cli_bytes(nto_model_mem_plan(m).total - ws, a, sizeof a),
-         cli_bytes(estimate_rss(nto_model_mem_plan(m).total, threads), c,
-                   sizeof c));
+         cli_bytes(all - nto_model_mem_plan(r).workspace, a, sizeof a),
+         cli_bytes(estimate_rss(all, threads), c, sizeof c));
 }
 
 int cmd_summary(int argc, char **argv) {
@@ -132,7 +137,7 @@ int cmd_summary(int argc, char **argv) {
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
   nto_chunk_grads chunk_grads = NTO_CHUNK_GRADS_AUTO;
   int no_keep = 0;
-  nto_recompute recompute = NTO_RECOMPUTE_ON;
+  nto_recompute recompute = NTO_RECOMPUTE_AUTO;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
@@ -178,7 +183,7 @@ int cmd_summary(int argc, char **argv) {
   }
   nto_config c;
   nto_err err = {0};
-  nto_model *m = NULL;
+  nto_model *m = NULL, *w = NULL;
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch,
                       .plan_only = 1,
@@ -192,6 +197,14 @@ int cmd_summary(int argc, char **argv) {
   if (rc == 0) {
     rc = nto_model_create(&m, &c, &o, &err);
     status = cli_status(rc);
+  }
+  if (rc == 0 && recompute == NTO_RECOMPUTE_AUTO) {
+    /* offloaded, auto also recomputes convolutions: a plan of its own */
+    o.window_mode = NTO_WINDOW_AUTO;
+    rc = nto_model_create(&w, &c, &o, &err);
+    status = cli_status(rc);
+    if (rc != 0)
+      nto_model_free(m);
   }
   if (rc != 0) {
     cli_error("%s", err.msg);
@@ -210,7 +223,8 @@ int cmd_summary(int argc, char **argv) {
          cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
          cli_bytes(p.workspace, f, sizeof f));
-  print_windows(m, threads, no_keep);
+  print_windows(w ? w : m, m, threads, no_keep);
+  nto_model_free(w);
   nto_model_free(m);
   nto_parallel_free();
   nto_config_free(&c);

@@ -106,11 +106,17 @@ static const char usage[] =
     "                        the window's memory has room for it (fewer\n"
     "                        bytes moved, same peak); 'off': evicted at\n"
     "                        once\n"
-    "  --recompute on|off    'on' (default): backward recomputes an\n"
-    "                        activation that follows batch normalization\n"
-    "                        from the normalization's input instead of\n"
-    "                        keeping (or swapping) it from the forward;\n"
-    "                        results are bit-identical either way\n"
+    "  --recompute auto|on|activations|off\n"
+    "                        what backward computes again instead of\n"
+    "                        keeping (or swapping) it from the forward:\n"
+    "                        an activation that follows batch\n"
+    "                        normalization, from the normalization's\n"
+    "                        input ('activations'); also the output of a\n"
+    "                        cheap convolution before a normalization\n"
+    "                        (a 1x1 expansion), from the convolution's\n"
+    "                        input ('on'); 'auto' (default): activations,\n"
+    "                        and convolutions when offloading; results\n"
+    "                        are bit-identical in every mode\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -133,7 +139,8 @@ typedef struct opts {
   int no_direct;
   const char *chunk_grads; /* --chunk-grads auto|on|off, NULL: auto */
   const char *keep;        /* --keep-resident on|off, NULL: on */
-  const char *recompute;   /* --recompute on|off, NULL: on */
+  const char *recompute;   /* --recompute auto|on|activations|off, NULL:
+                              auto */
   const char *checkpoint;  /* --checkpoint, NULL: off */
   long checkpoint_every;   /* 0: once per epoch */
   const char *resume;      /* --resume, NULL: a new run */

@@ -100,6 +100,10 @@
  * per-image kernel by rounding only.
  *
  * Backward needs the forward input (bwd_needs_input = 1), nothing saved.
+ * The forward is a pure function of input, weight and bias, so it is also
+ * the replay (layer.h): the model may recompute a cheap convolution's
+ * output in backward (replay_macs = C/G x kh x kw multiply-adds per output
+ * element; never in place).
  * dW and db are written with "=" (summed over the batch within the call);
  * din is zeroed, then col2im adds into it. A NULL din or dw skips that part.
  */
@@ -320,6 +324,7 @@ static int conv_plan(nto_layer *l, nto_err *err) {
                        "x kh x kw must be at most %d)",
                        g->kh, g->kw, g->cg, g->f, INT_MAX);
   g->kcol = (int)kcol;
+  l->replay_macs = g->kcol; /* the replay is the forward: kcol per output */
 
   long ekh = (long)g->dh * (g->kh - 1) + 1; /* dilated kernel extent */
   long ekw = (long)g->dw * (g->kw - 1) + 1;
@@ -1394,6 +1399,7 @@ const nto_layer_ops nto_conv2d_layer = {
     .plan = conv_plan,
     .forward = conv_forward,
     .backward = conv_backward,
+    .replay = conv_forward,
     .weight_row = conv_weight_row,
     .weight_rows_cache = conv_weight_rows_cache,
     .backward_weight_rows = conv_backward_weight_rows,

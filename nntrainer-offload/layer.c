@@ -61,4 +61,5 @@ void nto_layer_plan_reset(nto_layer *l) {
   l->out_is_input = 0;
   l->bwd_in_place = 0;
   l->out_kind = NTO_OUT_PLAIN;
+  l->replay_macs = 0;
 }

@@ -115,9 +115,10 @@ typedef struct nto_layer_ops {
    * bit for bit, what the last training forward wrote there, from the same
    * f->in, f->w and f->saved (as that forward left them), updating
    * nothing (no running statistics, no saved tensor, no random draw).
-   * f->out may equal f->in[0]. f->training is 1. The model uses it to
-   * recompute a cheap activation in backward instead of keeping it from
-   * the forward (model.h nto_recompute).
+   * f->out may equal f->in[0] when l->replay_macs is 0 (an element-wise
+   * replay). f->training is 1. The model uses it to recompute a cheap
+   * activation, or a convolution's output, in backward instead of keeping
+   * it from the forward (model.h nto_recompute).
    */
   void (*replay)(nto_layer *l, const nto_fwd *f);
   /*
@@ -176,7 +177,12 @@ struct nto_layer {
                            written, and nothing else): the model may give
                            both one tensor; set by plan */
   nto_out_kind out_kind;
-  int trainable; /* INI `trainable` (default 1): 0 freezes all weights */
+  int replay_macs; /* multiply-adds per output element of ops.replay (a
+                      convolution: input channels per group x kernel
+                      height x width); 0: an element-wise pass. Set by
+                      plan; the model recomputes a convolution's output
+                      only when this is small (model.h nto_recompute) */
+  int trainable;   /* INI `trainable` (default 1): 0 freezes all weights */
 };
 
 /*
@@ -198,7 +204,7 @@ int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
 
 /* Start of a plan that may run again on the same layer: clears the
  * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input,
- * bwd_in_place and out_kind. */
+ * bwd_in_place, out_kind and replay_macs. */
 void nto_layer_plan_reset(nto_layer *l);
 
 /* set_prop of a layer type without keys: always NTO_ENOKEY. */

@@ -65,13 +65,17 @@ struct nto_model {
   /* Recomputed activations (model.h nto_recompute): re_t[t] for a tensor
    * t < n_re is the tensor an R step writes its content into again before
    * its first backward reader, which reads that one instead; -1: t itself
-   * is kept. re_at[i] for an activation layer i recomputed so: the layer
-   * before whose B step its R step runs; -1 otherwise. */
+   * is kept. re_at[i] for a layer i whose output is recomputed so: the
+   * layer before whose B step its R step runs; -1 otherwise. re_conv[i]:
+   * that R step replays layer i alone from its own inputs (a convolution);
+   * else layer i is an activation and the R step replays its input layer
+   * (batch normalization), then it. */
   int *re_t, n_re;
   int *re_at;
+  unsigned char *re_conv;
   /* The training pass's steps: F_0..F_{L-1}, then per layer i = L-1..0
-   * the R steps of the activations whose first backward reader it is,
-   * its B_i, and its U steps. */
+   * the R steps of the outputs recomputed before its B step (re_at, in
+   * layer order), its B_i, and its U steps. */
   struct step_desc *steps;
   int n_steps;
   int *b_step; /* per layer: index of B_i */
@@ -390,35 +394,74 @@ static int first_bwd_reader(const nto_model *m, int i, int r) {
 
 /* May layer i's output be recomputed in backward (model.h nto_recompute)?
  * i: an activation without weights or saved tensors whose output the loss
- * does not read; its input: a replayable layer (batch normalization) read
- * by i alone, whose backward reads its own input (which is therefore kept
- * anyway) and whose input is not recomputed itself. */
+ * does not read; its input: a layer with an element-wise replay (batch
+ * normalization) read by i alone, whose backward reads its own input
+ * (which is therefore kept anyway, or recomputed by a convolution's R
+ * step) and whose input is not an activation recomputed itself. */
 static int recomputable(const nto_model *m, int i) {
   const nto_layer *a = &m->g.layers[i];
   int t = m->out_t[i];
-  if (!a->ops->replay || a->n_in != 1 || a->n_w || a->n_saved ||
-      a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
+  if (!a->ops->replay || a->replay_macs || a->n_in != 1 || a->n_w ||
+      a->n_saved || a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
       t == m->out_t[m->L - 1] || t == m->out_t[m->logits_layer])
     return 0;
   const nto_layer *p = &m->g.layers[a->in[0]];
-  return p->ops->replay && p->n_in == 1 && !p->out_is_input &&
-         p->out_kind == NTO_OUT_PLAIN && p->bwd_needs_input &&
-         m->g.n_consumers[a->in[0]] == 1 && m->re_t[m->out_t[p->in[0]]] < 0;
+  int x = p->in[0];
+  return p->ops->replay && !p->replay_macs && p->n_in == 1 &&
+         !p->out_is_input && p->out_kind == NTO_OUT_PLAIN &&
+         p->bwd_needs_input && m->g.n_consumers[a->in[0]] == 1 &&
+         (m->re_t[m->out_t[x]] < 0 || m->re_conv[x]);
 }
 
-/* Decide which activations are recomputed (none unless `on`) and add
- * their recomputed tensors. Returns 0 or -1 when out of memory. */
-static int add_recomputed(nto_model *m, int on) {
+/* May convolution i's output be recomputed (model.h nto_recompute)? A
+ * replay of at most NTO_RECOMPUTE_MACS multiply-adds per output element,
+ * from one input that its own backward reads (kept anyway) and that is not
+ * recomputed itself; nothing saved; an output the loss does not read,
+ * read by one layer, not a view, whose backward reads it (so that it is
+ * kept from forward to backward unless recomputed). */
+static int conv_recomputable(const nto_model *m, int i, int act) {
+  const nto_layer *l = &m->g.layers[i];
+  int t = m->out_t[i];
+  if (!l->ops->replay || l->replay_macs <= 0 ||
+      l->replay_macs > NTO_RECOMPUTE_MACS || l->n_in != 1 || l->n_saved ||
+      !l->bwd_needs_input || l->out_is_input || l->out_kind != NTO_OUT_PLAIN ||
+      t == m->out_t[m->L - 1] || t == m->out_t[m->logits_layer] ||
+      m->g.n_consumers[i] != 1 || m->re_t[m->out_t[l->in[0]]] >= 0)
+    return 0;
+  int bn = m->g.consumers[i][0].layer;
+  const nto_layer *c = &m->g.layers[bn];
+  if (c->out_is_input || !c->bwd_needs_input)
+    return 0;
+  /* the R step runs before the first backward reader of the activation
+   * after it, if that is recomputed: at most NTO_RECOMPUTE_SPAN layers on */
+  int r = bn;
+  if (act && m->g.n_consumers[bn] == 1) {
+    int a = m->g.consumers[bn][0].layer;
+    if (recomputable(m, a))
+      r = first_bwd_reader(m, a, a);
+  }
+  return r - i <= NTO_RECOMPUTE_SPAN;
+}
+
+/* Decide which outputs are recomputed (activations when `act`,
+ * convolutions when `conv`), in layer order so that a producer is decided
+ * before its consumers, and add their recomputed tensors. A convolution's
+ * R step runs before the R step of the activation that reads its output
+ * (build_steps puts R steps at one B step in layer order). Returns 0 or -1
+ * when out of memory. */
+static int add_recomputed(nto_model *m, int act, int conv) {
   m->n_re = m->n_t;
   m->re_t = malloc((size_t)m->n_re * sizeof *m->re_t);
   m->re_at = malloc((size_t)m->L * sizeof *m->re_at);
-  if (!m->re_t || !m->re_at)
+  m->re_conv = calloc((size_t)m->L, 1);
+  if (!m->re_t || !m->re_at || !m->re_conv)
     return -1;
   for (int t = 0; t < m->n_re; t++)
     m->re_t[t] = -1;
   for (int i = 0; i < m->L; i++) {
     m->re_at[i] = -1;
-    if (!on || !recomputable(m, i))
+    int is_conv = conv && conv_recomputable(m, i, act);
+    if (!is_conv && !(act && recomputable(m, i)))
       continue;
     const nto_layer *a = &m->g.layers[i];
     int t = add_tensor(m, a->name, "out.recomputed", a->out_shape,
@@ -427,6 +470,12 @@ static int add_recomputed(nto_model *m, int on) {
       return -1;
     m->re_t[m->out_t[i]] = t;
     m->re_at[i] = first_bwd_reader(m, i, i);
+    m->re_conv[i] = (unsigned char)is_conv;
+    if (!is_conv) { /* the convolution before reads no later than this */
+      int x = m->g.layers[a->in[0]].in[0];
+      if (m->re_conv[x] && m->re_at[x] < m->re_at[i])
+        m->re_at[x] = m->re_at[i];
+    }
   }
   return 0;
 }
@@ -556,12 +605,14 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
         use(m, P, s, fb->step_t[x], NTO_USE_HOLD);
 }
 
-/* R step s: activation layer a's output is recomputed from its input
- * layer's (batch normalization's) input, weights and saved tensors. */
+/* R step s: convolution a's output is recomputed from its input and
+ * weights; activation a's from its input layer's (batch normalization's)
+ * input (or that input's recomputed tensor), weights and saved tensors. */
 static void recompute_uses(nto_model *m, int s, int a) {
-  const nto_layer *p = &m->g.layers[m->g.layers[a].in[0]];
+  const nto_layer *p =
+      m->re_conv[a] ? &m->g.layers[a] : &m->g.layers[m->g.layers[a].in[0]];
   int P = NTO_PASS_TRAIN;
-  use(m, P, s, m->out_t[p->in[0]], NTO_USE_READ);
+  use(m, P, s, bwd_tensor(m, m->out_t[p->in[0]]), NTO_USE_READ);
   for (int j = 0; j < p->n_w; j++)
     use(m, P, s, p->w[j].tensor, NTO_USE_READ);
   for (int k = 0; k < p->n_saved; k++)
@@ -587,7 +638,7 @@ static int build_steps(nto_model *m) {
   for (int i = 0; i < m->L; i++)
     m->steps[s++] = (step_desc){'F', i, -1, -1};
   for (int i = m->L - 1; i >= 0; i--) {
-    for (int a = m->L - 1; a >= 0; a--)
+    for (int a = 0; a < m->L; a++) /* producers first (add_recomputed) */
       if (m->re_at[a] == i)
         m->steps[s++] = (step_desc){'R', a, -1, -1};
     m->b_step[i] = s;
@@ -1019,6 +1070,13 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
   return rc;
 }
 
+/* Are convolutions' outputs recomputed (model.h nto_recompute)? */
+static int recompute_convs(const nto_model_opts *o) {
+  int offloaded = o->window_mode != NTO_WINDOW_FIXED || o->offload.window > 0;
+  return o->recompute == NTO_RECOMPUTE_ON ||
+         (o->recompute == NTO_RECOMPUTE_AUTO && offloaded);
+}
+
 int nto_model_create(nto_model **out, const nto_config *c,
                      const nto_model_opts *opts, nto_err *err) {
   *out = NULL;
@@ -1045,7 +1103,8 @@ int nto_model_create(nto_model **out, const nto_config *c,
     m->chunk_elems = 1;
   m->chunk_grads = opts->chunk_grads;
   if (rc == 0 && (build_tensors(m) != 0 ||
-                  add_recomputed(m, opts->recompute == NTO_RECOMPUTE_ON) != 0 ||
+                  add_recomputed(m, opts->recompute != NTO_RECOMPUTE_OFF,
+                                 recompute_convs(opts)) != 0 ||
                   build_steps(m) != 0))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {
@@ -1103,6 +1162,7 @@ void nto_model_free(nto_model *m) {
   free(m->steps);
   free(m->re_t);
   free(m->re_at);
+  free(m->re_conv);
   free(m->b_step);
   free(m->t);
   free(m->life);
@@ -1121,12 +1181,16 @@ static float *T(const nto_model *m, int t) {
 }
 
 /* The forward arguments of layer i (its inputs, weights, saved tensors,
- * the workspace) writing into out. */
-static nto_fwd fwd_args(nto_model *m, int i, float *out, int training) {
+ * the workspace) writing into out; in an R step (`replay`) the inputs are
+ * the tensors backward reads for them (bwd_tensor). */
+static nto_fwd fwd_args(nto_model *m, int i, float *out, int training,
+                        int replay) {
   const nto_layer *l = &m->g.layers[i];
   nto_fwd f = {0};
-  for (int k = 0; k < l->n_in; k++)
-    f.in[k] = T(m, m->out_t[l->in[k]]);
+  for (int k = 0; k < l->n_in; k++) {
+    int t = m->out_t[l->in[k]];
+    f.in[k] = T(m, replay ? bwd_tensor(m, t) : t);
+  }
   f.out = out;
   for (int j = 0; j < l->n_w; j++)
     f.w[j] = T(m, l->w[j].tensor);
@@ -1143,7 +1207,7 @@ static void forward_step(nto_model *m, int i, const float *x, int training) {
   nto_layer *l = &m->g.layers[i];
   if (is_input(l))
     memcpy(T(m, m->out_t[i]), x, nto_shape_bytes(l->out_shape));
-  nto_fwd f = fwd_args(m, i, T(m, m->out_t[i]), training);
+  nto_fwd f = fwd_args(m, i, T(m, m->out_t[i]), training, 0);
   l->ops->forward(l, &f);
 }
 
@@ -1238,15 +1302,19 @@ static void backward_step(nto_model *m, int i, double lr) {
   }
 }
 
-/* R step: activation layer a's output again, into its recomputed tensor:
- * its input layer's replay (batch normalization from the input, mean and
- * inv_std its forward saved) then the activation's, in place (layer.h
- * replay): bit for bit the forward's output. */
+/* R step: layer a's output again, into its recomputed tensor, bit for
+ * bit the forward's (layer.h replay): a convolution's replay from its
+ * input; for an activation, its input layer's replay (batch normalization
+ * from its input, or that input's recomputed tensor, and the mean and
+ * inv_std its forward saved), then the activation's, in place. */
 static void recompute_step(nto_model *m, int a) {
-  nto_layer *al = &m->g.layers[a], *pl = &m->g.layers[al->in[0]];
+  nto_layer *al = &m->g.layers[a];
+  nto_layer *pl = m->re_conv[a] ? al : &m->g.layers[al->in[0]];
   float *out = T(m, m->re_t[m->out_t[a]]);
-  nto_fwd f = fwd_args(m, al->in[0], out, 1);
+  nto_fwd f = fwd_args(m, (int)(pl - m->g.layers), out, 1, 1);
   pl->ops->replay(pl, &f);
+  if (m->re_conv[a])
+    return;
   nto_fwd g = {.in = {out}, .out = out, .ws = m->ws, .training = 1};
   al->ops->replay(al, &g);
 }

@@ -10,8 +10,8 @@
  * into B_i; for a weight larger than the update chunk (NTO_UPDATE_CHUNK) the
  * update runs instead in U steps right after B_i, one per chunk of its
  * elements, so its optimizer state is never needed in RAM all at once. An R
- * step recomputes an activation right before its first backward reader
- * (nto_recompute). Parameter
+ * step recomputes an activation or a convolution's output right before
+ * its first backward reader (nto_recompute). Parameter
  * gradients live only from B_i to its last U step. For every tensor the plan
  * records the first and last step that use it. Weights and optimizer state
  * persist; activations, saved tensors, edge gradients and parameter gradients
@@ -95,23 +95,63 @@ typedef enum {
   NTO_CHUNK_GRADS_OFF,  /* always whole */
 } nto_chunk_grads;
 
-/* Whether backward recomputes cheap activations (model option recompute).
- * An activation (relu, relu6, leaky_relu, tanh, none) whose input is a
- * batch_normalization output read by nothing else has its output kept
- * from its forward to its backward: for its own backward and for the
- * next layers' (a convolution's weight gradient). Recomputed, that output
- * dies after the forward's last read, and an R step right before its first
- * backward reader writes it again from what batch normalization's backward
- * keeps anyway (its input, mean, inv_std, gamma, beta: layer.h replay),
- * bit for bit, in one element-wise pass. That output then takes no RAM
- * between forward and backward and no swap traffic: ResNet-18 b10 window 1
- * moves 201.1 + 167.1 instead of 220.4 + 187.1 MiB per iteration, and
- * MobileNetV2 224 b10 167.9 + 167.9 instead of 399.5 + 399.5 MiB
- * (docs/design-offload.md, "Recomputed activations"). */
+/* What backward recomputes instead of keeping it from the forward (model
+ * option recompute). Recomputed outputs are bit for bit the forward's
+ * (layer.h replay), so results never depend on this; memory and swap
+ * traffic do, and compute a little.
+ *
+ * Activations. An activation (relu, relu6, leaky_relu, tanh, none) whose
+ * input is a batch_normalization output read by nothing else has its
+ * output kept from its forward to its backward: for its own backward and
+ * for the next layers' (a convolution's weight gradient). Recomputed, that
+ * output dies after the forward's last read, and an R step right before
+ * its first backward reader writes it again from what batch
+ * normalization's backward keeps anyway (its input, mean, inv_std, gamma,
+ * beta: layer.h replay), bit for bit, in one element-wise pass. That
+ * output then takes no RAM between forward and backward and no swap
+ * traffic: ResNet-18 b10 window 1 moves 201.1 + 167.1 instead of 220.4 +
+ * 187.1 MiB per iteration, and MobileNetV2 224 b10 167.9 + 167.9 instead
+ * of 399.5 + 399.5 MiB (docs/design-offload.md, "Recomputed activations").
+ *
+ * Convolutions. A convolution's output read by one layer whose backward
+ * reads it (batch normalization's input) is kept likewise. When the
+ * convolution is cheap per output element (at most NTO_RECOMPUTE_MACS
+ * multiply-adds: MobileNetV2's 1x1 expansions, a stem on 3 channels) and
+ * its input is kept anyway (its own backward reads it; it is not
+ * recomputed itself), an R step runs the convolution's forward again
+ * right before the output's first backward reader (before the R step of
+ * the activation after it, which then reads the recomputed output), if
+ * that reader is at most NTO_RECOMPUTE_SPAN layers on. An expansion's
+ * output is 6x its input: MobileNetV2 224 b10 window 4 moves 62.5 instead
+ * of 185.0 MiB each way per iteration, and all resident plans 230.8
+ * instead of 333.0 MiB (docs/design-offload.md, "Recomputed
+ * convolutions"). */
 typedef enum {
-  NTO_RECOMPUTE_ON, /* default */
-  NTO_RECOMPUTE_OFF,
+  NTO_RECOMPUTE_AUTO,        /* default: activations; convolutions too when
+                                the tensors are offloaded (any window
+                                mode but a fixed window of 0, `all`),
+                                where they are read and written */
+  NTO_RECOMPUTE_ON,          /* activations and convolutions, resident too
+                                (less memory, more compute) */
+  NTO_RECOMPUTE_ACTIVATIONS, /* activations only */
+  NTO_RECOMPUTE_OFF,         /* nothing: everything kept */
 } nto_recompute;
+
+/* Multiply-adds per output element up to which a convolution's output is
+ * recomputed (nto_recompute). Recomputing one output element costs 2 x
+ * this many flops; keeping it offloaded costs writing and reading 4
+ * bytes. At the ~100 GFLOP/s of this machine's small-K GEMMs (2 threads)
+ * and 1.3 GB/s of swap each way, 256 multiply-adds (5 ns) cost less than
+ * the 8 bytes of I/O (6 ns), and on flash (45/25 MB/s) far less. */
+#define NTO_RECOMPUTE_MACS 256
+
+/* Layers from a recomputed convolution to the first backward reader of
+ * its output (the activation after its normalization, or the layer after
+ * that): conv -> batch_normalization -> activation -> its reader. A
+ * longer span (ResNet's stem, whose activation a residual block reads)
+ * keeps the recomputed output through that block's backward, at its
+ * memory peak: ResNet-18 b32 window 1's region 32.9 -> 40.6 MiB. */
+#define NTO_RECOMPUTE_SPAN 3
 
 /* Executor steps for a trace: step s of pass `pass` waited for its reads
  * from t_begin_ms to t_ready_ms and ran until t_end_ms (CLOCK_MONOTONIC,
@@ -141,7 +181,7 @@ typedef struct nto_model_opts {
                             fits, or the minimum the model needs). */
   nto_prefetch prefetch; /* with a window: how far ahead reads go */
   nto_chunk_grads chunk_grads;  /* default (0): auto */
-  nto_recompute recompute;      /* default (0): on */
+  nto_recompute recompute;      /* default (0): auto */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                   "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */

@@ -48,15 +48,21 @@ expect summary_recompute 0 "window 1: .* 201.1 MiB read, 167.1 MiB written" -- \
   "$exe" summary res/resnet18.ini --batch-size 10
 expect summary_recompute_off 0 "window 1: .* 219.2 MiB read, 187.1 MiB written" \
   -- "$exe" summary res/resnet18.ini --batch-size 10 --recompute off
+# MobileNetV2's 1x1 expansions recomputed in backward when offloading
+# (auto, the default): window 4 moves 62.5 MiB each way, not 185.0
+expect summary_recompute_conv 0 "window 4: .* 62.5 MiB read, 62.5 MiB written" \
+  -- "$exe" summary res/mobilenetv2.ini --batch-size 10
+expect summary_recompute_act 0 "window 4: .* 185.0 MiB read, 185.0 MiB written" \
+  -- "$exe" summary res/mobilenetv2.ini --batch-size 10 --recompute activations
 # input gradients computed in place (batch normalization, activations,
 # multiout) and the region placed in the best of three orders: MobileNetV2
 # b10 window 1 needed 183.8 MiB before the first, ResNet-18 b32 33.7 MiB
 # with the first alone (largest first)
 expect summary_grad_in_place 0 "window 1: 137.9 MiB of tensors" -- "$exe" \
-  summary res/mobilenetv2.ini --batch-size 10
+  summary res/mobilenetv2.ini --batch-size 10 --recompute activations
 expect summary_placement 0 "window 1: 32.9 MiB of tensors" -- "$exe" summary \
   res/resnet18.ini --batch-size 32
-expect recompute_bad 2 "--recompute: expected on or off, got 'maybe'" -- \
+expect recompute_bad 2 "--recompute: expected auto, on, activations or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
   --data synthetic --iterations 3 --eval-samples 8 --save "$tmp/w.bin"

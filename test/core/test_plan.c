@@ -226,6 +226,9 @@ static void test_recompute_uses(void **state) {
   assert_true(relu > 0 && conv1 > relu);
   assert_true(nto_model_recomputed(m[0], relu));
   assert_false(nto_model_recomputed(m[1], relu));
+  /* conv0 -> bn0 -> relu, whose output a residual block reads: beyond
+   * NTO_RECOMPUTE_SPAN, conv0's output is kept, not recomputed */
+  assert_false(nto_model_recomputed(m[0], relu - 2));
   const nto_plan *p = nto_model_plan(m[0], NTO_PASS_TRAIN);
   const nto_plan *q = nto_model_plan(m[1], NTO_PASS_TRAIN);
   int n_r = 0; /* R steps: one per relu after a batch normalization */
@@ -275,6 +278,97 @@ static void test_recompute_uses(void **state) {
   }
   for (int off = 0; off < 2; off++)
     nto_model_free(m[off]);
+  nto_config_free(&c);
+}
+
+/* The step of m's training pass of kind `kind` ('F', 'R', 'B', 'U') for
+ * layer `layer` (its name "R12 expand"), or -1. */
+static int step_named(const nto_model *m, char kind, const char *layer) {
+  char buf[128];
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  for (int s = 0; s < p->n_steps; s++) {
+    nto_model_step_name(m, NTO_PASS_TRAIN, s, buf, sizeof buf);
+    if (buf[0] == kind && !strcmp(buf + strcspn(buf, " ") + 1, layer))
+      return s;
+  }
+  return -1;
+}
+
+/* Index of the tensor called name, or -1. */
+static int find_opt(const nto_model *m, const char *name) {
+  for (int t = 0; t < nto_model_tensor_count(m); t++)
+    if (!strcmp(nto_model_tensor(m, t)->name, name))
+      return t;
+  return -1;
+}
+
+/* mobile_block.ini: block_in (a view of the input) -> expand (1x1, 4 -> 8
+ * channels) -> expand_bn -> relu6 -> dw. Recomputing convolutions (model.h
+ * nto_recompute: on, or auto with a window), expand's output is dead
+ * after the forward; an R step right before the relu6's R step (before
+ * B_dw) writes its twin from expand's input and weight, and the relu6's R
+ * step and B_expand_bn read the twin. With activations only, or auto all
+ * resident, expand's output is kept. */
+static void test_recompute_conv_uses(void **state) {
+  (void)state;
+  nto_config c;
+  nto_err err = {0};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/mobile_block.ini", &err),
+                   0);
+  const struct {
+    nto_recompute mode;
+    int window, conv;
+  } cases[] = {{NTO_RECOMPUTE_ON, 0, 1},
+               {NTO_RECOMPUTE_AUTO, 1, 1},
+               {NTO_RECOMPUTE_AUTO, 0, 0},
+               {NTO_RECOMPUTE_ACTIVATIONS, 1, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    nto_model *m = NULL;
+    nto_model_opts o = {.plan_only = 1, .recompute = cases[k].mode};
+    o.offload.window = cases[k].window;
+    assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+    const nto_graph *g = nto_model_graph(m);
+    int expand = -1;
+    for (int i = 0; i < g->n_layers; i++)
+      expand = !strcmp(g->layers[i].name, "expand") ? i : expand;
+    assert_true(expand > 0);
+    const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+    int t = find(m, "expand:out"), tw = find_opt(m, "expand:out.recomputed");
+    int last = p->use_step[p->use_first[t + 1] - 1];
+    int rs = step_named(m, 'R', "expand");
+    assert_int_equal(nto_model_recomputed(m, expand), cases[k].conv);
+    /* the relu6 is recomputed in every case: it reads one or the other */
+    assert_true(nto_model_recomputed(m, expand + 2));
+    if (!cases[k].conv) {
+      assert_int_equal(tw, -1);
+      assert_int_equal(rs, -1);
+      assert_true(last >= g->n_layers); /* read by backward */
+      nto_model_free(m);
+      continue;
+    }
+    assert_true(last < g->n_layers); /* dead after the forward */
+    assert_int_equal(rs + 1, step_named(m, 'R', "expand_bn/activation"));
+    assert_int_equal(rs + 2, step_named(m, 'B', "dw"));
+    /* the R step: reads expand's input and weight, writes the twin */
+    int in = find(m, "input:out"), w = find(m, "expand:weight"), seen = 0;
+    for (int x = p->step_first[rs]; x < p->step_first[rs + 1]; x++) {
+      int u = p->step_t[x];
+      assert_true(u == in || u == w || u == tw);
+      assert_int_equal(p->step_mode[x], u == tw ? W : R);
+      seen |= (u == in) | (u == w) << 1 | (u == tw) << 2;
+    }
+    assert_int_equal(seen, 7);
+    /* the twin: written by R expand, read by the relu6's R step and by
+     * B_expand_bn, nothing else */
+    int k0 = p->use_first[tw], k1 = p->use_first[tw + 1];
+    assert_int_equal(k1 - k0, 3);
+    assert_int_equal(p->use_step[k0], rs);
+    assert_int_equal(p->use_step[k0 + 1], rs + 1);
+    assert_int_equal(p->use_mode[k0 + 1], R);
+    assert_int_equal(p->use_step[k0 + 2], step_named(m, 'B', "expand_bn"));
+    assert_int_equal(p->use_mode[k0 + 2], R);
+    nto_model_free(m);
+  }
   nto_config_free(&c);
 }
 
@@ -725,6 +819,7 @@ int main(void) {
       cmocka_unit_test(test_running_stats_dirty_in_forward),
       cmocka_unit_test(test_views_share_input),
       cmocka_unit_test(test_recompute_uses),
+      cmocka_unit_test(test_recompute_conv_uses),
       cmocka_unit_test(test_grad_in_place),
       cmocka_unit_test(test_window_resident_sets),
       cmocka_unit_test(test_plan_holds),
