@@ -94,10 +94,11 @@ static size_t estimate_rss(size_t tensors, long threads) {
 /* What offloading with windows 1, 2, 4 and 8 plans with model m: the
  * tensor region (the larger of the training and inference schedules) +
  * workspace, the estimated peak RSS, and the swap traffic of a training
- * iteration (schedule.h); then the same estimate with everything resident
- * in model r (the same model, or one planned for residency: nto_recompute
- * auto). */
-static void print_windows(const nto_model *m, const nto_model *r, long threads,
+ * iteration (schedule.h); then the same estimate with everything resident,
+ * from `all` (the resident plan's, nto_model_mem_plan: m's, or with
+ * nto_recompute auto another model's, freed before m was built so that
+ * this process's RSS holds one model's plans, as train's does). */
+static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
                           int no_keep) {
   const int windows[] = {1, 2, 4, 8};
   size_t ws = nto_model_mem_plan(m).workspace;
@@ -126,10 +127,9 @@ static void print_windows(const nto_model *m, const nto_model *r, long threads,
            sc.read_bytes / 1048576.0, sc.written_bytes / 1048576.0);
     nto_schedule_free(&sc);
   }
-  size_t all = nto_model_mem_plan(r).total;
   printf("  all resident: %s of tensors; estimated peak RSS %s\n",
-         cli_bytes(all - nto_model_mem_plan(r).workspace, a, sizeof a),
-         cli_bytes(estimate_rss(all, threads), c, sizeof c));
+         cli_bytes(all.total - all.workspace, a, sizeof a),
+         cli_bytes(estimate_rss(all.total, threads), c, sizeof c));
 }
 
 int cmd_summary(int argc, char **argv) {
@@ -183,7 +183,7 @@ int cmd_summary(int argc, char **argv) {
   }
   nto_config c;
   nto_err err = {0};
-  nto_model *m = NULL, *w = NULL;
+  nto_model *m = NULL;
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch,
                       .plan_only = 1,
@@ -197,14 +197,6 @@ int cmd_summary(int argc, char **argv) {
   if (rc == 0) {
     rc = nto_model_create(&m, &c, &o, &err);
     status = cli_status(rc);
-  }
-  if (rc == 0 && recompute == NTO_RECOMPUTE_AUTO) {
-    /* offloaded, auto also recomputes convolutions: a plan of its own */
-    o.window_mode = NTO_WINDOW_AUTO;
-    rc = nto_model_create(&w, &c, &o, &err);
-    status = cli_status(rc);
-    if (rc != 0)
-      nto_model_free(m);
   }
   if (rc != 0) {
     cli_error("%s", err.msg);
@@ -223,10 +215,19 @@ int cmd_summary(int argc, char **argv) {
          cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
          cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
          cli_bytes(p.workspace, f, sizeof f));
-  print_windows(w ? w : m, m, threads, no_keep);
-  nto_model_free(w);
+  if (recompute == NTO_RECOMPUTE_AUTO) {
+    /* offloaded, auto also recomputes convolutions: a plan of its own */
+    nto_model_free(m);
+    m = NULL;
+    o.window_mode = NTO_WINDOW_AUTO;
+    rc = nto_model_create(&m, &c, &o, &err);
+  }
+  if (rc == 0)
+    print_windows(m, p, threads, no_keep);
+  else
+    cli_error("%s", err.msg);
   nto_model_free(m);
   nto_parallel_free();
   nto_config_free(&c);
-  return CLI_OK;
+  return rc == 0 ? CLI_OK : cli_status(rc);
 }
