@@ -605,12 +605,17 @@ static void update_uses(nto_model *m, const nto_plan *fb, int s, int i, int j,
         use(m, P, s, fb->step_t[x], NTO_USE_HOLD);
 }
 
+/* The layer whose replay starts R step a: convolution a itself, or the
+ * input layer (batch normalization) of activation a. */
+static nto_layer *replayed(nto_model *m, int a) {
+  return m->re_conv[a] ? &m->g.layers[a] : &m->g.layers[m->g.layers[a].in[0]];
+}
+
 /* R step s: convolution a's output is recomputed from its input and
  * weights; activation a's from its input layer's (batch normalization's)
  * input (or that input's recomputed tensor), weights and saved tensors. */
 static void recompute_uses(nto_model *m, int s, int a) {
-  const nto_layer *p =
-      m->re_conv[a] ? &m->g.layers[a] : &m->g.layers[m->g.layers[a].in[0]];
+  const nto_layer *p = replayed(m, a);
   int P = NTO_PASS_TRAIN;
   use(m, P, s, bwd_tensor(m, m->out_t[p->in[0]]), NTO_USE_READ);
   for (int j = 0; j < p->n_w; j++)
@@ -1309,7 +1314,7 @@ static void backward_step(nto_model *m, int i, double lr) {
  * inv_std its forward saved), then the activation's, in place. */
 static void recompute_step(nto_model *m, int a) {
   nto_layer *al = &m->g.layers[a];
-  nto_layer *pl = m->re_conv[a] ? al : &m->g.layers[al->in[0]];
+  nto_layer *pl = replayed(m, a);
   float *out = T(m, m->re_t[m->out_t[a]]);
   nto_fwd f = fwd_args(m, (int)(pl - m->g.layers), out, 1, 1);
   pl->ops->replay(pl, &f);

@@ -48,13 +48,20 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* Index of the tensor called name ("<layer>:<what>"); fails if absent. */
-static int find(const nto_model *m, const char *name) {
+/* Index of the tensor called name ("<layer>:<what>"), or -1. */
+static int find_opt(const nto_model *m, const char *name) {
   for (int t = 0; t < nto_model_tensor_count(m); t++)
     if (!strcmp(nto_model_tensor(m, t)->name, name))
       return t;
-  fail_msg("no tensor %s", name);
   return -1;
+}
+
+/* As find_opt; fails if absent. */
+static int find(const nto_model *m, const char *name) {
+  int t = find_opt(m, name);
+  if (t < 0)
+    fail_msg("no tensor %s", name);
+  return t;
 }
 
 /* The uses of `name` in plan p are exactly steps[0..n) with modes[]. */
@@ -291,14 +298,6 @@ static int step_named(const nto_model *m, char kind, const char *layer) {
     if (buf[0] == kind && !strcmp(buf + strcspn(buf, " ") + 1, layer))
       return s;
   }
-  return -1;
-}
-
-/* Index of the tensor called name, or -1. */
-static int find_opt(const nto_model *m, const char *name) {
-  for (int t = 0; t < nto_model_tensor_count(m); t++)
-    if (!strcmp(nto_model_tensor(m, t)->name, name))
-      return t;
   return -1;
 }
 
