@@ -474,7 +474,7 @@ static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
   if (rc == 0)
     rc = nto_io_create(&io, (nto_io_kind)kind, nto_swap_fd(sw), BW_DEPTH, err);
   /* one arena, registered like the runs' tensor region (where allowed) */
-  char *arena = rc == 0 ? (char *)nto_alloc_aligned(BW_DEPTH * BW_BLOCK) : NULL;
+  char *arena = rc == 0 ? nto_map_buffers(BW_DEPTH * BW_BLOCK) : NULL;
   if (rc == 0 && !arena)
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   for (unsigned i = 0; rc == 0 && i < BW_DEPTH; i++) {
@@ -491,7 +491,7 @@ static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
   }
   nto_io_destroy(io);
   nto_swap_close(sw);
-  nto_free_aligned((float *)arena);
+  nto_unmap_buffers(arena, BW_DEPTH * BW_BLOCK);
   return rc;
 }
 

@@ -936,19 +936,17 @@ static int map_region(nto_offload *o, const nto_schedule sc[2], nto_err *err) {
   size_t bytes = sc[0].region > sc[1].region ? sc[0].region : sc[1].region;
   if (o->region && bytes == o->region_bytes)
     return 0;
-  void *r = mmap(NULL, bytes ? bytes : NTO_PAGE, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  char *r = nto_map_buffers(bytes);
   int *owner = malloc((bytes / NTO_PAGE + 1) * sizeof *owner);
-  if (r == MAP_FAILED || !owner) {
-    if (r != MAP_FAILED)
-      munmap(r, bytes ? bytes : NTO_PAGE);
+  if (!r || !owner) {
+    nto_unmap_buffers(r, bytes);
     free(owner);
     return nto_err_set(err, NTO_ENOMEM,
                        "cannot reserve %zu bytes for resident tensors", bytes);
   }
   if (o->region) {
     drop_fixed_locked(o);
-    munmap(o->region, o->region_bytes ? o->region_bytes : NTO_PAGE);
+    nto_unmap_buffers(o->region, o->region_bytes);
   }
   free(o->owner);
   o->region = r;
@@ -1193,8 +1191,7 @@ void nto_offload_free(nto_offload *o) {
       o->t[t].state = NTO_RES_NONE;
     }
   nto_swap_close(o->swap);
-  if (o->region)
-    munmap(o->region, o->region_bytes ? o->region_bytes : NTO_PAGE);
+  nto_unmap_buffers(o->region, o->region_bytes);
   free(o->owner);
   nto_schedule_free(&o->sched[0]);
   nto_schedule_free(&o->sched[1]);

@@ -1,9 +1,11 @@
 /* tensor.c - shapes and tensor buffers. See tensor.h. */
 #include "tensor.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 size_t nto_shape_numel(nto_shape s) {
   return (size_t)s.n * (size_t)s.c * (size_t)s.h * (size_t)s.w;
@@ -45,3 +47,37 @@ float *nto_alloc_aligned(size_t bytes) {
 }
 
 void nto_free_aligned(float *p) { free(p); }
+
+static size_t map_length(size_t bytes) {
+  return bytes ? nto_round_page(bytes) : NTO_PAGE;
+}
+
+void *nto_map_buffers(size_t bytes) {
+  size_t len = map_length(bytes);
+  int huge = len >= NTO_HUGE_PAGE;
+  /* Over-map by one huge page, then unmap the head and tail around the
+   * first 2 MiB boundary: kernels before 6.7 do not align large
+   * anonymous mappings themselves. */
+  size_t span = huge ? len + NTO_HUGE_PAGE : len;
+  char *r = mmap(NULL, span, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED)
+    return NULL;
+  if (!huge)
+    return r;
+  uintptr_t a =
+      ((uintptr_t)r + NTO_HUGE_PAGE - 1) & ~(uintptr_t)(NTO_HUGE_PAGE - 1);
+  char *p = (char *)a;
+  if (p > r)
+    munmap(r, (size_t)(p - r));
+  if (r + span > p + len)
+    munmap(p + len, (size_t)(r + span - (p + len)));
+  /* Advice only: EINVAL where THP is not built in changes nothing. */
+  (void)madvise(p, len, MADV_HUGEPAGE);
+  return p;
+}
+
+void nto_unmap_buffers(void *p, size_t bytes) {
+  if (p)
+    munmap(p, map_length(bytes));
+}

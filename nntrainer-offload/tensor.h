@@ -76,4 +76,26 @@ static inline size_t nto_tensor_numel(const nto_tensor *t) {
 float *nto_alloc_aligned(size_t bytes);
 void nto_free_aligned(float *p);
 
+/* Huge-page granule of nto_map_buffers: 2 MiB (x86-64 and arm64 with 4 KiB
+ * base pages). */
+#define NTO_HUGE_PAGE ((size_t)2 << 20)
+
+/*
+ * Anonymous mapping of bytes (rounded up to 4096; 0 maps one page) for
+ * buffers that O_DIRECT requests read into and write from: the tensor
+ * region, bench's bandwidth probe. Zero-filled on first touch, no swap
+ * reservation (MAP_NORESERVE). When bytes >= NTO_HUGE_PAGE the mapping
+ * starts on a 2 MiB boundary and asks for transparent huge pages
+ * (madvise MADV_HUGEPAGE; honoured where
+ * /sys/kernel/mm/transparent_hugepage/enabled is [always] or [madvise],
+ * ignored where it is [never] or THP is not built in). A 9 MiB request
+ * then pins and maps 5 pages instead of 2304: ResNet-18 b10 at window 1
+ * read the same bytes with 18-39% less onloader busy time on this
+ * VM's virtio disk (docs/benchmarks.md, "Huge pages for the tensor
+ * region"). Returns NULL (errno set) if the mapping fails. Release with
+ * nto_unmap_buffers(p, bytes) with the same bytes. Any thread.
+ */
+void *nto_map_buffers(size_t bytes);
+void nto_unmap_buffers(void *p, size_t bytes);
+
 #endif /* NTO_TENSOR_H */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define DEPTH 8
@@ -603,15 +604,21 @@ static void test_api(void **state) {
  * read back into it (READ_FIXED / WRITE_FIXED with io_uring), one of them
  * split by a short transfer (the rest continues inside the buffer), next
  * to a block outside it (sent unregistered); the same after the
- * registration is dropped. psync: registering is a no-op. */
+ * registration is dropped. The buffers straddle the end of a huge page
+ * (nto_map_buffers, as the tensor region): half of them in the 2 MiB
+ * page, half in the 4 KiB pages after it. psync: registering is a
+ * no-op. */
 static void test_registered(void **state) {
   fixture *fx = begin(state);
   enum { N = 8 };
   size_t len = (size_t)N * SLOT_PAGES * NTO_PAGE;
-  unsigned char *arena = (unsigned char *)nto_alloc_aligned(len);
-  unsigned char *back = (unsigned char *)nto_alloc_aligned(len);
-  assert_non_null(arena);
-  assert_non_null(back);
+  size_t map_len = NTO_HUGE_PAGE + len;
+  unsigned char *arena_map = nto_map_buffers(map_len);
+  unsigned char *back_map = nto_map_buffers(map_len);
+  assert_non_null(arena_map);
+  assert_non_null(back_map);
+  unsigned char *arena = arena_map + NTO_HUGE_PAGE - len / 2;
+  unsigned char *back = back_map + NTO_HUGE_PAGE - len / 2;
   nto_rng rng;
   nto_rng_seed(&rng, 7);
   nto_err err = {0};
@@ -658,8 +665,72 @@ static void test_registered(void **state) {
     block_free(&w[N]);
     block_free(&r[N]);
   }
-  nto_free_aligned((float *)arena);
-  nto_free_aligned((float *)back);
+  nto_unmap_buffers(arena_map, map_len);
+  nto_unmap_buffers(back_map, map_len);
+}
+
+/* 1 if transparent huge pages may back a madvised mapping here. */
+static int thp_madvise_allowed(void) {
+  char mode[128] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (!f)
+    return 0;
+  if (!fgets(mode, sizeof mode, f))
+    mode[0] = 0;
+  fclose(f);
+  return strstr(mode, "[always]") || strstr(mode, "[madvise]");
+}
+
+/* The THPeligible field of the mapping that contains p in
+ * /proc/self/smaps: 1 or 0, -1 if the kernel does not report it. */
+static int thp_eligible(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int inside = 0, v = -1;
+  uintptr_t a = (uintptr_t)p;
+  if (!f)
+    return -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's header */
+      inside = a >= lo && a < hi;
+    else if (inside && sscanf(line, "THPeligible: %d", &v) == 1)
+      break;
+  }
+  fclose(f);
+  return v;
+}
+
+/* nto_map_buffers: page-aligned, zero-filled, writable to its last byte;
+ * from 2 MiB on, aligned to 2 MiB, the over-mapped slack after it
+ * unmapped, and eligible for transparent huge pages where the system
+ * allows them for madvised mappings. */
+static void test_map_buffers(void **state) {
+  (void)state;
+  const size_t sizes[] = {0, 1, 3 * NTO_PAGE + 5, NTO_HUGE_PAGE,
+                          9 * ((size_t)1 << 20) + 3 * NTO_PAGE + 7};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = sizes[i], len = n ? nto_round_page(n) : NTO_PAGE;
+    unsigned char *p = nto_map_buffers(n);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % NTO_PAGE, 0);
+    assert_int_equal(p[0], 0);
+    assert_int_equal(p[len - 1], 0);
+    memset(p, 0xab, len);
+    assert_int_equal(p[len - 1], 0xab);
+    if (n >= NTO_HUGE_PAGE) {
+      unsigned char vec;
+      assert_int_equal((uintptr_t)p % NTO_HUGE_PAGE, 0);
+      /* the page after the mapping lies in the trimmed slack */
+      assert_int_equal(mincore(p + len, NTO_PAGE, &vec), -1);
+      assert_int_equal(errno, ENOMEM);
+      int e = thp_eligible(p);
+      if (thp_madvise_allowed() && e >= 0)
+        assert_int_equal(e, 1);
+    }
+    nto_unmap_buffers(p, n);
+  }
+  nto_unmap_buffers(NULL, 0); /* no-op */
 }
 
 typedef void (*test_fn)(void **);
@@ -682,7 +753,7 @@ int main(void) {
   };
   enum { NFN = sizeof fns / sizeof fns[0] };
   static char names[NFN * NPARAM][80];
-  struct CMUnitTest tests[NFN * NPARAM + 1];
+  struct CMUnitTest tests[NFN * NPARAM + 2];
   size_t t = 0;
   for (size_t i = 0; i < NFN; i++)
     for (size_t j = 0; j < NPARAM; j++, t++) {
@@ -690,6 +761,7 @@ int main(void) {
       tests[t] = (struct CMUnitTest){names[t], fns[i].fn, setup, teardown,
                                      (void *)&params[j]};
     }
-  tests[t] = (struct CMUnitTest)cmocka_unit_test(test_api);
+  tests[t++] = (struct CMUnitTest)cmocka_unit_test(test_api);
+  tests[t] = (struct CMUnitTest)cmocka_unit_test(test_map_buffers);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
