@@ -54,7 +54,7 @@
 #define MAX_CONFIGS 32
 #define MAX_ROUNDS 16
 #define PATH_LEN (PATH_MAX + 64) /* the temporary directory + a file name */
-#define LABEL_MAX 32             /* "all", "N:room@SIZE", ... */
+#define LABEL_MAX 32             /* "all", "N:room+off@SIZE", ... */
 #define BW_DEPTH 16u             /* requests in flight */
 #define BW_BLOCK (1u << 20)      /* bytes per request */
 #define BW_TOTAL (256ull << 20)  /* bytes written, then read */
@@ -74,7 +74,9 @@ static const char usage[] =
     "                        N:steps (likewise auto:...) run that window\n"
     "                        with --prefetch time, room or steps; a\n"
     "                        suffix @SIZE (N@64M, 1:time@54M, auto@96M)\n"
-    "                        gives that run its own --memory-budget\n"
+    "                        gives that run its own --memory-budget;\n"
+    "                        +MODE before it (4+activations, all+on,\n"
+    "                        1:time+off@54M) its own --recompute\n"
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
@@ -91,6 +93,8 @@ static const char usage[] =
     "                        memory_swap_path, else $TMPDIR or /tmp)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
+    "  --recompute MODE      auto, on, activations or off: passed to\n"
+    "                        train (runs without +MODE)\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
     "\n"
     "exit status: 0 every configuration ran and the weights agree; 1 a\n"
@@ -98,8 +102,8 @@ static const char usage[] =
 
 typedef struct bench_opts {
   const char *model, *windows, *data, *csv, *json, *plot;
-  const char *swap_dir, *io, *budget; /* NULL: not given */
-  long iterations, warmup, batch;     /* batch 0: the INI's */
+  const char *swap_dir, *io, *budget, *recompute; /* NULL: not given */
+  long iterations, warmup, batch;                 /* batch 0: the INI's */
   long rounds;
   int no_direct;
   char labels[MAX_CONFIGS][LABEL_MAX];
@@ -110,6 +114,7 @@ typedef struct bench_opts {
 typedef struct report {
   char model[256], io[32];
   char window[LABEL_MAX]; /* "all" or the number of steps */
+  char recompute[16];     /* train --recompute: auto, on, ... */
   int direct;
   double batch, iterations, warmup, measured;
   double peak_rss, resident_peak; /* bytes */
@@ -160,23 +165,33 @@ static double now_s(void) {
 
 /* ---- options ------------------------------------------------------------ */
 
-/* WINDOW[:PREFETCH][@SIZE]: the size is checked by train (only its
- * first digit here, so that a typo is not taken for a window). */
+/* 1 if the n bytes at p are one of the words of list (NULL-terminated). */
+static int word_in(const char *p, size_t n, const char *const *list) {
+  for (; *list; list++)
+    if (strlen(*list) == n && !strncmp(p, *list, n))
+      return 1;
+  return 0;
+}
+
+static const char *const prefetch_modes[] = {"time", "room", "steps", NULL};
+static const char *const recompute_modes[] = {"auto", "on", "activations",
+                                              "off", NULL};
+
+/* WINDOW[:PREFETCH][+RECOMPUTE][@SIZE]: the size is checked by train (only
+ * its first digit here, so that a typo is not taken for a window). */
 static int valid_label(const char *s) {
-  size_t end = strcspn(s, "@"), len = strcspn(s, ":@");
+  size_t end = strcspn(s, "@"), plus = strcspn(s, "+@");
+  size_t len = strcspn(s, ":+@");
   if (s[end] == '@' && (s[end + 1] < '0' || s[end + 1] > '9'))
     return 0;
-  if (len < end) { /* ":PREFETCH" */
-    const char *p = s + len + 1;
-    size_t n = end - len - 1;
-    if (!(n == 4 && (!strncmp(p, "time", 4) || !strncmp(p, "room", 4))) &&
-        !(n == 5 && !strncmp(p, "steps", 5)))
-      return 0;
-  }
+  if (s[len] == ':' && !word_in(s + len + 1, plus - len - 1, prefetch_modes))
+    return 0;
+  if (s[plus] == '+' && !word_in(s + plus + 1, end - plus - 1, recompute_modes))
+    return 0;
   if (len == 4 && !strncmp(s, "auto", 4))
     return 1;
-  if (len == 3 && !strncmp(s, "all", 3))
-    return !s[len]; /* nothing is read: no prefetch, no budget */
+  if (len == 3 && !strncmp(s, "all", 3)) /* nothing is read: no prefetch */
+    return !s[end] && s[len] != ':';     /* and no budget */
   if (len == 0)
     return 0;
   for (size_t i = 0; i < len; i++)
@@ -204,8 +219,9 @@ static int parse_windows(bench_opts *o) {
     tok[len] = '\0';
     if (!valid_label(tok)) {
       cli_error("option --windows: expected N, auto or all (N and auto with "
-                "an optional :time, :room or :steps, then an optional "
-                "@SIZE), got '%s' in '%s'",
+                "an optional :time, :room or :steps; then an optional "
+                "+auto, +on, +activations or +off; N and auto then an "
+                "optional @SIZE), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
     }
@@ -229,10 +245,11 @@ static int parse_windows(bench_opts *o) {
 /* The string option a names, or NULL if a is not one. */
 static const char **string_opt(bench_opts *o, const char *a) {
   static const char *const names[] = {
-      "--windows",  "--data", "--csv",           "--json", "--plot",
-      "--swap-dir", "--io",   "--memory-budget", NULL};
-  const char **dst[] = {&o->windows, &o->data,     &o->csv, &o->json,
-                        &o->plot,    &o->swap_dir, &o->io,  &o->budget};
+      "--windows",  "--data", "--csv",           "--json",      "--plot",
+      "--swap-dir", "--io",   "--memory-budget", "--recompute", NULL};
+  const char **dst[] = {&o->windows, &o->data,   &o->csv,
+                        &o->json,    &o->plot,   &o->swap_dir,
+                        &o->io,      &o->budget, &o->recompute};
   for (int i = 0; names[i]; i++)
     if (!strcmp(a, names[i]))
       return dst[i];
@@ -290,6 +307,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   }
   if (o->io && nto_io_kind_parse(o->io) < 0) {
     cli_error("option --io: expected uring or psync, got '%s'", o->io);
+    return -1;
+  }
+  if (o->recompute &&
+      !word_in(o->recompute, strlen(o->recompute), recompute_modes)) {
+    cli_error("option --recompute: expected auto, on, activations or off, "
+              "got '%s'",
+              o->recompute);
     return -1;
   }
   return parse_windows(o);
@@ -557,13 +581,17 @@ static int run_child(const bench *b, config *c, int k) {
   run_path(b, c->label, k, "bin", save, sizeof save);
   run_path(b, c->label, k, "out", out, sizeof out);
   run_path(b, c->label, k, "err", errf, sizeof errf);
-  /* "N:time@SIZE": --window N --prefetch time --memory-budget SIZE
-   * (likewise :room, :steps; each part optional) */
+  /* "N:time+off@SIZE": --window N --prefetch time --recompute off
+   * --memory-budget SIZE (likewise :room, :steps, +auto, +on,
+   * +activations; each part optional) */
   char window[LABEL_MAX];
   snprintf(window, sizeof window, "%s", c->label);
   char *budget = strchr(window, '@');
   if (budget)
     *budget++ = '\0';
+  char *recompute = strchr(window, '+');
+  if (recompute)
+    *recompute++ = '\0';
   char *prefetch = strchr(window, ':');
   if (prefetch)
     *prefetch++ = '\0';
@@ -585,6 +613,8 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--io"), ARG(o->io);
   if (budget || o->budget)
     ARG("--memory-budget"), ARG(budget ? budget : o->budget);
+  if (recompute || o->recompute)
+    ARG("--recompute"), ARG(recompute ? recompute : o->recompute);
   if (o->no_direct)
     ARG("--no-direct");
   char bw[64]; /* what measure_bandwidth found: the region floor's */
@@ -947,6 +977,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
                     {"measured_iterations", F_NUM, &r->measured, 0, 0},
                     {"window", F_WINDOW, r->window, sizeof r->window, 0},
                     {"io", F_STR, r->io, sizeof r->io, 0},
+                    {"recompute", F_STR, r->recompute, sizeof r->recompute, 0},
                     {"direct", F_BOOL, &r->direct, 0, 0},
                     {"peak_rss_bytes", F_NUM, &r->peak_rss, 0, 0},
                     {"resident_peak_bytes", F_NUM, &r->resident_peak, 0, 0},
@@ -1262,6 +1293,7 @@ static void json_config(FILE *f, const config *c, int rounds) {
   json_string(f, c->label);
   if (!c->ok) {
     fprintf(f, ", \"status\": \"failed\", \"window\": null, "
+               "\"recompute\": null, "
                "\"peak_rss_mib\": null, \"resident_peak_mib\": null, "
                "\"iteration_ms_median\": null, \"iteration_ms_p90\": null, "
                "\"stall_ms_per_iteration\": null, "
@@ -1277,6 +1309,8 @@ static void json_config(FILE *f, const config *c, int rounds) {
     fprintf(f, "\"all\"");
   else
     fprintf(f, "%s", r->window);
+  fprintf(f, ", \"recompute\": ");
+  json_string(f, r->recompute);
   fprintf(f,
           ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
           "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "

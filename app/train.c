@@ -893,6 +893,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"window_mode\": \"%s\",\n", r->window_mode);
   fprintf(f, "  \"prefetch\": \"%s\",\n", mx->offload ? r->prefetch : "none");
   fprintf(f, "  \"prefetch_ahead_steps\": %d,\n", mx->offload ? st->ahead : 0);
+  fprintf(f, "  \"recompute\": \"%s\",\n",
+          r->o.recompute ? r->o.recompute : "auto");
   fprintf(f, "  \"prefetch_room_declined\": %s,\n",
           mx->offload && nto_model_room_declined(r->m) ? "true" : "false");
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);

@@ -82,7 +82,7 @@ assert num(bw["read_mib_s"]) and bw["read_mib_s"] > 0, bw
 assert num(bw["write_mib_s"]) and bw["write_mib_s"] > 0, bw
 assert bw["block_bytes"] == 1048576 and bw["depth"] == 16, bw
 assert isinstance(bw["direct"], bool), bw
-keys = {"config", "status", "window", "peak_rss_mib", "resident_peak_mib",
+keys = {"config", "status", "window", "recompute", "peak_rss_mib", "resident_peak_mib",
         "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
         "read_mib_per_iteration", "written_mib_per_iteration", "floor_ms",
         "ratio", "ratios", "region_floor_ms", "region_ratio",
@@ -93,7 +93,8 @@ assert [x["config"] for x in c] == ["1", "2:time", "all"], c
 for x in c:
     assert set(x) == keys, sorted(x)
     assert x["status"] == "ok" and x["weights_identical"] == "yes", x
-    for k in keys - {"config", "status", "window", "ratios", "weights_identical",
+    assert x["recompute"] == "auto", x
+    for k in keys - {"config", "status", "window", "recompute", "ratios", "weights_identical",
                      "region_floor_ms", "region_ratio"}:
         assert num(x[k]) and x[k] >= 0, (k, x)
     assert x["ratios"] == [x["ratio"]], x
@@ -171,6 +172,28 @@ grep -q "configuration '1@8K' failed" "$tmp/out" &&
   grep -q "^1:time@64M .* yes$" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
   fail budget_table "1@8K must fail, 1:time@64M and all run" "$tmp/out"
 expect all_budget 2 "option --windows" -- "$exe" bench "$net" --windows all@64M
+
+# +MODE: a run's own --recompute, --recompute for the others; what each run
+# used is the recompute its train report names (bench's JSON).
+expect recompute_label 0 "weights compared with the 1+off run" -- "$exe" bench \
+  "$net" --windows 1+off,2,1:steps+on@64M,all+activations --recompute on \
+  --iterations 2 --warmup 0 --json "$tmp/m.json" --swap-dir "$tmp/swap" $direct
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$tmp/m.json" >"$tmp/py" 2>&1 <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["configs"]
+assert [(x["config"], x["recompute"], x["weights_identical"]) for x in c] == [
+    ("1+off", "off", "yes"), ("2", "on", "yes"), ("1:steps+on@64M", "on", "yes"),
+    ("all+activations", "activations", "yes")], c
+assert [x["window"] for x in c] == [1, 2, 1, "all"], c
+EOF
+  [ $? -eq 0 ] && pass || fail recompute_json "recompute per configuration" "$tmp/py"
+fi
+expect bad_recompute_label 2 "+auto, +on, +activations or +off" -- "$exe" bench "$net" --windows 1+sometimes
+expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+on@64M
+expect recompute_prefetch_order 2 "option --windows" -- "$exe" bench "$net" --windows 1+on:time
+expect bad_recompute 2 "option --recompute: expected auto, on, activations or off" -- \
+  "$exe" bench "$net" --recompute sometimes
 expect bad_budget 2 "option --windows" -- "$exe" bench "$net" --windows 1@lots
 
 [ -z "$(ls -A "$tmp/swap" "$tmp/tmpdir" | grep -v ':$' | grep -v '^$')" ] && pass ||
