@@ -594,12 +594,42 @@ static long close_reuses(const long *released, size_t off, size_t bytes,
   return n;
 }
 
+/* Does a step in s+1 .. upto[s] (the window after step s, wrapping into
+ * the next pass) use t? */
+static int used_in_window(const nto_plan *p, const nto_schedule *sc, int s,
+                          int t) {
+  int S = p->n_steps;
+  for (int u = s + 1; u <= sc->upto[s] && u < s + 1 + S; u++)
+    for (int k = p->step_first[u % S]; k < p->step_first[u % S + 1]; k++)
+      if (p->step_t[k] == t)
+        return 1;
+  return 0;
+}
+
+/* Issue 6's rule for what leaves RAM at the end of step s (action a on a
+ * tensor whose content is `newer` than its swap copy, -1: not known, in
+ * the first pass replayed, for what the pass before wrote): a WRITE writes
+ * newer content (a clean weight is never rewritten) that is still needed (a
+ * dead tensor is never written); nothing the window still uses is written out,
+ * dropped or freed (so the turnaround, the last forward step and the first
+ * backward step, costs no I/O). */
+static void check_write(const nto_plan *p, const nto_schedule *sc, int s,
+                        const nto_sched_act *a, int newer, const char *name) {
+  if (a->kind == NTO_ACT_WRITE && newer == 0)
+    fail_msg("step %d writes %s, not newer than its swap copy", s, name);
+  if (a->kind == NTO_ACT_WRITE && !nto_plan_needed_after(p, a->t, s))
+    fail_msg("step %d writes %s, whose content is dead", s, name);
+  if ((a->kind != NTO_ACT_WRITE || !a->keep) && used_in_window(p, sc, s, a->t))
+    fail_msg("step %d lets go of %s, which the window still uses", s, name);
+}
+
 /* Replay a schedule with its modelled timing (writes complete during the
  * next step) for three passes: no buffer may ever be placed over one in
  * use, everything stays inside the region, every tensor a step uses
- * holds its buffer when the step runs, and no buffer whose content is
- * newer than its swap copy is dropped (a persistent one freed): p is the
- * model's plan, also for a schedule of the plan with holds. Returns the
+ * holds its buffer when the step runs, no buffer whose content is newer
+ * than its swap copy is dropped (a persistent one freed), and what leaves
+ * RAM follows check_write: p is the model's plan, also for a schedule of
+ * the plan with holds. Returns the
  * pages claimed less than a step after their release in passes 1 and 2
  * (what the spread placement avoids). */
 static long replay(const nto_model *m, const nto_plan *p,
@@ -640,11 +670,12 @@ static long replay(const nto_model *m, const nto_plan *p,
       np = 0;
       for (int i = sc->end_first[s]; i < sc->end_first[s + 1]; i++) {
         const nto_sched_act *a = &sc->end[i];
+        const char *name = nto_model_tensor(m, a->t)->name;
         if ((a->kind == NTO_ACT_DROP ||
              (a->kind == NTO_ACT_FREE && p->persistent[a->t])) &&
             newer[a->t])
-          fail_msg("step %d lets go of %s, newer than its swap copy", s,
-                   nto_model_tensor(m, a->t)->name);
+          fail_msg("step %d lets go of %s, newer than its swap copy", s, name);
+        check_write(p, sc, s, a, pass > 0 ? newer[a->t] : -1, name);
         if (a->kind == NTO_ACT_WRITE)
           newer[a->t] = 0;
         if (a->kind == NTO_ACT_WRITE && !a->keep)
