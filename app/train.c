@@ -115,8 +115,9 @@ static const char usage[] =
     "                        cheap convolution before a normalization\n"
     "                        (a 1x1 expansion), from the convolution's\n"
     "                        input ('on'); 'auto' (default): activations,\n"
-    "                        and convolutions when offloading; results\n"
-    "                        are bit-identical in every mode\n"
+    "                        and convolutions when offloading unless\n"
+    "                        --memory-budget then refuses the run;\n"
+    "                        results are bit-identical in every mode\n"
     "  --log-states FILE     log every step state transition to FILE\n"
     "                        ('-': stderr)\n"
     "  --trace FILE.json     Chrome trace-event file (Perfetto,\n"
@@ -636,6 +637,10 @@ static void print_plan(run *r) {
          cli_bytes(p.workspace, c, sizeof c));
   if (st.note[0])
     printf("offload: %s\n", st.note);
+  if (nto_model_convs_kept(r->m))
+    printf("recompute: convolutions' outputs kept, not recomputed: "
+           "recomputed, they would not fit the memory budget "
+           "(as --recompute activations)\n");
 }
 
 /* The report's figures, over the iterations after the warm-up. */
@@ -895,6 +900,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"prefetch_ahead_steps\": %d,\n", mx->offload ? st->ahead : 0);
   fprintf(f, "  \"recompute\": \"%s\",\n",
           r->o.recompute ? r->o.recompute : "auto");
+  fprintf(f, "  \"recomputed_convolutions\": %d,\n",
+          nto_model_recomputed_convs(r->m));
   fprintf(f, "  \"prefetch_room_declined\": %s,\n",
           mx->offload && nto_model_room_declined(r->m) ? "true" : "false");
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);

@@ -103,6 +103,9 @@ struct nto_model {
   int no_keep;           /* the engine keeps nothing resident in gaps */
   int room_declined;     /* the last ROOM frontier was not used: its
                             traffic would not fit behind the compute */
+  int budget_refused;    /* resolve_window refused the memory budget */
+  int convs_kept;        /* recompute auto kept the convolutions' outputs:
+                            recomputing them did not fit the budget */
   int plain_n;           /* window of plain_read/written, 0: none yet */
   uint64_t plain_read, plain_written; /* the plain window's engine bytes */
   double *step_ms;                    /* per training step: compute time as
@@ -1014,6 +1017,7 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts, int *window,
   if (rc != 0)
     return rc;
   fmt_size(need, sizeof need, min_need);
+  m->budget_refused = fit == 0;
   if (fit == 0)
     return nto_err_set(err, NTO_ECONFIG,
                        "%s %s is below the minimum this model needs at "
@@ -1024,7 +1028,8 @@ static int resolve_window(nto_model *m, const nto_model_opts *opts, int *window,
     size_t wneed = 0;
     rc = frontier_need(m, *window, NULL, &wneed, err);
     fmt_size(need, sizeof need, wneed);
-    if (rc == 0 && wneed > budget)
+    m->budget_refused = rc == 0 && wneed > budget;
+    if (m->budget_refused)
       return nto_err_set(err, NTO_ECONFIG,
                          "%s %s: window %d needs %s (its tensor region "
                          "plus the im2col workspace of %s); the largest "
@@ -1082,8 +1087,64 @@ static int recompute_convs(const nto_model_opts *o) {
          (o->recompute == NTO_RECOMPUTE_AUTO && offloaded);
 }
 
+int nto_model_recomputed_convs(const nto_model *m) {
+  int n = 0;
+  for (int i = 0; i < m->L; i++)
+    n += m->re_conv[i];
+  return n;
+}
+
+int nto_model_convs_kept(const nto_model *m) { return m->convs_kept; }
+
+static int create(nto_model **out, const nto_config *c,
+                  const nto_model_opts *opts, nto_err *err);
+
+/* A model that recompute auto refused for its memory budget with the
+ * convolutions' outputs recomputed (a recomputed output is new content the
+ * window must hold or write, which can raise window 1's region: MobileNetV2
+ * 224 b10 149.3 instead of 137.9 MiB) is created again with them kept,
+ * the budget's minimum as without (docs/design-offload.md, "Recomputed
+ * convolutions"). On failure the message is the second attempt's, whose
+ * minimum is the lower. */
+static int create_convs_kept(nto_model **out, const nto_config *c,
+                             const nto_model_opts *opts, nto_err *err) {
+  nto_model_opts o = *opts;
+  o.recompute = NTO_RECOMPUTE_ACTIVATIONS;
+  nto_err e = {0};
+  nto_model *m = NULL;
+  int rc = create(&m, c, &o, &e);
+  if (rc != 0) {
+    nto_model_free(m);
+    return nto_err_set(err, rc, "%s", e.msg);
+  }
+  m->convs_kept = 1;
+  *out = m;
+  return 0;
+}
+
 int nto_model_create(nto_model **out, const nto_config *c,
                      const nto_model_opts *opts, nto_err *err) {
+  nto_model *m = NULL;
+  int rc = create(&m, c, opts, err);
+  if (rc == NTO_ECONFIG && m && m->budget_refused &&
+      opts->recompute == NTO_RECOMPUTE_AUTO &&
+      nto_model_recomputed_convs(m) > 0) {
+    nto_model_free(m);
+    return create_convs_kept(out, c, opts, err);
+  }
+  if (rc != 0) {
+    nto_model_free(m);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
+/* nto_model_create without the retry. On failure *out is the half-built
+ * model (NULL if none was allocated), for its budget_refused; the caller
+ * frees it. */
+static int create(nto_model **out, const nto_config *c,
+                  const nto_model_opts *opts, nto_err *err) {
   *out = NULL;
   nto_model *m = calloc(1, sizeof *m);
   if (!m)
@@ -1128,12 +1189,8 @@ int nto_model_create(nto_model **out, const nto_config *c,
     rc = plan_arena(m, err);
   else if (rc == 0)
     rc = alloc_buffers(m, opts, err);
-  if (rc != 0) {
-    nto_model_free(m);
-    return rc;
-  }
   *out = m;
-  return 0;
+  return rc;
 }
 
 void nto_model_free(nto_model *m) {

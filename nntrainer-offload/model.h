@@ -130,7 +130,10 @@ typedef enum {
   NTO_RECOMPUTE_AUTO,        /* default: activations; convolutions too when
                                 the tensors are offloaded (any window
                                 mode but a fixed window of 0, `all`),
-                                where they are read and written */
+                                where they are read and written, unless
+                                the memory budget then refuses the model:
+                                it is created with them kept instead
+                                (nto_model_convs_kept) */
   NTO_RECOMPUTE_ON,          /* activations and convolutions, resident too
                                 (less memory, more compute) */
   NTO_RECOMPUTE_ACTIVATIONS, /* activations only */
@@ -443,6 +446,17 @@ const nto_plan *nto_model_plan(const nto_model *m, int pass);
  * layer it views) is recomputed in backward (nto_recompute) instead of
  * kept from the forward, else 0. */
 int nto_model_recomputed(const nto_model *m, int i);
+
+/* Convolutions whose outputs are recomputed in backward (nto_recompute). */
+int nto_model_recomputed_convs(const nto_model *m);
+
+/* 1 when recompute auto kept the convolutions' outputs that it would
+ * recompute, because with them recomputed the memory budget refused the
+ * model (window 1, or the fixed window asked for, did not fit: a recomputed
+ * output is content the window must hold or write, which can raise the
+ * region); nto_model_create then built it as with
+ * NTO_RECOMPUTE_ACTIVATIONS. Else 0. */
+int nto_model_convs_kept(const nto_model *m);
 
 /* Tensor descriptor t (0 <= t < nto_model_tensor_count). */
 const nto_tensor *nto_model_tensor(const nto_model *m, int t);

@@ -188,6 +188,13 @@ expect budget_small 2 "below the minimum this model needs" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --data synthetic --iterations 1 --memory-budget 8K
 expect budget_bad 2 "memory-budget: expected a size" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --memory-budget lots
+# recompute auto: MobileNetV2 (32x32, b4, 2 threads) needs 9.5 MiB at window 1
+# with its expansions' outputs kept, ~11.7 MiB with them recomputed: within
+# 10 MiB it trains with them kept, and says so
+expect budget_convs_kept 0 "convolutions' outputs kept, not recomputed" -- \
+  "$exe" train res/mobilenetv2_32.ini --data synthetic --batch-size 4 \
+  --iterations 1 --eval-samples 0 --threads 2 --memory-budget 10M \
+  --swap-dir "$tmp" $direct
 expect summary_estimate 0 "window 1: .* estimated peak RSS" -- "$exe" summary res/resnet18.ini
 
 echo "cli: $passes passed, $fails failed"

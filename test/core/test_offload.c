@@ -141,8 +141,9 @@ static int *ragged_frontier(int S, int n) {
   return upto;
 }
 
-/* nto_model_room_declined of the last run_faulted's model. */
-static int last_room_declined;
+/* nto_model_room_declined, nto_model_convs_kept and
+ * nto_model_recomputed_convs of the last run_faulted's model. */
+static int last_room_declined, last_convs_kept, last_recomputed_convs;
 
 /* Train nc->steps steps and evaluate once with the model options o; swap
  * files go to dir. switch_to (NULL: none): before training step s, change
@@ -194,6 +195,8 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
   if (st && nto_model_offload_stats(ss.m, st) != 0)
     st->window = 0;
   last_room_declined = nto_model_room_declined(ss.m);
+  last_convs_kept = nto_model_convs_kept(ss.m);
+  last_recomputed_convs = nto_model_recomputed_convs(ss.m);
   session_close(&ss);
 }
 
@@ -1143,6 +1146,77 @@ static void test_memory_budget(void **state) {
   tmpdir_remove(dir);
 }
 
+/* What window 1 needs (region + workspace) for nc with recompute r, the
+ * window mode being w (auto and budget offload: convolutions recomputed). */
+static size_t need_with(const net_case *nc, nto_recompute r,
+                        nto_window_mode w) {
+  nto_config c;
+  nto_model *m;
+  nto_err err = {0};
+  size_t need = 0;
+  nto_model_opts o = {.batch = nc->batch,
+                      .plan_only = 1,
+                      .update_chunk = nc->chunk,
+                      .recompute = r,
+                      .window_mode = w};
+  assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
+  if (nto_model_create(&m, &c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(nto_model_window_bytes(m, 1, &need, &err), 0);
+  nto_model_free(m);
+  nto_config_free(&c);
+  return need;
+}
+
+/* --recompute auto under a memory budget. MobileNetV2 at 32x32, batch 4:
+ * its recomputed expansions raise window 1's need (a recomputed output is
+ * content the window holds or writes). A budget between the two needs
+ * still trains, with the convolutions' outputs kept (nto_model_convs_kept),
+ * bit for bit as all resident; from the higher need on they are
+ * recomputed; below the lower one the refusal names the lower minimum.
+ * `on` asks for recomputed convolutions and gets no such fallback. */
+static void test_recompute_budget(void **state) {
+  (void)state;
+  if (quick())
+    skip();
+  char dir[256], lower[32];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "rcbudget"), 0);
+  const net_case nc = {"res/mobilenetv2_32.ini", 4, 2, 0};
+  size_t act = need_with(&nc, NTO_RECOMPUTE_ACTIVATIONS, NTO_WINDOW_BUDGET),
+         conv = need_with(&nc, NTO_RECOMPUTE_AUTO, NTO_WINDOW_BUDGET);
+  assert_true(conv > act + NTO_PAGE); /* what makes this case */
+  size_t need1, total, ws;
+  needs(&nc, &need1, &total, &ws);
+  result ref = {0};
+  run(&nc, 0, NTO_IO_AUTO, dir, &ref);
+  nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET};
+  const size_t budgets[] = {act, conv - NTO_PAGE, conv};
+  for (int b = 0; b < 3; b++) {
+    o.memory_budget = budgets[b];
+    result r = {0};
+    nto_offload_stats st;
+    run_with(&nc, o, dir, NULL, &r, &st);
+    assert_true(st.window >= 1);
+    assert_true(st.region_max + ws <= budgets[b]);
+    assert_int_equal(last_convs_kept, b < 2);
+    if (b < 2)
+      assert_int_equal(last_recomputed_convs, 0);
+    else
+      assert_true(last_recomputed_convs > 0);
+    check_equal(&nc, &ref, &r, st.window, NTO_IO_AUTO);
+    result_free(&r);
+  }
+  o.memory_budget = act - NTO_PAGE;
+  snprintf(lower, sizeof lower, "%.1f MiB", (double)act / (1 << 20));
+  expect_refused(&nc, o, dir, lower);
+  o.memory_budget = act;
+  o.recompute = NTO_RECOMPUTE_ON;
+  expect_refused(&nc, o, dir, "below the minimum");
+  result_free(&ref);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 /* Changing the window between iterations (what --window auto does), and
  * the read frontier (what --prefetch time does), keeps results
  * bit-identical, over both backends. */
@@ -1354,6 +1428,7 @@ int main(void) {
       cmocka_unit_test(test_auto_window_grows),
       cmocka_unit_test(test_resnet18),
       cmocka_unit_test(test_mobilenetv2),
+      cmocka_unit_test(test_recompute_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
