@@ -174,8 +174,6 @@ static int word_in(const char *p, size_t n, const char *const *list) {
 }
 
 static const char *const prefetch_modes[] = {"time", "room", "steps", NULL};
-static const char *const recompute_modes[] = {"auto", "on", "activations",
-                                              "off", NULL};
 
 /* WINDOW[:PREFETCH][+RECOMPUTE][@SIZE]: the size is checked by train (only
  * its first digit here, so that a typo is not taken for a window). */
@@ -186,7 +184,7 @@ static int valid_label(const char *s) {
     return 0;
   if (s[len] == ':' && !word_in(s + len + 1, plus - len - 1, prefetch_modes))
     return 0;
-  if (s[plus] == '+' && !word_in(s + plus + 1, end - plus - 1, recompute_modes))
+  if (s[plus] == '+' && cli_recompute_word(s + plus + 1, end - plus - 1) < 0)
     return 0;
   if (len == 4 && !strncmp(s, "auto", 4))
     return 1;
@@ -310,7 +308,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return -1;
   }
   if (o->recompute &&
-      !word_in(o->recompute, strlen(o->recompute), recompute_modes)) {
+      cli_recompute_word(o->recompute, strlen(o->recompute)) < 0) {
     cli_error("option --recompute: expected auto, on, activations or off, "
               "got '%s'",
               o->recompute);

@@ -51,20 +51,26 @@ int cli_keep_resident(const char *v, int *no_keep) {
   return on < 0 ? -1 : 0;
 }
 
+int cli_recompute_word(const char *p, size_t n) {
+  static const char *const names[] = {[NTO_RECOMPUTE_AUTO] = "auto",
+                                      [NTO_RECOMPUTE_ON] = "on",
+                                      [NTO_RECOMPUTE_ACTIVATIONS] =
+                                          "activations",
+                                      [NTO_RECOMPUTE_OFF] = "off"};
+  for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
+    if (strlen(names[k]) == n && !strncmp(p, names[k], n))
+      return k;
+  return -1;
+}
+
 int cli_recompute(const char *v, nto_recompute *out) {
-  if (!v || !strcmp(v, "auto"))
-    *out = NTO_RECOMPUTE_AUTO;
-  else if (!strcmp(v, "on"))
-    *out = NTO_RECOMPUTE_ON;
-  else if (!strcmp(v, "activations"))
-    *out = NTO_RECOMPUTE_ACTIVATIONS;
-  else if (!strcmp(v, "off"))
-    *out = NTO_RECOMPUTE_OFF;
-  else {
+  int k = v ? cli_recompute_word(v, strlen(v)) : NTO_RECOMPUTE_AUTO;
+  if (k < 0) {
     cli_error("--recompute: expected auto, on, activations or off, got '%s'",
               v);
     return -1;
   }
+  *out = (nto_recompute)k;
   return 0;
 }
 

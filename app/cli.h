@@ -27,9 +27,14 @@ int cli_chunk_grads(const char *v, nto_chunk_grads *out);
  * and returns -1 for anything else. */
 int cli_keep_resident(const char *v, int *no_keep);
 
-/* --recompute auto|on|activations|off (NULL: auto) -> *out (model.h nto_recompute). Returns 0,
- * or -1 after printing an error naming the option and the value. */
+/* --recompute auto|on|activations|off (NULL: auto) -> *out (model.h
+ * nto_recompute). Returns 0, or -1 after printing an error naming the option
+ * and the value. */
 int cli_recompute(const char *v, nto_recompute *out);
+
+/* The recompute mode the n bytes at p name ("auto", "on", "activations",
+ * "off"), or -1; prints nothing (bench checks its labels' +MODE). */
+int cli_recompute_word(const char *p, size_t n);
 
 /* Start the compute threads (parallel.h) for --threads T, at most
  * NTO_PARALLEL_MAX; a failure is a warning on stderr (fewer threads:

@@ -810,23 +810,39 @@ static int quick(void) {
   return q && q[0] == '1';
 }
 
-/* A plan-only model of nc: what window 1 needs (region + workspace) and
- * what everything resident needs. */
-static void needs(const net_case *nc, size_t *need1, size_t *total,
-                  size_t *ws) {
+/* A plan-only model of nc with recompute r and window mode w (auto and
+ * budget offload: model.h nto_recompute): what window 1 needs (region +
+ * workspace), what everything resident needs, the workspace (outputs may
+ * be NULL). */
+static void plan_needs(const net_case *nc, nto_recompute r, nto_window_mode w,
+                       size_t *need1, size_t *total, size_t *ws) {
   nto_config c;
   nto_model *m;
   nto_err err = {0};
-  nto_model_opts o = {
-      .batch = nc->batch, .plan_only = 1, .update_chunk = nc->chunk};
+  size_t need = 0;
+  nto_model_opts o = {.batch = nc->batch,
+                      .plan_only = 1,
+                      .update_chunk = nc->chunk,
+                      .recompute = r,
+                      .window_mode = w};
   assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
   if (nto_model_create(&m, &c, &o, &err) != 0)
     fail_msg("%s", err.msg);
-  assert_int_equal(nto_model_window_bytes(m, 1, need1, &err), 0);
-  *total = nto_model_mem_plan(m).total;
-  *ws = nto_model_mem_plan(m).workspace;
+  assert_int_equal(nto_model_window_bytes(m, 1, &need, &err), 0);
+  if (need1)
+    *need1 = need;
+  if (total)
+    *total = nto_model_mem_plan(m).total;
+  if (ws)
+    *ws = nto_model_mem_plan(m).workspace;
   nto_model_free(m);
   nto_config_free(&c);
+}
+
+/* plan_needs with the defaults: recompute auto, a fixed window. */
+static void needs(const net_case *nc, size_t *need1, size_t *total,
+                  size_t *ws) {
+  plan_needs(nc, NTO_RECOMPUTE_AUTO, NTO_WINDOW_FIXED, need1, total, ws);
 }
 
 /* Bytes read + written per pass by the kept schedule of window n with
@@ -1146,28 +1162,6 @@ static void test_memory_budget(void **state) {
   tmpdir_remove(dir);
 }
 
-/* What window 1 needs (region + workspace) for nc with recompute r, the
- * window mode being w (auto and budget offload: convolutions recomputed). */
-static size_t need_with(const net_case *nc, nto_recompute r,
-                        nto_window_mode w) {
-  nto_config c;
-  nto_model *m;
-  nto_err err = {0};
-  size_t need = 0;
-  nto_model_opts o = {.batch = nc->batch,
-                      .plan_only = 1,
-                      .update_chunk = nc->chunk,
-                      .recompute = r,
-                      .window_mode = w};
-  assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
-  if (nto_model_create(&m, &c, &o, &err) != 0)
-    fail_msg("%s", err.msg);
-  assert_int_equal(nto_model_window_bytes(m, 1, &need, &err), 0);
-  nto_model_free(m);
-  nto_config_free(&c);
-  return need;
-}
-
 /* --recompute auto under a memory budget. MobileNetV2 at 32x32, batch 4:
  * its recomputed expansions raise window 1's need (a recomputed output is
  * content the window holds or writes). A budget between the two needs
@@ -1182,11 +1176,11 @@ static void test_recompute_budget(void **state) {
   char dir[256], lower[32];
   assert_int_equal(tmpdir_make(dir, sizeof dir, "rcbudget"), 0);
   const net_case nc = {"res/mobilenetv2_32.ini", 4, 2, 0};
-  size_t act = need_with(&nc, NTO_RECOMPUTE_ACTIVATIONS, NTO_WINDOW_BUDGET),
-         conv = need_with(&nc, NTO_RECOMPUTE_AUTO, NTO_WINDOW_BUDGET);
+  size_t act, conv, ws;
+  plan_needs(&nc, NTO_RECOMPUTE_ACTIVATIONS, NTO_WINDOW_BUDGET, &act, NULL,
+             &ws);
+  plan_needs(&nc, NTO_RECOMPUTE_AUTO, NTO_WINDOW_BUDGET, &conv, NULL, NULL);
   assert_true(conv > act + NTO_PAGE); /* what makes this case */
-  size_t need1, total, ws;
-  needs(&nc, &need1, &total, &ws);
   result ref = {0};
   run(&nc, 0, NTO_IO_AUTO, dir, &ref);
   nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET};
