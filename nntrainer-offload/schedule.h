@@ -33,7 +33,13 @@
  * smallest gap to the intervals sharing its bytes, counted up to 24
  * instants). Offsets only: the region, the actions and the bytes stay.
  * ResNet-18 b32 within 64 MiB: stall 58 -> 27 ms per iteration
- * (docs/benchmarks.md, "Spreading the placement").
+ * (docs/benchmarks.md, "Spreading the placement"). Then each interval
+ * whose pages another one leaves or takes within those 24 instants gets a
+ * second offset (nto_sched_act alt), chosen the same way among the offsets
+ * that do not overlap its own and that no other interval overlapping it in
+ * time takes: where the planned pages are still held by a write, the
+ * engine may put the buffer there (docs/design-offload.md, "Second
+ * offsets").
  *
  * Time within a pass: step s has three instants, 3s (its start: the
  * lookahead's reads, and the buffers of its own tensors that have no
@@ -58,6 +64,11 @@ typedef struct nto_sched_act {
   unsigned char keep; /* WRITE: keep the buffer (the tensor re-enters the
                          window before the write completes) */
   size_t offset;      /* LOAD/ALLOC: the buffer's offset in the region */
+  size_t alt;         /* LOAD/ALLOC: a second offset, free of every other
+                         buffer while this one is resident (no other
+                         interval's offset overlaps it then), used when the
+                         pages at `offset` are still held (a write in
+                         flight); SIZE_MAX: none */
 } nto_sched_act;
 
 typedef struct nto_schedule {

@@ -573,6 +573,56 @@ static void claim(int *owner, int t, size_t off, size_t bytes,
       owner[p] = t;
 }
 
+/* Second offsets (nto_sched_act alt) during a replay: alt[t] while t is
+ * resident, and per page how many resident tensors have theirs there. */
+typedef struct alt_map {
+  size_t *alt;
+  int *n;
+} alt_map;
+
+/* No buffer may be placed over a resident tensor's second offset. */
+static void check_not_alt(const alt_map *am, int t, size_t off,
+                          const nto_plan *pl, const nto_model *m) {
+  for (size_t p = off / 4096; p < (off + pl->bytes[t]) / 4096; p++) {
+    if (!am->n[p])
+      continue;
+    for (int u = 0; u < pl->n_tensors; u++)
+      if (am->alt[u] != SIZE_MAX && am->alt[u] / 4096 <= p &&
+          p < (am->alt[u] + pl->bytes[u]) / 4096)
+        fail_msg("%s placed over the second offset of %s at page %zu",
+                 nto_model_tensor(m, t)->name, nto_model_tensor(m, u)->name, p);
+  }
+}
+
+/* Tensor t enters with action a: its second offset lies in the region,
+ * apart from its own pages and from every buffer in use; it stays
+ * reserved while t is resident. */
+static void enter_alt(alt_map *am, const int *owner, const nto_sched_act *a,
+                      size_t bytes, size_t region, const nto_model *m) {
+  if (a->alt == SIZE_MAX)
+    return;
+  const char *name = nto_model_tensor(m, a->t)->name;
+  if (a->alt + bytes > region)
+    fail_msg("second offset of %s outside the region", name);
+  if (a->alt < a->offset + bytes && a->offset < a->alt + bytes)
+    fail_msg("second offset of %s overlaps its own", name);
+  for (size_t p = a->alt / 4096; p < (a->alt + bytes) / 4096; p++) {
+    if (owner[p] >= 0)
+      fail_msg("second offset of %s over %s at page %zu", name,
+               nto_model_tensor(m, owner[p])->name, p);
+    am->n[p]++;
+  }
+  am->alt[a->t] = a->alt;
+}
+
+static void leave_alt(alt_map *am, int t, size_t bytes) {
+  if (am->alt[t] == SIZE_MAX)
+    return;
+  for (size_t p = am->alt[t] / 4096; p < (am->alt[t] + bytes) / 4096; p++)
+    am->n[p]--;
+  am->alt[t] = SIZE_MAX;
+}
+
 static void unclaim(int *owner, size_t off, size_t bytes) {
   for (size_t p = off / 4096; p < (off + bytes) / 4096; p++)
     owner[p] = -1;
@@ -625,7 +675,9 @@ static void check_write(const nto_plan *p, const nto_schedule *sc, int s,
 
 /* Replay a schedule with its modelled timing (writes complete during the
  * next step) for three passes: no buffer may ever be placed over one in
- * use, everything stays inside the region, every tensor a step uses
+ * use or over the second offset of a resident one (each second offset is
+ * free of every buffer while its tensor is resident), everything stays
+ * inside the region, every tensor a step uses
  * holds its buffer when the step runs, no buffer whose content is newer
  * than its swap copy is dropped (a persistent one freed), and what leaves
  * RAM follows check_write: p is the model's plan, also for a schedule of
@@ -640,6 +692,10 @@ static long replay(const nto_model *m, const nto_plan *p,
   size_t *off = calloc((size_t)p->n_tensors, sizeof *off);
   int *pend = malloc((size_t)p->n_tensors * sizeof *pend), np = 0;
   unsigned char *newer = calloc((size_t)p->n_tensors, 1);
+  alt_map am = {malloc((size_t)p->n_tensors * sizeof(size_t)),
+                calloc(pages, sizeof(int))};
+  for (int t = 0; t < p->n_tensors; t++)
+    am.alt[t] = SIZE_MAX;
   for (size_t q = 0; q < pages; q++)
     owner[q] = -1, released[q] = -1;
   for (int i = 0; i < sc->n_prime; i++) {
@@ -655,8 +711,12 @@ static long replay(const nto_model *m, const nto_plan *p,
         assert_true(a->offset + p->bytes[a->t] <= sc->region);
         if (pass > 0)
           close += close_reuses(released, a->offset, p->bytes[a->t], g);
+        check_not_alt(&am, a->t, a->offset, p, m);
         claim(owner, a->t, off[a->t] = a->offset, p->bytes[a->t], m);
       }
+      for (int i = sc->begin_first[s]; i < sc->begin_first[s + 1]; i++)
+        enter_alt(&am, owner, &sc->begin[i], p->bytes[sc->begin[i].t],
+                  sc->region, m);
       for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++) {
         int t = p->step_t[k];
         if (p->bytes[t] && owner[off[t] / 4096] != t)
@@ -665,6 +725,7 @@ static long replay(const nto_model *m, const nto_plan *p,
       }
       for (int i = 0; i < np; i++) { /* last step's writes complete */
         unclaim(owner, off[pend[i]], p->bytes[pend[i]]);
+        leave_alt(&am, pend[i], p->bytes[pend[i]]);
         mark_released(released, off[pend[i]], p->bytes[pend[i]], g + 1);
       }
       np = 0;
@@ -682,12 +743,15 @@ static long replay(const nto_model *m, const nto_plan *p,
           pend[np++] = a->t;
         else if (a->kind != NTO_ACT_WRITE) {
           unclaim(owner, off[a->t], p->bytes[a->t]);
+          leave_alt(&am, a->t, p->bytes[a->t]);
           mark_released(released, off[a->t], p->bytes[a->t], g + 2);
         }
       }
     }
   }
   free(newer);
+  free(am.alt);
+  free(am.n);
   free(owner);
   free(released);
   free(off);
@@ -757,6 +821,16 @@ static void check_keep(const nto_model *m, const nto_plan *p, int n,
   nto_schedule_free(&sc);
 }
 
+/* Begin actions with a second offset. */
+static int count_alts(const nto_schedule *sc) {
+  int n = 0;
+  for (int i = 0; i < sc->begin_first[sc->n_steps]; i++)
+    n += sc->begin[i].alt != SIZE_MAX;
+  for (int i = 0; i < sc->n_prime; i++)
+    assert_true(sc->prime[i].alt == SIZE_MAX); /* an empty region */
+  return n;
+}
+
 /* Same actions in the same lists: only offsets may differ. */
 static void expect_same_actions(const nto_schedule *a, const nto_schedule *b) {
   assert_int_equal(a->begin_first[a->n_steps], b->begin_first[b->n_steps]);
@@ -778,9 +852,10 @@ static void expect_same_actions(const nto_schedule *a, const nto_schedule *b) {
 
 /* The engine's schedule (nto_schedule_final) against the plain one of
  * window n (close: its pages claimed within a step of their release): the
- * same region, bytes and actions, a valid placement, and no more close
- * reuses; fewer where `fewer` (ResNet-18 window 1). The kept variant
- * against nto_schedule_keep likewise. */
+ * same region, bytes and actions, a valid placement with valid second
+ * offsets (the plain ones have none), and no more close reuses; fewer,
+ * and some second offsets, where `fewer` (ResNet-18 window 1). The kept
+ * variant against nto_schedule_keep likewise. */
 static void check_final(const nto_model *m, const nto_plan *p, int n,
                         const nto_schedule *plain, long close, int fewer) {
   nto_err err = {0};
@@ -801,6 +876,9 @@ static void check_final(const nto_model *m, const nto_plan *p, int n,
     if (c_fin > c_base || (fewer && c_fin >= c_base))
       fail_msg("window %d%s: %ld pages reused within a step, plain %ld", n,
                keep ? " (keep)" : "", c_fin, c_base);
+    assert_int_equal(count_alts(b), 0);
+    if (fewer && count_alts(&fin) == 0)
+      fail_msg("window %d%s: no second offset", n, keep ? " (keep)" : "");
     if (keep)
       nto_schedule_free(&base);
     nto_schedule_free(&fin);
