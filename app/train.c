@@ -379,6 +379,7 @@ typedef struct run {
   int stopped;                  /* a signal stopped the loop */
   uint64_t io_read, io_written; /* during training steps only */
   double stall_ms;              /* during training steps only */
+  long relocated;               /* the same: buffers at a second offset */
   double busy_ms[2];            /* onloader, offloader busy time: the same */
   double *step_ms;              /* per training step: compute ms summed over
                                    the measured iterations (offload only) */
@@ -584,6 +585,7 @@ static int train_loop(run *r, nto_err *err) {
         r->io_read += after.read_bytes - before.read_bytes;
         r->io_written += after.written_bytes - before.written_bytes;
         r->stall_ms += after.stall_ms - before.stall_ms;
+        r->relocated += after.relocated - before.relocated;
         r->busy_ms[0] += after.read_busy_ms - before.read_busy_ms;
         r->busy_ms[1] += after.write_busy_ms - before.write_busy_ms;
         if (rc == 0 && r->step_ms &&
@@ -649,6 +651,8 @@ typedef struct metrics {
   double median_ms, p90_ms;
   double stall_ms, read_mib, written_mib; /* per measured iteration */
   double read_busy_ms, write_busy_ms;     /* the same */
+  double relocated;                       /* the same: buffers placed at
+                                             their second offset */
   int offload;                            /* 0: all resident, st unset */
   nto_offload_stats st;
   nto_mem_plan plan;
@@ -692,6 +696,7 @@ static void measure(run *r, metrics *mx) {
   mx->median_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.5) * 1e3;
   mx->p90_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.9) * 1e3;
   mx->stall_ms = r->stall_ms / n;
+  mx->relocated = (double)r->relocated / n;
   mx->read_busy_ms = r->busy_ms[0] / n;
   mx->write_busy_ms = r->busy_ms[1] / n;
   mx->read_mib = r->io_read / n / 1048576.0;
@@ -772,6 +777,10 @@ static void report_offload(run *r, const metrics *mx) {
          "iteration), executor waiting for I/O (reads, or pages a write "
          "still holds)\n",
          mx->stall_ms, 100.0 * mx->stall_ms / (mx->median_ms + 1e-9));
+  if (mx->relocated > 0)
+    printf("                  %.1f buffers per iteration placed at their "
+           "second offset: their planned pages were still being written\n",
+           mx->relocated);
   printf("I/O threads       busy %.1f ms reading, %.1f ms writing per "
          "iteration\n",
          mx->read_busy_ms, mx->write_busy_ms);
@@ -920,6 +929,7 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"iteration_ms_median\": %.3f,\n", mx->median_ms);
   fprintf(f, "  \"iteration_ms_p90\": %.3f,\n", mx->p90_ms);
   fprintf(f, "  \"stall_ms_per_iteration\": %.3f,\n", mx->stall_ms);
+  fprintf(f, "  \"relocated_per_iteration\": %.3f,\n", mx->relocated);
   fprintf(f, "  \"read_busy_ms_per_iteration\": %.3f,\n", mx->read_busy_ms);
   fprintf(f, "  \"write_busy_ms_per_iteration\": %.3f,\n", mx->write_busy_ms);
   fprintf(f, "  \"read_mib_per_iteration\": %.3f,\n", mx->read_mib);

@@ -63,6 +63,8 @@ typedef struct job {
   int keep;      /* WRITE: keep the buffer afterwards */
   int step;      /* WRITE: the step whose end decided it, -1 for a drain */
   size_t off;    /* LOAD/ALLOC: offset in the region */
+  int claimed;   /* LOAD/ALLOC: its pages were claimed when queued */
+  size_t alt;    /* LOAD/ALLOC: second offset (nto_sched_act), SIZE_MAX */
   double t0;     /* submission time, ms (trace) */
   int check;     /* WRITE: sum was computed; LOAD: verify against sum */
   uint64_t sum;  /* WRITE: checksum of the bytes written; LOAD: the one
@@ -91,6 +93,7 @@ struct nto_offload {
   size_t region_max;      /* the largest region mapped (window changes) */
   int *owner;             /* per region page: tensor holding it, or -1 */
   size_t in_use, peak;    /* bytes of claimed pages */
+  long relocated;         /* buffers placed at their second offset */
   nto_io_req *req;        /* per tensor: at most one I/O in flight per tensor */
   int64_t *offset;        /* per tensor: swap file offset, -1 if none */
   unsigned char *dirty;   /* per tensor: RAM newer than the swap file */
@@ -290,6 +293,27 @@ static void claim_pages(nto_offload *o, int t, size_t off) {
     o->peak = o->in_use;
 }
 
+/* Where tensor t's buffer goes for begin action a: its planned pages, or
+ * its second offset when those are still held (a write in flight: the
+ * model had it done) and the second's pages are free. The second offset
+ * is free of every other planned buffer while t is resident (schedule.h),
+ * and pages taken there are claimed at once, so no later claim of another
+ * tensor can wait for them. Returns the offset; *now: claim at once. */
+static size_t place_begin(nto_offload *o, const nto_sched_act *a, int *now) {
+  size_t bytes = o->t[a->t].bytes;
+  *now = 0;
+  if (o->writing[a->t] || pages_free(o, a->offset, bytes)) {
+    *now = !o->writing[a->t] && pages_free(o, a->offset, bytes);
+    return a->offset;
+  }
+  if (a->alt != SIZE_MAX && pages_free(o, a->alt, bytes)) {
+    *now = 1;
+    o->relocated++;
+    return a->alt;
+  }
+  return a->offset;
+}
+
 /* Queue the begin actions a[0..n) (bringing a step in). A buffer without
  * content whose pages are already free is claimed here at once: no
  * round trip through the onloader. */
@@ -300,17 +324,23 @@ static void queue_loads(nto_offload *o, const nto_sched_act *a, int n) {
     /* not resident, or its buffer is still being written out */
     assert(!o->t[t].data || o->writing[t]);
     assert(a[i].kind == NTO_ACT_ALLOC || o->offset[t] >= 0 || o->zero[t]);
-    o->t[t].data = (float *)(o->region + a[i].offset);
-    if (a[i].kind == NTO_ACT_ALLOC && !o->zero[t] && !o->writing[t] &&
-        pages_free(o, a[i].offset, o->t[t].bytes)) {
-      claim_pages(o, t, a[i].offset);
+    int now = 0;
+    size_t off = place_begin(o, &a[i], &now);
+    o->t[t].data = (float *)(o->region + off);
+    if (now)
+      claim_pages(o, t, off);
+    if (now && a[i].kind == NTO_ACT_ALLOC && !o->zero[t]) {
       o->t[t].state = NTO_RES_RESIDENT;
       continue;
     }
     o->loading[t] = 1;
     o->t[t].state = NTO_RES_NONE; /* not ready */
-    fifo_push(&o->load_q,
-              (job){.t = t, .kind = a[i].kind, .step = -1, .off = a[i].offset});
+    fifo_push(&o->load_q, (job){.t = t,
+                                .kind = a[i].kind,
+                                .step = -1,
+                                .off = off,
+                                .claimed = now,
+                                .alt = a[i].alt});
     o->loads_inflight++;
     queued++;
   }
@@ -425,11 +455,21 @@ static int claim(nto_offload *o, job *j, int *how) {
   int t = j->t;
   size_t bytes = o->t[t].bytes;
   pthread_mutex_lock(&o->mu);
-  while (!o->failed && (o->writing[t] || !pages_free(o, j->off, bytes)))
+  while (!o->failed && !j->claimed &&
+         (o->writing[t] || !pages_free(o, j->off, bytes))) {
+    if (!o->writing[t] && j->alt != SIZE_MAX && j->alt != j->off &&
+        pages_free(o, j->alt, bytes)) {
+      j->off = j->alt; /* the planned pages are still held */
+      o->t[t].data = (float *)(o->region + j->off);
+      o->relocated++;
+      break;
+    }
     pthread_cond_wait(&o->cv_mem, &o->mu);
+  }
   int rc = o->failed ? -1 : 0;
   if (rc == 0) {
-    claim_pages(o, t, j->off);
+    if (!j->claimed)
+      claim_pages(o, t, j->off);
     *how = o->zero[t] ? 1 : j->kind == NTO_ACT_LOAD ? 2 : 0;
     j->check = *how == 2 && o->checksum && o->has_sum[t];
     j->sum = o->sum[t];
@@ -452,31 +492,30 @@ static uint64_t checksum(const void *buf, size_t n) {
  * job completed at once. */
 static int start_job(nto_offload *o, nto_io *io, job *j) {
   size_t bytes = o->t[j->t].bytes;
-  void *buf = o->region + j->off;
   j->check = 0;
   j->sum_ms = 0;
   if (j->kind != NTO_ACT_WRITE) {
     int how = 0;
-    if (claim(o, j, &how) != 0) {
+    if (claim(o, j, &how) != 0) { /* may move j->off to its second offset */
       complete_load(o, j, -ECANCELED, 0);
       return 0;
     }
     if (how < 2) {
       if (how == 1)
-        memset(buf, 0, bytes);
+        memset(o->region + j->off, 0, bytes);
       complete_load(o, j, 0, 0);
       return 0;
     }
   } else if (o->checksum) { /* the buffer is ours until the write is done */
     double t0 = now_ms();
-    j->sum = checksum(buf, bytes);
+    j->sum = checksum(o->region + j->off, bytes);
     j->check = 1;
     j->sum_ms = now_ms() - t0;
   }
   nto_io_req *r = &o->req[j->t];
   memset(r, 0, sizeof *r);
   r->op = j->kind == NTO_ACT_WRITE ? NTO_IO_WRITE : NTO_IO_READ;
-  r->buf = buf;
+  r->buf = o->region + j->off;
   r->len = bytes;
   r->offset = o->offset[j->t];
   r->user = j;
@@ -1257,6 +1296,7 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   st->planned_read = o->sched[0].read_bytes;
   st->planned_written = o->sched[0].written_bytes;
   st->peak_resident = o->peak;
+  st->relocated = o->relocated;
   snprintf(st->note, sizeof st->note, "%s", o->note);
   pthread_mutex_unlock(&o->mu);
 }
@@ -1264,6 +1304,7 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
 void nto_offload_reset_stats(nto_offload *o) {
   pthread_mutex_lock(&o->mu);
   o->stall_ms = o->prime_stall_ms = o->prime_ms = 0;
+  o->relocated = 0;
   for (int w = 0; w < 2; w++) {
     o->busy_ms[w] = 0;
     if (o->busy_since[w] >= 0)

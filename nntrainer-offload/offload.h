@@ -141,6 +141,9 @@ typedef struct nto_offload_stats {
   int checksum;             /* swapped tensors carry a checksum */
   double checksum_ms;       /* time spent computing checksums (both I/O
                                threads and synchronous store/fetch) */
+  long relocated;           /* buffers put at their second offset because
+                               their planned pages were still held
+                               (nto_sched_act alt) */
   size_t peak_resident;     /* peak bytes of tensor buffers in use */
   size_t planned_peak;      /* the schedule's peak (schedule.h) */
   size_t region;            /* bytes of the tensor region: every buffer
