@@ -1315,11 +1315,10 @@ static void test_second_offsets(void **state) {
   const net_case nc = {"test/data/nets/tiny_resnet.ini", 2, 4, 0};
   result ref = {0};
   run(&nc, 0, NTO_IO_AUTO, dir, &ref);
-  const nto_io_kind ios[] = {NTO_IO_PSYNC, NTO_IO_AUTO};
   for (int i = 0; i < 2; i++) {
     nto_model_opts o = {0};
     o.offload.window = 1;
-    o.offload.io = ios[i];
+    o.offload.io = both_ios[i];
     o.prefetch = NTO_PREFETCH_STEPS;
     nto_io_fault f = {.op = NTO_IO_WRITE, .delay_us = 2000};
     unsigned fired = 0;
@@ -1327,8 +1326,9 @@ static void test_second_offsets(void **state) {
     nto_offload_stats st;
     run_faulted(&nc, o, dir, NULL, &f, &fired, &r, &st);
     if (st.relocated <= 0)
-      fail_msg("%s: no buffer at its second offset", nto_io_kind_name(ios[i]));
-    check_equal(&nc, &ref, &r, 1, ios[i]);
+      fail_msg("%s: no buffer at its second offset",
+               nto_io_kind_name(both_ios[i]));
+    check_equal(&nc, &ref, &r, 1, both_ios[i]);
     result_free(&r);
   }
   result_free(&ref);
