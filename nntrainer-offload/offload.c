@@ -293,6 +293,14 @@ static void claim_pages(nto_offload *o, int t, size_t off) {
     o->peak = o->in_use;
 }
 
+/* May tensor t's buffer, planned at off, go to its second offset alt
+ * (nto_sched_act) instead: one exists, its pages are free, and t's own
+ * previous write is done (that write reads the old buffer)? */
+static int second_free(const nto_offload *o, int t, size_t alt, size_t off) {
+  return !o->writing[t] && alt != SIZE_MAX && alt != off &&
+         pages_free(o, alt, o->t[t].bytes);
+}
+
 /* Where tensor t's buffer goes for begin action a: its planned pages, or
  * its second offset when those are still held (a write in flight: the
  * model had it done) and the second's pages are free. The second offset
@@ -300,18 +308,12 @@ static void claim_pages(nto_offload *o, int t, size_t off) {
  * and pages taken there are claimed at once, so no later claim of another
  * tensor can wait for them. Returns the offset; *now: claim at once. */
 static size_t place_begin(nto_offload *o, const nto_sched_act *a, int *now) {
-  size_t bytes = o->t[a->t].bytes;
-  *now = 0;
-  if (o->writing[a->t] || pages_free(o, a->offset, bytes)) {
-    *now = !o->writing[a->t] && pages_free(o, a->offset, bytes);
+  *now = !o->writing[a->t] && pages_free(o, a->offset, o->t[a->t].bytes);
+  if (*now || !second_free(o, a->t, a->alt, a->offset))
     return a->offset;
-  }
-  if (a->alt != SIZE_MAX && pages_free(o, a->alt, bytes)) {
-    *now = 1;
-    o->relocated++;
-    return a->alt;
-  }
-  return a->offset;
+  *now = 1;
+  o->relocated++;
+  return a->alt;
 }
 
 /* Queue the begin actions a[0..n) (bringing a step in). A buffer without
@@ -457,8 +459,7 @@ static int claim(nto_offload *o, job *j, int *how) {
   pthread_mutex_lock(&o->mu);
   while (!o->failed && !j->claimed &&
          (o->writing[t] || !pages_free(o, j->off, bytes))) {
-    if (!o->writing[t] && j->alt != SIZE_MAX && j->alt != j->off &&
-        pages_free(o, j->alt, bytes)) {
+    if (second_free(o, t, j->alt, j->off)) {
       j->off = j->alt; /* the planned pages are still held */
       o->t[t].data = (float *)(o->region + j->off);
       o->relocated++;

@@ -384,22 +384,6 @@ static int range_free(const range *r, const size_t *pm, int n, size_t o,
   return lo == 0 || pm[lo - 1] <= o;
 }
 
-/*
- * Move each interval, within the region, to the offset whose pages were
- * released longest before it starts and are taken again longest after it
- * ends (the largest smallest gap, up to SPREAD_HORIZON instants, to the
- * intervals sharing its bytes at other times). The greedy placement puts
- * a buffer at the lowest free offset, often in the pages a write released
- * one instant before in the model, while on the device that write is
- * still running and the step that needs the buffer waits for it. Offsets
- * only: the region, the actions and every byte moved stay; the placement
- * stays valid (each move checks every interval overlapping in time). The
- * permanent intervals stay. Costs O(intervals^2) plus, per interval, its
- * candidates times the nearby intervals (a candidate's clash with the
- * intervals overlapping in time is a binary search in their byte ranges;
- * with a scan of them per candidate, MobileNetV2 224 b10 window 32's
- * final schedule took 1.2 s instead of 0.68).
- */
 /* Scratch of best_offset, sized for every interval. */
 typedef struct spread_buf {
   int *near, *busy;
@@ -516,22 +500,22 @@ static int movable(const model *m, const interval *v) {
  */
 static int spread_placement(model *m, size_t region) {
   spread_buf b;
-  unsigned char *near = calloc((size_t)m->n_iv + 1, 1);
-  if (!near || spread_buf_init(&b, m->n_iv) != 0) {
-    free(near);
+  unsigned char *crowded = calloc((size_t)m->n_iv + 1, 1);
+  if (!crowded || spread_buf_init(&b, m->n_iv) != 0) {
+    free(crowded);
     return NTO_ENOMEM;
   }
   long score;
   for (int k = 0; k < m->n_iv; k++)
     if (movable(m, &m->iv[k])) {
       m->iv[k].offset = best_offset(m, k, region, 0, &b, &score);
-      near[k] = score < SPREAD_HORIZON;
+      crowded[k] = score < SPREAD_HORIZON;
     }
   for (int k = 0; k < m->n_iv; k++)
-    if (near[k] && movable(m, &m->iv[k]))
+    if (crowded[k] && movable(m, &m->iv[k]))
       m->iv[k].alt = best_offset(m, k, region, 1, &b, &score);
   spread_buf_free(&b);
-  free(near);
+  free(crowded);
   return 0;
 }
 
