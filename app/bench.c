@@ -1174,6 +1174,7 @@ static void print_header(const bench *b) {
                           : "buffered: O_DIRECT refused by the filesystem",
          bw->io, bw->fixed ? " with registered buffers" : "", BW_DEPTH,
          BW_BLOCK >> 20, (unsigned long long)(bw->total >> 20));
+  cli_print_blas();
   printf("command: %s\n\n", b->cmdline);
 }
 

@@ -1,5 +1,6 @@
 /* cli.c - shared CLI helpers. See cli.h. */
 #include "cli.h"
+#include "blas.h"
 #include "parallel.h"
 
 #include <stdarg.h>
@@ -111,4 +112,17 @@ const char *cli_value(int argc, char **argv, int *i) {
   if (*i + 1 >= argc)
     return NULL;
   return argv[++*i];
+}
+
+void cli_print_blas(void) {
+  const char *pin = getenv("OPENBLAS_CORETYPE");
+  printf("blas: OpenBLAS, %s kernels", nto_blas_core());
+  if (pin)
+    printf(" (OPENBLAS_CORETYPE=%s)", pin);
+  printf("\n");
+  if (nto_blas_avx512_unused_here())
+    printf("note: this CPU runs AVX-512, which OpenBLAS's SkylakeX and "
+           "Cooperlake kernels use for about twice the GEMM speed: %s\n",
+           pin ? "unset OPENBLAS_CORETYPE or set it to SkylakeX"
+               : "set OPENBLAS_CORETYPE=SkylakeX");
 }

@@ -44,6 +44,11 @@ void cli_compute_threads(long threads);
 /* The value after option argv[*i] (advancing *i), or NULL if none. */
 const char *cli_value(int argc, char **argv, int *i);
 
+/* Prints "blas: OpenBLAS, FAMILY kernels" with the OPENBLAS_CORETYPE that
+ * chose them, and a note when they leave the CPU's AVX-512 unused (about
+ * half the GEMM speed; nntrainer-offload/blas.h). Stdout. */
+void cli_print_blas(void);
+
 /* Prints "nntrainer-offload: <msg>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -1,5 +1,6 @@
 /* train.c - `nntrainer-offload train`: the training loop with progress,
  * per-epoch evaluation, end-of-run report and weight saving. */
+#include "blas.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "dataset.h"
@@ -905,6 +906,9 @@ static int report_json(run *r, const metrics *mx, double total_s,
   else
     fprintf(f, "  \"window\": \"all\",\n");
   fprintf(f, "  \"window_mode\": \"%s\",\n", r->window_mode);
+  fprintf(f, "  \"blas_kernels\": ");
+  json_string(f, nto_blas_core());
+  fprintf(f, ",\n");
   fprintf(f, "  \"prefetch\": \"%s\",\n", mx->offload ? r->prefetch : "none");
   fprintf(f, "  \"prefetch_ahead_steps\": %d,\n", mx->offload ? st->ahead : 0);
   fprintf(f, "  \"recompute\": \"%s\",\n",
@@ -1328,6 +1332,7 @@ int cmd_train(int argc, char **argv) {
            "threads\n",
            r.o.model, nto_model_graph(r.m)->n_layers,
            nto_model_param_count(r.m), r.batch, r.o.threads);
+    cli_print_blas();
     printf("data: %s\n", nto_dataset_describe(r.train));
     if (r.test)
       printf("test: %s\n", nto_dataset_describe(r.test));

@@ -23,6 +23,12 @@ For every configuration and every repeat it runs, one after the other
                (PyTorch's im2col/vol2col + BLAS convolution path).
 
 T is --threads (default 2; --threads 1 shows how each side scales).
+--blas-core CORE sets OPENBLAS_CORETYPE for every run (ours, and PyTorch's
+BLAS calls outside oneDNN); --blas-core auto removes it, so OpenBLAS picks
+its kernel family from the CPU. By default runs inherit the environment.
+The table's note names the family our runs used (their report's "blas:"
+line): on an AVX-512 CPU an AVX2 family such as Haswell runs GEMMs at about
+half the speed (nntrainer-offload/blas.h).
 The table reports, per configuration, the median over the repeats of each
 run's median iteration time (and of each run's peak RSS).
 """
@@ -44,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.join(ROOT, "build", "app", "nntrainer-offload")
 THREADS = 2
 WARMUP = 2
+BLAS_CORE = None  # --blas-core: None inherits OPENBLAS_CORETYPE
 
 CONFIGS = {  # name -> (INI relative to ROOT, batch)
     "resnet18-b10": ("res/resnet18.ini", 10),
@@ -150,8 +157,19 @@ def torch_worker(ini, batch, iters, mkldnn):
 # Drivers
 # --------------------------------------------------------------------------
 
+BLAS_RE = re.compile(r"^blas: OpenBLAS, (\S+) kernels", re.M)
 ITER_RE = re.compile(r"^iteration time\s+median\s+([0-9.]+)\s*ms", re.M)
 RSS_RE = re.compile(r"^peak RSS\s+([0-9.]+)\s*MiB", re.M)
+
+
+def blas_env(**extra):
+    """The environment of a run: --blas-core applied, then extra."""
+    env = dict(os.environ, **extra)
+    if BLAS_CORE == "auto":
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif BLAS_CORE:
+        env["OPENBLAS_CORETYPE"] = BLAS_CORE
+    return env
 
 
 def run_ours(ini, batch, iters, tmpdir):
@@ -160,20 +178,23 @@ def run_ours(ini, batch, iters, tmpdir):
            "--train-samples", str(iters * batch), "--eval-samples", "0",
            "--threads", str(THREADS),
            "--save", os.path.join(tmpdir, "w.bin")]
-    p = subprocess.run(cmd, cwd=tmpdir, capture_output=True, text=True)
+    p = subprocess.run(cmd, cwd=tmpdir, capture_output=True, text=True,
+                       env=blas_env())
     if p.returncode != 0:
         raise RuntimeError("ours failed (%d): %s\n%s" % (
             p.returncode, " ".join(cmd), p.stderr[-2000:] + p.stdout[-2000:]))
     m, r = ITER_RE.search(p.stdout), RSS_RE.search(p.stdout)
     if not m or not r:
         raise RuntimeError("cannot parse report:\n" + p.stdout[-2000:])
-    return {"median_ms": float(m.group(1)), "peak_rss_mib": float(r.group(1))}
+    b = BLAS_RE.search(p.stdout)
+    return {"median_ms": float(m.group(1)), "peak_rss_mib": float(r.group(1)),
+            "blas": b.group(1) if b else "unknown"}
 
 
 def run_torch(ini, batch, iters, mkldnn, tmpdir):
-    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS),
-               MKL_NUM_THREADS=str(THREADS),
-               OPENBLAS_NUM_THREADS=str(THREADS))
+    env = blas_env(OMP_NUM_THREADS=str(THREADS),
+                   MKL_NUM_THREADS=str(THREADS),
+                   OPENBLAS_NUM_THREADS=str(THREADS))
     cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--threads",
            str(THREADS), "--torch-worker", ini, str(batch), str(iters),
            "1" if mkldnn else "0"]
@@ -207,7 +228,7 @@ def fmt(v, nd=1):
 
 
 def main():
-    global THREADS
+    global THREADS, BLAS_CORE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iterations", "-k", type=int, default=5,
                     help="timed iterations per run (default 5)")
@@ -222,10 +243,15 @@ def main():
                     "date) to FILE")
     ap.add_argument("--threads", type=int, default=2,
                     help="threads of both trainers (default 2)")
+    ap.add_argument("--blas-core", metavar="CORE",
+                    help="OPENBLAS_CORETYPE for every run (an OpenBLAS "
+                    "kernel family such as SkylakeX or Haswell), or auto "
+                    "to remove it (default: as in the environment)")
     ap.add_argument("--torch-worker", nargs=4, metavar=("INI", "B", "K", "M"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
     THREADS = args.threads
+    BLAS_CORE = args.blas_core
 
     if args.torch_worker:
         ini, b, k, m = args.torch_worker
@@ -296,11 +322,17 @@ def main():
             n, fmt(o), fmt(t1), fmt(t2),
             "%.2fx" % (o / t1) if o and t1 else "n/a", fmt(ro), trss))
     table = "\n".join(rows)
+    cores = sorted({x["blas"] for n in names for x in results[n]["ours"]})
+    pin = blas_env().get("OPENBLAS_CORETYPE")
     note = ("%d timed iterations per run (torch: after %d warm-up "
             "iterations; ours: median over all K, first included), %d "
             "interleaved repeats, medians over repeats; %d threads; "
+            "ours on OpenBLAS's %s kernels (%s); "
             "wall time %.1f min; 1-min load average during runs %.2f-%.2f."
             % (args.iterations, WARMUP, args.repeats, THREADS,
+               ", ".join(cores),
+               "OPENBLAS_CORETYPE=" + pin if pin
+               else "OPENBLAS_CORETYPE unset",
                elapsed / 60.0, min(loads), max(loads)))
     print()
     print(table)
