@@ -16,6 +16,7 @@
  *   softmax     dx = y * (dy - sum_j dy_j y_j)   (Jacobian-vector product)
  * out_kind tells the loss it may fuse: NTO_OUT_SOFTMAX, NTO_OUT_SIGMOID.
  */
+#include "clones.h"
 #include "layer.h"
 #include "parallel.h"
 #include "registry.h"
@@ -93,8 +94,8 @@ static float sigmoidf(float x) {
  * NaN maps to 0 under relu and relu6, as the comparisons are false for
  * it.
  */
-static void act_elementwise_forward(act_kind k, float *y, const float *x,
-                                    size_t n) {
+NTO_CLONES static void act_elementwise_forward(act_kind k, float *y,
+                                               const float *x, size_t n) {
   switch (k) {
   case ACT_RELU:
     for (size_t i = 0; i < n; i++)
@@ -130,8 +131,9 @@ static void act_elementwise_forward(act_kind k, float *y, const float *x,
  * stays NaN where the derivative is 0, and the sign of a zero is dy's);
  * relu's and relu6's come from comparisons as integers, so that their
  * loops vectorize. */
-static void act_elementwise_backward(act_kind k, float *dx, const float *y,
-                                     const float *dy, size_t n) {
+NTO_CLONES static void act_elementwise_backward(act_kind k, float *dx,
+                                                const float *y, const float *dy,
+                                                size_t n) {
   switch (k) {
   case ACT_RELU:
     for (size_t i = 0; i < n; i++) {

@@ -34,6 +34,7 @@
  * fan_in = fan_out = F: "moving_mean" and "moving_variance" (not
  * trainable), "gamma", "beta".
  */
+#include "clones.h"
 #include "layer.h"
 #include "parallel.h"
 #include "registry.h"
@@ -144,8 +145,8 @@ static double lanes_total(const double *a) {
 
 /* sum of (x - mu)^p, p = 1 (mu = 0: the plain sum) or 2, over one feature:
  * n blocks of inner floats, stride apart; in double. */
-static double feature_sum(const float *x, int n, int inner, size_t stride,
-                          double mu, int p) {
+NTO_CLONES static double feature_sum(const float *x, int n, int inner,
+                                     size_t stride, double mu, int p) {
   double a[BN_LANES] = {0};
   for (int i = 0; i < n; i++) {
     const float *r = x + (size_t)i * stride;
@@ -174,10 +175,10 @@ static double feature_sum(const float *x, int n, int inner, size_t stride,
  * and its replay's (one function, so that both round alike). x, y:
  * (n, nf, inner); the vectors (nf).
  */
-static void bn_normalize(const float *x, float *y, int n, int nf, int inner,
-                         const float *gamma, const float *beta,
-                         const float *mean, const float *inv_std, int f0,
-                         int f1) {
+NTO_CLONES static void bn_normalize(const float *x, float *y, int n, int nf,
+                                    int inner, const float *gamma,
+                                    const float *beta, const float *mean,
+                                    const float *inv_std, int f0, int f1) {
   size_t fstride = (size_t)nf * inner;
   for (int f = f0; f < f1; f++) {
     float muf = mean[f], scale = gamma[f] * inv_std[f], b = beta[f];
@@ -196,10 +197,12 @@ static void bn_normalize(const float *x, float *y, int n, int nf, int inner,
  * Training forward. x, y: (n, nf, inner); gamma, beta: (nf);
  * mean, inv_std: (nf) written; rmean, rvar: (nf) updated with momentum.
  */
-static void bn_forward_train(const float *x, float *y, int n, int nf, int inner,
-                             const float *gamma, const float *beta, float *mean,
-                             float *inv_std, float *rmean, float *rvar,
-                             double eps, double momentum, int f0, int f1) {
+NTO_CLONES static void bn_forward_train(const float *x, float *y, int n, int nf,
+                                        int inner, const float *gamma,
+                                        const float *beta, float *mean,
+                                        float *inv_std, float *rmean,
+                                        float *rvar, double eps,
+                                        double momentum, int f0, int f1) {
   size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
   for (int f = f0; f < f1; f++) {
     const float *xf = x + (size_t)f * inner;
@@ -294,9 +297,10 @@ static void bn_forward(nto_layer *l, const nto_fwd *f) {
 
 /* Over one feature (n blocks of inner floats, stride apart), in double:
  * *sdy = sum(dy), *sdyx = sum(dy * (x - mu) * inv). */
-static void feature_grad_sums(const float *x, const float *dy, int n, int inner,
-                              size_t stride, double mu, double inv, double *sdy,
-                              double *sdyx) {
+NTO_CLONES static void feature_grad_sums(const float *x, const float *dy, int n,
+                                         int inner, size_t stride, double mu,
+                                         double inv, double *sdy,
+                                         double *sdyx) {
   double a[BN_LANES] = {0}, b[BN_LANES] = {0};
   for (int i = 0; i < n; i++) {
     const float *xr = x + (size_t)i * stride, *dr = dy + (size_t)i * stride;
@@ -320,10 +324,11 @@ static void feature_grad_sums(const float *x, const float *dy, int n, int inner,
  * inv_std: (nf); dgamma, dbeta: (nf). dx, dgamma, dbeta may be NULL
  * (skipped); all written with "=". Sums in double.
  */
-static void bn_backward_train(const float *x, const float *dy, float *dx, int n,
-                              int nf, int inner, const float *gamma,
-                              const float *mean, const float *inv_std,
-                              float *dgamma, float *dbeta, int f0, int f1) {
+NTO_CLONES static void bn_backward_train(const float *x, const float *dy,
+                                         float *dx, int n, int nf, int inner,
+                                         const float *gamma, const float *mean,
+                                         const float *inv_std, float *dgamma,
+                                         float *dbeta, int f0, int f1) {
   size_t m = (size_t)n * inner, fstride = (size_t)nf * inner;
   for (int f = f0; f < f1; f++) {
     const float *xf = x + (size_t)f * inner;

@@ -107,6 +107,7 @@
  * dW and db are written with "=" (summed over the batch within the call);
  * din is zeroed, then col2im adds into it. A NULL din or dw skips that part.
  */
+#include "clones.h"
 #include "layer.h"
 #include "parallel.h"
 #include "registry.h"
@@ -472,8 +473,8 @@ static int im2col_is_copy(const conv_geom *g) {
  * (ci*kh + ky)*kw + kx, column oy*ow + ox holds
  * x[ci, oy*sh - pt + ky*dh, ox*sw - pl + kx*dw], or 0 outside x.
  */
-static void im2col(const conv_geom *g, const float *x, float *col, size_t ld,
-                   int c0, int c1) {
+NTO_CLONES static void im2col(const conv_geom *g, const float *x, float *col,
+                              size_t ld, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w;
   if (im2col_is_copy(g)) {
     for (int ci = c0; ci < c1; ci++)
@@ -521,8 +522,8 @@ static void im2col(const conv_geom *g, const float *x, float *col, size_t ld,
  * input channels [c0, c1) only: the adjoint of im2col, every column entry
  * is added to the input element it was copied from.
  */
-static void col2im_add(const conv_geom *g, const float *dcol, size_t ld,
-                       float *dx, int c0, int c1) {
+NTO_CLONES static void col2im_add(const conv_geom *g, const float *dcol,
+                                  size_t ld, float *dx, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w;
   for (int ci = c0; ci < c1; ci++) {
     float *xc = dx + (size_t)ci * hw;
@@ -568,9 +569,9 @@ static void fill_bias(float *y, const float *bias, int fg, size_t ohw) {
  * so the inner loop has no bounds tests; each output still sums its taps in
  * (ky, kx) order from 0, then adds the bias.
  */
-static void depthwise_forward(const conv_geom *g, const float *x,
-                              const float *w, const float *bias, float *y,
-                              int c0, int c1) {
+NTO_CLONES static void depthwise_forward(const conv_geom *g, const float *x,
+                                         const float *w, const float *bias,
+                                         float *y, int c0, int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw;
   for (int f = c0 * g->fg; f < c1 * g->fg; f++) {
@@ -623,9 +624,10 @@ static float dw_lanes_total(const float *a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-static void depthwise_backward(const conv_geom *g, const float *x,
-                               const float *w, const float *dy, float *dx,
-                               float *dw, int c0, int c1) {
+NTO_CLONES static void depthwise_backward(const conv_geom *g, const float *x,
+                                          const float *w, const float *dy,
+                                          float *dx, float *dw, int c0,
+                                          int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw;
   for (int f = c0 * g->fg; f < c1 * g->fg; f++) {
@@ -700,9 +702,10 @@ static void dw_pad(const conv_geom *g, const float *xc, float *xp) {
 /* Stride-1 depthwise forward, one image (shapes as depthwise_forward);
  * each output sums its taps in (ky, kx) order from 0, then adds the bias
  * (taps in the padding add w * 0). ws: dw_plane + OH*P floats. */
-static void depthwise_forward_s1(const conv_geom *g, const float *x,
-                                 const float *w, const float *bias, float *y,
-                                 float *ws, int c0, int c1) {
+NTO_CLONES static void depthwise_forward_s1(const conv_geom *g, const float *x,
+                                            const float *w, const float *bias,
+                                            float *y, float *ws, int c0,
+                                            int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw, pitch = dw_pitch(g);
   size_t n = (size_t)g->oh * pitch; /* flat outputs, dropped ones included */
@@ -738,9 +741,10 @@ static void depthwise_forward_s1(const conv_geom *g, const float *x,
  * plane gets each tap as one shifted axpy; dX then takes the plane's
  * interior. ws: 2 * dw_plane + OH*P floats.
  */
-static void depthwise_backward_s1(const conv_geom *g, const float *x,
-                                  const float *w, const float *dy, float *dx,
-                                  float *dw, float *ws, int c0, int c1) {
+NTO_CLONES static void depthwise_backward_s1(const conv_geom *g, const float *x,
+                                             const float *w, const float *dy,
+                                             float *dx, float *dw, float *ws,
+                                             int c0, int c1) {
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
   size_t kk = (size_t)g->kh * g->kw, pitch = dw_pitch(g);
   size_t n = (size_t)g->oh * pitch, plane = dw_plane(g);

@@ -1,6 +1,7 @@
 /* optimizer.c - SGD, Adam, AdamW. See optimizer.h for the formulas. */
 #include "optimizer.h"
 
+#include "clones.h"
 #include "parallel.h"
 
 #include <math.h>
@@ -17,8 +18,8 @@ int nto_opt_state_count(const nto_opt_conf *o) {
 }
 
 /* w (n), g (n), v (n) or NULL when momentum == 0. */
-static void sgd_update(float *w, const float *g, float *v, size_t n, float lr,
-                       float mu, float wd, long t) {
+NTO_CLONES static void sgd_update(float *w, const float *g, float *v, size_t n,
+                                  float lr, float mu, float wd, long t) {
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] + wd * w[i];
     if (v) {
@@ -42,8 +43,9 @@ static inline void adam_element(float *w, float *m, float *v, float gi,
 /* w, g, m, v: n floats each. wd is L2 (added to g); decoupled is AdamW.
  * Loops without branches, so that they vectorize (sqrtf too: the build
  * has -fno-math-errno). */
-static void adam_update(float *w, const float *g, float *m, float *v, size_t n,
-                        const nto_opt_conf *o, double lr, long t) {
+NTO_CLONES static void adam_update(float *w, const float *g, float *m, float *v,
+                                   size_t n, const nto_opt_conf *o, double lr,
+                                   long t) {
   float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->epsilon;
   double bc1 = 1.0 - pow(o->beta1, (double)t);
   double bc2 = 1.0 - pow(o->beta2, (double)t);
