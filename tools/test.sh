@@ -7,7 +7,8 @@
 # then check that build/ (our kernels' widest clones, clones.h) and
 # build-asan (built without clones) train small nets to the same bytes,
 # and print a closing line "tests: N passed, N failed, N skipped" over all
-# runs (the clones check counts one per net). NTO_NO_TSAN=1 / NTO_NO_ASAN=1 skip a sanitizer run; NTO_JOBS=J
+# runs (the clones check counts one per net). NTO_NO_TSAN=1 / NTO_NO_ASAN=1
+# skip a sanitizer run (NTO_NO_ASAN=1 the clones check too); NTO_JOBS=J
 # limits the sanitizer builds to J compile jobs. Arguments are passed to the
 # first `meson test`. Exit status: non-zero if any test (or build) failed.
 # The fuzzer (tools/fuzz.sh) and cppcheck (tools/cppcheck.sh) are separate
