@@ -7,9 +7,10 @@
  * variable OPENBLAS_CORETYPE overrides that choice and is read at the same
  * time. On an AVX-512 CPU, an AVX2 family (Haswell, Zen) runs sgemm at
  * about half the speed of the AVX-512 ones: on this project's AMD EPYC
- * (Zen 5), 115 against 215-220 GFLOP/s single-threaded, ResNet-18 b10 at
- * 231-266 against 155 ms per all-resident iteration (docs/benchmarks.md,
- * "OpenBLAS's kernel family"). The trainer keeps the family the library
+ * (Zen 5), 111 against 204 GFLOP/s on one thread (bench/gemm_split at
+ * ResNet-18's last stage), ResNet-18 b10 at 236 against 160 ms per
+ * all-resident iteration (docs/benchmarks.md, "OpenBLAS's kernel
+ * family", which has the commands). The trainer keeps the family the library
  * and the environment chose, and reports it (nto_blas_core) with a note
  * when nto_blas_avx512_unused holds.
  *
