@@ -25,7 +25,16 @@
  * fan_in = C/G*kh*kw, fan_out = filters*kh*kw (PyTorch's fan rule);
  * "bias" (1, filters, 1, 1), export rank 1, unless disable_bias.
  *
- * Three kernels, chosen at plan:
+ * Four kernels, chosen at plan:
+ *   - Winograd F(2x2, 3x3) (winograd.h) for forward and dX of a 3x3
+ *     kernel with stride 1, no dilation, no groups, at least 16 input
+ *     channels, top/left padding <= 2 and a filter transform of at most
+ *     CONV_WINO_FILTER_BYTES (1 MiB: ResNet-18's stages of 64 and 128
+ *     channels, not 256 or 512): 16 multiply-adds per 2x2 outputs and
+ *     channel pair instead of 36. Workspace: the filter transform, then a
+ *     slot per compute thread for a block of tile rows (V and M within
+ *     CONV_WINO_BLOCK_BYTES, 1 MiB), so ResNet-18's workspace stays that
+ *     of im2col. dW keeps im2col (below);
  *   - im2col + cblas_sgemm (the general case), several images per GEMM;
  *   - 1x1 kernel, stride 1, no padding: the input of one image and group
  *     already is its column matrix (C/G, H*W), so a chunk of one image
@@ -99,6 +108,11 @@
  * across chunks by GEMM accumulation (beta = 1); results differ from the
  * per-image kernel by rounding only.
  *
+ * Winograd's blocks of tile rows are fixed by the plan and each is one
+ * thread's (transforms and 16 single-threaded GEMMs), so its results too
+ * are the same bits at any thread count; they differ from im2col's by
+ * rounding (test_conv2d holds both to a double reference).
+ *
  * Backward needs the forward input (bwd_needs_input = 1), nothing saved.
  * The forward is a pure function of input, weight and bias, so it is also
  * the replay (layer.h): the model may recompute a cheap convolution's
@@ -111,6 +125,7 @@
 #include "layer.h"
 #include "parallel.h"
 #include "registry.h"
+#include "winograd.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -121,9 +136,27 @@
 /* Workspace bound of a chunk of several images (see the top). */
 #define CONV_CHUNK_BYTES ((size_t)2 << 20)
 
-/* Test hook: when nonzero, plan uses it instead of CONV_CHUNK_BYTES (tests
- * force small chunks with it). Read by plan only; not for production. */
+/* Largest filter transform (16 x filters x channels floats, in the
+ * workspace during forward and dX) of a convolution that runs by Winograd
+ * F(2x2, 3x3), and the bound of a Winograd block's V and M (see the top).
+ * Measured (docs/benchmarks.md, "Winograd F(2x2, 3x3)"): at ResNet-18 b32
+ * a 4 MiB filter bound (its 256-channel stage too) and 2 MiB blocks ran
+ * 2-4% faster than these but grew the workspace from 4.5 to 8 MiB; b10
+ * gained nothing from them. */
+#define CONV_WINO_FILTER_BYTES ((size_t)1 << 20)
+#define CONV_WINO_BLOCK_BYTES ((size_t)1 << 20)
+/* Fewer input channels keep im2col: the GEMMs' depth would be tiny (the
+ * 3-channel stem of ResNet-18 ran 3.5x slower by Winograd). */
+#define CONV_WINO_MIN_CHANNELS 16
+
+/* Test hook: when nonzero, plan uses it instead of CONV_CHUNK_BYTES and
+ * CONV_WINO_BLOCK_BYTES (tests force small chunks and blocks with it).
+ * Read by plan only; not for production. */
 size_t nto_conv2d_chunk_bytes_for_tests;
+
+/* Test hook: when nonzero, plan never chooses Winograd (tests of the
+ * im2col kernels on 3x3 stride-1 shapes). Read by plan only. */
+int nto_conv2d_no_winograd_for_tests;
 
 enum { PAD_EXPLICIT, PAD_SAME, PAD_VALID, PAD_FULL };
 enum { PATH_IM2COL, PATH_1X1, PATH_DEPTHWISE };
@@ -163,6 +196,13 @@ typedef struct conv_priv {
    * (at most one per chunk), else 1. */
   int ws_slots;
   size_t ws_slot;
+  /* Winograd F(2x2, 3x3) for forward and dX (winograd.h), 0 = im2col:
+   * the forward pass (x -> y) and the dX pass (dY -> dX), and the filter
+   * transform's floats at the start of the workspace (the blocks' slots
+   * after it). dW keeps im2col. */
+  int wino;
+  nto_wino_plan wfwd, wdx;
+  size_t wino_u;
   int iw; /* index of "weight" */
   int ib; /* index of "bias", -1 with disable_bias */
 } conv_priv;
@@ -276,6 +316,68 @@ static size_t dw_pitch(const conv_geom *g) {
 static size_t dw_plane(const conv_geom *g) {
   size_t ph = (size_t)g->oh + (size_t)(g->kh - 1) * g->dh;
   return ph * dw_pitch(g) + (size_t)(g->kw - 1) * g->dw;
+}
+
+/* Can forward and dX of this geometry run by Winograd F(2x2, 3x3)? A 3x3
+ * kernel, stride 1, no dilation, no groups, at least CONV_WINO_MIN_CHANNELS
+ * input channels, top and left padding at most 2 (dX's padding is 2 - p),
+ * a filter transform within CONV_WINO_FILTER_BYTES, tile rows within
+ * NTO_WINO_ROW_MAX. */
+static int winograd_fits(const conv_priv *p) {
+  const conv_geom *g = &p->g;
+  if (nto_conv2d_no_winograd_for_tests || p->path != PATH_IM2COL ||
+      g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
+      g->dw != 1 || g->groups != 1 || g->pt > 2 || g->pl > 2 ||
+      g->c < CONV_WINO_MIN_CHANNELS)
+    return 0;
+  if ((size_t)g->f * (size_t)g->c >
+      CONV_WINO_FILTER_BYTES / (16 * sizeof(float)))
+    return 0;
+  long row_fwd = 2 * (((long)g->ow + 1) / 2) + 2;
+  long row_dx = 2 * (((long)g->w + 1) / 2) + 2;
+  return row_fwd <= NTO_WINO_ROW_MAX && row_dx <= NTO_WINO_ROW_MAX;
+}
+
+/* Plans Winograd when it fits (p->wino): both passes, and the workspace
+ * grown to the filter transform plus the larger pass's slots when that is
+ * more than im2col's (dW still needs im2col's). Returns 0 or NTO_ESHAPE
+ * (sizes overflow). */
+static int plan_winograd(nto_layer *l, nto_err *err) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  p->wino = winograd_fits(p);
+  if (!p->wino)
+    return 0;
+  size_t bound = nto_conv2d_chunk_bytes_for_tests
+                     ? nto_conv2d_chunk_bytes_for_tests
+                     : CONV_WINO_BLOCK_BYTES;
+  size_t fl, bytes;
+  if (nto_wino_plan_set(&p->wfwd, g->c, g->h, g->w, g->f, g->oh, g->ow, g->pt,
+                        g->pl, l->batch, bound) != 0 ||
+      nto_wino_plan_set(&p->wdx, g->f, g->oh, g->ow, g->c, g->h, g->w,
+                        2 - g->pt, 2 - g->pl, l->batch, bound) != 0)
+    goto too_large;
+  p->wino_u = nto_wino_filter_floats(g->f, g->c);
+  fl = nto_wino_ws_floats(&p->wfwd);
+  if (nto_wino_ws_floats(&p->wdx) > fl)
+    fl = nto_wino_ws_floats(&p->wdx);
+  if (__builtin_add_overflow(fl, p->wino_u, &fl) ||
+      __builtin_mul_overflow(fl, sizeof(float), &bytes))
+    goto too_large;
+  if (bytes > l->ws_bytes)
+    l->ws_bytes = bytes;
+  return 0;
+too_large:
+  return nto_err_set(err, NTO_ESHAPE,
+                     "Winograd workspace of %d x %dx%d values is too large",
+                     g->c, g->h, g->w);
+}
+
+/* Test hook: does this planned conv2d layer run forward and dX by
+ * Winograd? Not for production. */
+int nto_conv2d_is_winograd_for_tests(const nto_layer *l);
+int nto_conv2d_is_winograd_for_tests(const nto_layer *l) {
+  return ((const conv_priv *)l->priv)->wino;
 }
 
 /*
@@ -433,6 +535,10 @@ static int conv_plan(nto_layer *l, nto_err *err) {
                          "im2col workspace of %d x %dx%d values is too large",
                          g->kcol, g->oh, g->ow);
   }
+
+  int rc = plan_winograd(l, err);
+  if (rc != 0)
+    return rc;
 
   p->iw =
       nto_layer_add_weight(l, "weight", (nto_shape){g->f, g->cg, g->kh, g->kw},
@@ -1128,6 +1234,11 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
     nto_parallel_for((size_t)p->g.c, 1, p->ws_slots, dw_range, &j);
     return;
   }
+  if (p->wino) {
+    nto_wino_filter(w, p->g.f, p->g.c, f->ws);
+    nto_wino_run(&p->wfwd, f->in[0], f->ws, 0, bias, f->ws + p->wino_u, f->out);
+    return;
+  }
   chunk_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, f->ws};
   run_chunks(p, l->batch, forward_chunks, forward_one_chunk, &j);
 }
@@ -1308,7 +1419,10 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
                             &j);
     }
   }
-  if (din) {
+  if (din && p->wino) { /* the filter transform again: dW used the ws */
+    nto_wino_filter(w, g->f, g->c, b->ws);
+    nto_wino_run(&p->wdx, b->dout, b->ws, 1, NULL, b->ws + p->wino_u, din);
+  } else if (din) {
     chunk_job j = {l, NULL, w, NULL, b->dout, NULL, din, b->ws};
     run_chunks(p, l->batch, dx_chunks, dx_one_chunk, &j);
   }

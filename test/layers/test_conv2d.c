@@ -27,6 +27,9 @@
 /* conv2d.c's test hook: when nonzero, plan bounds a chunk's workspace by
  * this many bytes instead of its default. 1 forces one image per GEMM. */
 extern size_t nto_conv2d_chunk_bytes_for_tests;
+/* conv2d.c's Winograd hooks: never choose it; does a layer use it. */
+extern int nto_conv2d_no_winograd_for_tests;
+int nto_conv2d_is_winograd_for_tests(const nto_layer *l);
 #define DEFAULT_CHUNK_BYTES ((size_t)2 << 20) /* CONV_CHUNK_BYTES */
 
 /* A test configuration: INI properties plus the geometry the reference
@@ -38,6 +41,7 @@ typedef struct conv_case {
   int f, groups, bias;  /* filters, groups, has a bias */
   int k[2], s[2], d[2]; /* kernel, stride, dilation: rows, cols */
   int pad[4];           /* top, bottom, left, right */
+  int wino;             /* forward and dX by Winograd F(2x2, 3x3) */
 } conv_case;
 
 /* clang-format off */
@@ -139,6 +143,36 @@ static const conv_case cases[] = {
      .props = {"filters", "3", "kernel_size", "2", "stride", "1", NULL},
      .in = {3, 2, 4, 4}, .f = 3, .groups = 1, .bias = 1,
      .k = {2, 2}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}},
+    /* Winograd F(2x2, 3x3): 3x3, stride 1, >= 16 input channels, top
+     * and left padding <= 2; odd output sizes end in half tiles */
+    {.name = "winograd 3x3 pad 1",
+     .props = {"filters", "5", "kernel_size", "3", "padding", "1", NULL},
+     .in = {2, 16, 5, 7}, .f = 5, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}, .wino = 1},
+    {.name = "winograd padding 0,2,1,0 no bias",
+     .props = {"filters", "3", "kernel_size", "3", "padding", "0,2,1,0",
+               "disable_bias", "true", NULL},
+     .in = {2, 17, 6, 5}, .f = 3, .groups = 1, .bias = 0,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 2, 1, 0}, .wino = 1},
+    {.name = "winograd padding 2",
+     .props = {"filters", "2", "kernel_size", "3", "padding", "2", NULL},
+     .in = {1, 16, 4, 3}, .f = 2, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {2, 2, 2, 2}, .wino = 1},
+    {.name = "winograd valid batch 3",
+     .props = {"filters", "4", "kernel_size", "3", "padding", "valid", NULL},
+     .in = {3, 16, 7, 6}, .f = 4, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}, .wino = 1},
+    /* one past the padding Winograd takes (dX's would be negative) */
+    {.name = "16 channels padding 3,0,0,0",
+     .props = {"filters", "2", "kernel_size", "3", "padding", "3,0,0,0",
+               NULL},
+     .in = {2, 16, 4, 4}, .f = 2, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {3, 0, 0, 0}},
+    {.name = "16 channels groups 2",
+     .props = {"filters", "4", "kernel_size", "3", "padding", "1", "groups",
+               "2", NULL},
+     .in = {2, 16, 4, 4}, .f = 4, .groups = 2, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}},
     {.name = "groups 2 stride 2 pad same",
      .props = {"filters", "4", "kernel_size", "3", "groups", "2", "stride", "2",
                "padding", "same", NULL},
@@ -270,6 +304,9 @@ static void test_against_reference(void **state) {
       fail();
     }
     assert_int_equal(l.n_w, k->bias ? 2 : 1);
+    if (nto_conv2d_is_winograd_for_tests(&l) != k->wino)
+      fail_msg("%s: Winograd %d, expected %d", k->name,
+               nto_conv2d_is_winograd_for_tests(&l), k->wino);
     nto_rng rng;
     nto_rng_seed(&rng, 100 + ci);
     size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
@@ -546,6 +583,7 @@ static void test_threads_same_bits(void **state) {
   size_t nc = sizeof chunk_cases / sizeof *chunk_cases;
   size_t ne = sizeof extra / sizeof *extra;
   nto_err err = {0};
+  nto_conv2d_no_winograd_for_tests = 1; /* im2col's chunks and blocks */
   for (size_t ci = 0; ci < nc + ne; ci++) {
     const conv_case *k = ci < nc ? &chunk_cases[ci] : &extra[ci - nc];
     case_data d;
@@ -593,12 +631,86 @@ static void test_threads_same_bits(void **state) {
     }
     case_data_free(&d);
   }
+  nto_conv2d_no_winograd_for_tests = 0;
+  nto_parallel_free();
+}
+
+/* Winograd's forward and backward (y, dX, dW, db) are the same bits with
+ * 1, 2 and 3 compute threads, and planned at 1 thread and run at 3 (within
+ * its one slot: the canary), with blocks of one tile row (a block ends
+ * inside an image), of about 4 tile rows (blocks cross images) and of the whole
+ * batch; and they differ from im2col's results by rounding only. */
+static void test_winograd_threads_same_bits(void **state) {
+  (void)state;
+  /* clang-format off */
+  static const conv_case wc[] = {
+      {.name = "winograd 24 channels 11x9 pad 1",
+       .props = {"filters", "20", "kernel_size", "3", "padding", "1", NULL},
+       .in = {5, 24, 11, 9}, .f = 20, .groups = 1, .bias = 1, .wino = 1},
+      {.name = "winograd one image padding 0,1,2,1",
+       .props = {"filters", "16", "kernel_size", "3", "padding", "0,1,2,1",
+                 NULL},
+       .in = {1, 16, 6, 7}, .f = 16, .groups = 1, .bias = 1, .wino = 1},
+  };
+  /* clang-format on */
+  nto_err err = {0};
+  for (size_t ci = 0; ci < sizeof wc / sizeof *wc; ci++) {
+    const conv_case *k = &wc[ci];
+    case_data d;
+    case_data_make(k, 1300 + (unsigned)ci, &d);
+    size_t n[4] = {d.ny, d.nx, d.nw, (size_t)k->f};
+    /* im2col's results, for the rounding bound */
+    float *im[4];
+    for (int i = 0; i < 4; i++)
+      im[i] = calloc(n[i], 4);
+    nto_conv2d_no_winograd_for_tests = 1;
+    run_once(k, 0, d.x, d.w, d.b, d.dy, im[0], im[1], im[2], im[3]);
+    nto_conv2d_no_winograd_for_tests = 0;
+    /* tile rows: (oh+1)/2 per image; 16 * (c + f) * tw floats each */
+    int tw = (k->in.w + 1) / 2; /* padding keeps OW = W here or W + 2 */
+    size_t row = (size_t)16 * (k->in.c + k->f) * (tw + 1) * 4;
+    const size_t bounds[] = {1, 4 * row, 1 << 24};
+    for (int bi = 0; bi < 3; bi++) {
+      float *r[4] = {NULL}, *o[4];
+      for (int t = 1; t <= 4; t++) {
+        assert_int_equal(nto_parallel_set_threads(t < 4 ? t : 1, &err), 0);
+        threads_after_plan = t < 4 ? 0 : 3;
+        for (int i = 0; i < 4; i++)
+          o[i] = calloc(n[i], 4);
+        run_once(k, bounds[bi], d.x, d.w, d.b, d.dy, o[0], o[1], o[2], o[3]);
+        threads_after_plan = 0;
+        for (int i = 0; i < 4 && t > 1; i++)
+          if (memcmp(o[i], r[i], n[i] * 4) != 0)
+            fail_msg("%s, bound %zu, %d threads%s: %s differs from 1 thread",
+                     k->name, bounds[bi], t < 4 ? t : 3,
+                     t < 4 ? "" : " (planned at 1)",
+                     (const char *[]){"y", "dX", "dW", "db"}[i]);
+        for (int i = 0; i < 4; i++) {
+          if (t == 1)
+            r[i] = o[i];
+          else
+            free(o[i]);
+        }
+      }
+      for (int i = 0; i < 4; i++) {
+        double e = rel_err_f(r[i], im[i], n[i]);
+        if (e > 1e-5)
+          fail_msg("%s, bound %zu: %s rel err %g against im2col", k->name,
+                   bounds[bi], (const char *[]){"y", "dX", "dW", "db"}[i], e);
+        free(r[i]);
+      }
+    }
+    for (int i = 0; i < 4; i++)
+      free(im[i]);
+    case_data_free(&d);
+  }
   nto_parallel_free();
 }
 
 /* Teardown: the pool back to one thread, also after a failed test. */
 static int pool_free(void **state) {
   (void)state;
+  nto_conv2d_no_winograd_for_tests = 0;
   threads_after_plan = 0;
   nto_parallel_free();
   return 0;
@@ -751,6 +863,7 @@ static size_t ws_of(const char *const *props, nto_shape in, size_t bound) {
  * evenly balanced over the chunks. Depthwise needs none. */
 static void test_workspace(void **state) {
   (void)state;
+  nto_conv2d_no_winograd_for_tests = 1; /* im2col's; Winograd's below */
   const char *const props[] = {
       "filters", "8", "kernel_size", "3", "padding", "1", "groups", "2", NULL};
   const size_t col1 = (size_t)(2 * 3 * 3) * 10 * 12 * 4; /* K * OHW */
@@ -802,6 +915,27 @@ static void test_workspace(void **state) {
   const char *const pd2[] = {"filters", "4",      "kernel_size", "3", "groups",
                              "4",       "stride", "2",           NULL};
   assert_int_equal(ws_of(pd2, in, 0), 0);
+
+  /* Winograd, 32 -> 32 channels, 9x9, batch 1: 5x5 tiles, a tile row
+   * 16 * (32 + 32) * 5 = 5120 floats of V and M, the filter transform
+   * 16 * 32 * 32 = 16384 floats; im2col's column matrix (32*9 x 81 floats,
+   * 93312 bytes) is smaller */
+  nto_conv2d_no_winograd_for_tests = 0;
+  const char *const pw[] = {"filters", "32", "kernel_size", "3",
+                            "padding", "1",  NULL};
+  nto_shape iw = {1, 32, 9, 9};
+  /* the default bound: one block of the 5 rows */
+  assert_int_equal(ws_of(pw, iw, 0), (size_t)(16384 + 5 * 5120) * 4);
+  /* two rows' bound: blocks 2+2+1 (the balanced split of 5 by 2) */
+  assert_int_equal(ws_of(pw, iw, 2 * 5120 * 4), (size_t)(16384 + 2 * 5120) * 4);
+  /* at 2 compute threads: a slot each */
+  nto_err err = {0};
+  assert_int_equal(nto_parallel_set_threads(2, &err), 0);
+  assert_int_equal(ws_of(pw, iw, 2 * 5120 * 4),
+                   (size_t)(16384 + 2 * 2 * 5120) * 4);
+  /* one block: one slot whatever the threads */
+  assert_int_equal(ws_of(pw, iw, 0), (size_t)(16384 + 5 * 5120) * 4);
+  nto_parallel_free();
 }
 
 /* Builds a layer step by step; returns the first failing code (0 if all
@@ -900,9 +1034,10 @@ int main(void) {
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_chunks_match_per_image),
       cmocka_unit_test_teardown(test_threads_same_bits, pool_free),
+      cmocka_unit_test_teardown(test_winograd_threads_same_bits, pool_free),
       cmocka_unit_test_teardown(test_weight_rows_match_backward, pool_free),
       cmocka_unit_test(test_weights),
-      cmocka_unit_test(test_workspace),
+      cmocka_unit_test_teardown(test_workspace, pool_free),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
