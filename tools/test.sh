@@ -71,8 +71,9 @@ if [ "${NTO_NO_ASAN:-0}" != 1 ]; then
   fi
 fi
 
-# Kernel clones (nntrainer-offload/clones.h): nets with depthwise, 3x3 and
-# 1x1 convolutions, batch normalization, ReLU/ReLU6, Adam and SGD, trained
+# Kernel clones (nntrainer-offload/clones.h): nets with depthwise, 3x3
+# (im2col and Winograd: ResNet-18's 64- and 128-channel stages) and 1x1
+# convolutions, batch normalization, ReLU/ReLU6, Adam and SGD, trained
 # by build/ (the widest clone this CPU runs) and by build-asan (no clones),
 # must save the same bytes.
 clone_pass=0 clone_fail=0
@@ -80,7 +81,7 @@ if [ "${NTO_NO_ASAN:-0}" != 1 ] && [ -x build-asan/app/nntrainer-offload ]; then
   echo "== kernel clones: the same weights with and without them"
   ctmp=$(mktemp -d)
   for net in res/mobilenetv2_32.ini test/data/nets/tiny_resnet.ini \
-    test/data/nets/lenet.ini; do
+    test/data/nets/lenet.ini res/resnet18.ini; do
     for b in build build-asan; do
       ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" \
         "$b/app/nntrainer-offload" train "$net" --data synthetic --batch-size 4 \
