@@ -555,6 +555,25 @@ static void test_chunks_match_per_image(void **state) {
   }
 }
 
+/* Run t (1-3 threads, 4: planned at 1 thread and run at 3) of a
+ * same-bits test: run 1's outputs o (y, dX, dW, db of n[i] floats) become
+ * the reference r; a later run's must equal it bit for bit (the failure
+ * names `what`, the run and the output) and are freed. */
+static void same_bits_as_first(float *r[4], float *o[4], const size_t n[4],
+                               int t, const char *what) {
+  for (int i = 0; i < 4 && t > 1; i++)
+    if (memcmp(o[i], r[i], n[i] * 4) != 0)
+      fail_msg("%s, %d threads%s: %s differs from 1 thread", what,
+               t < 4 ? t : 3, t < 4 ? "" : " (planned at 1)",
+               (const char *[]){"y", "dX", "dW", "db"}[i]);
+  for (int i = 0; i < 4; i++) {
+    if (t == 1)
+      r[i] = o[i];
+    else
+      free(o[i]);
+  }
+}
+
 /* Forward and backward (y, dX, dW, db) are the same bits with 1, 2 and 3
  * compute threads: chunks run side by side in workspace slots of their own
  * (per image, in chunks of 2+2+1), a batch of one chunk runs its GEMMs in
@@ -612,19 +631,9 @@ static void test_threads_same_bits(void **state) {
         /* each slot rounded up to 64 bytes when there are several */
         size_t slot = slots > 1 ? (ws1 / 4 + 15) / 16 * 16 * 4 : ws1;
         assert_int_equal(ws, slot * (size_t)slots);
-        for (int i = 0; i < 4 && t > 1; i++)
-          if (memcmp(o[i], r[i], n[i] * 4) != 0)
-            fail_msg("%s, %d chunk(s), %d threads%s: %s differs from 1 "
-                     "thread",
-                     k->name, nch[bi], t < 4 ? t : 3,
-                     t < 4 ? "" : " (planned at 1)",
-                     (const char *[]){"y", "dX", "dW", "db"}[i]);
-        for (int i = 0; i < 4; i++) {
-          if (t == 1)
-            r[i] = o[i];
-          else
-            free(o[i]);
-        }
+        char what[160];
+        snprintf(what, sizeof what, "%s, %d chunk(s)", k->name, nch[bi]);
+        same_bits_as_first(r, o, n, t, what);
       }
       for (int i = 0; i < 4; i++)
         free(r[i]);
@@ -638,8 +647,8 @@ static void test_threads_same_bits(void **state) {
 /* Winograd's forward and backward (y, dX, dW, db) are the same bits with
  * 1, 2 and 3 compute threads, and planned at 1 thread and run at 3 (within
  * its one slot: the canary), with blocks of one tile row (a block ends
- * inside an image), of about 4 tile rows (blocks cross images) and of the whole
- * batch; and they differ from im2col's results by rounding only. */
+ * inside an image), of about 4 tile rows (blocks cross images) and of the
+ * whole batch; and they differ from im2col's results by rounding only. */
 static void test_winograd_threads_same_bits(void **state) {
   (void)state;
   /* clang-format off */
@@ -679,18 +688,9 @@ static void test_winograd_threads_same_bits(void **state) {
           o[i] = calloc(n[i], 4);
         run_once(k, bounds[bi], d.x, d.w, d.b, d.dy, o[0], o[1], o[2], o[3]);
         threads_after_plan = 0;
-        for (int i = 0; i < 4 && t > 1; i++)
-          if (memcmp(o[i], r[i], n[i] * 4) != 0)
-            fail_msg("%s, bound %zu, %d threads%s: %s differs from 1 thread",
-                     k->name, bounds[bi], t < 4 ? t : 3,
-                     t < 4 ? "" : " (planned at 1)",
-                     (const char *[]){"y", "dX", "dW", "db"}[i]);
-        for (int i = 0; i < 4; i++) {
-          if (t == 1)
-            r[i] = o[i];
-          else
-            free(o[i]);
-        }
+        char what[160];
+        snprintf(what, sizeof what, "%s, bound %zu", k->name, bounds[bi]);
+        same_bits_as_first(r, o, n, t, what);
       }
       for (int i = 0; i < 4; i++) {
         double e = rel_err_f(r[i], im[i], n[i]);
