@@ -2,13 +2,14 @@
  * winograd.c - F(2x2, 3x3) convolutions: transforms and driver (see
  * winograd.h for the algorithm and its source).
  *
- * Layouts, for a chunk of k images with T = k * th * tw tiles (tile t =
- * (image * th + ty) * tw + tx):
+ * Layouts, for a block of tile rows with n tiles (the block's rows in
+ * order, tw tiles each, rows of several images possibly):
  *   U (16, F, C): U[xi][f][c] = (G g G^T)[xi / 4][xi % 4] of filter (f, c);
- *   V (16, C, T): V[xi][c][t] = (B^T d B)[xi / 4][xi % 4] of tile t of
+ *   V (16, C, n): V[xi][c][t] = (B^T d B)[xi / 4][xi % 4] of tile t of
  *     input channel c;
- *   M (16, F, T): M[xi] = U[xi] . V[xi];
+ *   M (16, F, n): M[xi] = U[xi] . V[xi];
  *   y[f] at tile t <- A^T M[.][f][t] A (+ bias[f]).
+ * V and M of a block sit in its thread's workspace slot, V first.
  * The transforms run on one tile row at a time: the four input rows of the
  * row (zero-padded to 2*tw + 2 columns) get B^T's row combinations as whole
  * vectorizable rows, then B's column combinations per tile; the output
