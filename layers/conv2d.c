@@ -375,7 +375,6 @@ too_large:
 
 /* Test hook: does this planned conv2d layer run forward and dX by
  * Winograd? Not for production. */
-int nto_conv2d_is_winograd_for_tests(const nto_layer *l);
 int nto_conv2d_is_winograd_for_tests(const nto_layer *l) {
   return ((const conv_priv *)l->priv)->wino;
 }

@@ -229,6 +229,23 @@ static void block_gemms(const run_job *j, int n, const float *v, float *m) {
   }
 }
 
+/* The tile rows [r, end) of one image within a block's rows [r, r1) of
+ * the batch (rows counted image after image): the image, its tile rows
+ * [ty0, ty1), and the row where the block or the image ends (end). */
+typedef struct segment {
+  size_t img, end;
+  int ty0, ty1;
+} segment;
+
+static void image_segment(const nto_wino_plan *p, size_t r, size_t r1,
+                          segment *sg) {
+  size_t next = (r / p->th + 1) * p->th; /* the next image's first row */
+  sg->img = r / p->th;
+  sg->end = next < r1 ? next : r1;
+  sg->ty0 = (int)(r - sg->img * p->th);
+  sg->ty1 = (int)(sg->end - sg->img * p->th);
+}
+
 /* Blocks [b0, b1) in workspace slot `slot`: per block, the input
  * transform of its tile rows (image by image, channel by channel), the 16
  * GEMMs, the output transform. */
@@ -244,27 +261,22 @@ static void block_range(void *ctx, size_t b0, size_t b1, int slot) {
     int n = (int)((r1 - r0) * p->tw); /* tiles of the block */
     float *m = v + (size_t)NXI * p->c * n;
     size_t vxi = (size_t)p->c * n, mxi = (size_t)p->f * n;
-    for (size_t r = r0; r < r1;) { /* the block's rows of one image */
-      size_t img = r / p->th,
-             e = (img + 1) * p->th < r1 ? (img + 1) * p->th : r1;
-      int ty0 = (int)(r - img * p->th), ty1 = (int)(e - img * p->th);
+    segment sg;
+    for (size_t r = r0; r < r1; r = sg.end) {
+      image_segment(p, r, r1, &sg);
       size_t off = (r - r0) * p->tw;
       for (int ci = 0; ci < p->c; ci++)
-        input_tiles(p, j->x + img * in_img + (size_t)ci * hw, ty0, ty1,
+        input_tiles(p, j->x + sg.img * in_img + (size_t)ci * hw, sg.ty0, sg.ty1,
                     v + (size_t)ci * n + off, vxi);
-      r = e;
     }
     block_gemms(j, n, v, m);
-    for (size_t r = r0; r < r1;) {
-      size_t img = r / p->th,
-             e = (img + 1) * p->th < r1 ? (img + 1) * p->th : r1;
-      int ty0 = (int)(r - img * p->th), ty1 = (int)(e - img * p->th);
+    for (size_t r = r0; r < r1; r = sg.end) {
+      image_segment(p, r, r1, &sg);
       size_t off = (r - r0) * p->tw;
       for (int fi = 0; fi < p->f; fi++)
         output_tiles(p, m + (size_t)fi * n + off, mxi,
-                     j->bias ? j->bias[fi] : 0.0f, ty0, ty1,
-                     j->y + img * out_img + (size_t)fi * ohw);
-      r = e;
+                     j->bias ? j->bias[fi] : 0.0f, sg.ty0, sg.ty1,
+                     j->y + sg.img * out_img + (size_t)fi * ohw);
     }
   }
 }
