@@ -26,15 +26,16 @@
  * "bias" (1, filters, 1, 1), export rank 1, unless disable_bias.
  *
  * Four kernels, chosen at plan:
- *   - Winograd F(2x2, 3x3) (winograd.h) for forward and dX of a 3x3
+ *   - Winograd F(2x2, 3x3) (winograd.h) for forward, dX and dW of a 3x3
  *     kernel with stride 1, no dilation, no groups, at least 16 input
  *     channels, top/left padding <= 2 and a filter transform of at most
  *     CONV_WINO_FILTER_BYTES (1 MiB: ResNet-18's stages of 64 and 128
  *     channels, not 256 or 512): 16 multiply-adds per 2x2 outputs and
- *     channel pair instead of 36. Workspace: the filter transform, then a
- *     slot per compute thread for a block of tile rows (V and M within
- *     CONV_WINO_BLOCK_BYTES, 1 MiB), so ResNet-18's workspace stays that
- *     of im2col. dW keeps im2col (below);
+ *     channel pair instead of 36. dW only from CONV_WINO_DW_MIN_TILES
+ *     tiles per image (else im2col). Workspace: the filter transform (dW:
+ *     dU), then a slot per compute thread for a block of tile rows (V and
+ *     M within CONV_WINO_BLOCK_BYTES, 1 MiB), so ResNet-18's workspace
+ *     does not grow;
  *   - im2col + cblas_sgemm (the general case), several images per GEMM;
  *   - 1x1 kernel, stride 1, no padding: the input of one image and group
  *     already is its column matrix (C/G, H*W), so a chunk of one image
@@ -109,9 +110,10 @@
  * per-image kernel by rounding only.
  *
  * Winograd's blocks of tile rows are fixed by the plan and each is one
- * thread's (transforms and 16 single-threaded GEMMs), so its results too
- * are the same bits at any thread count; they differ from im2col's by
- * rounding (test_conv2d holds both to a double reference).
+ * thread's (transforms and 16 single-threaded GEMMs); its dW is split by
+ * transform positions, each summing over the blocks in order. So its
+ * results too are the same bits at any thread count; they differ from
+ * im2col's by rounding (test_conv2d holds both to a double reference).
  *
  * Backward needs the forward input (bwd_needs_input = 1), nothing saved.
  * The forward is a pure function of input, weight and bias, so it is also
@@ -148,6 +150,14 @@
 /* Fewer input channels keep im2col: the GEMMs' depth would be tiny (the
  * 3-channel stem of ResNet-18 ran 3.5x slower by Winograd). */
 #define CONV_WINO_MIN_CHANNELS 16
+/* dW by Winograd needs at least this many tiles per image (an output of
+ * more than 2x2). With one tile, each tap's gradient comes from few
+ * outputs, so it is often exactly zero (its outputs dead after a ReLU),
+ * which im2col keeps and Winograd's transforms round to noise of about
+ * 1e-7 of the gradient's scale; Adam's normalized steps turn that noise
+ * into updates (test_offload's narrow_deep, 2x2: 1e-3 apart between the
+ * chunk-grads modes). */
+#define CONV_WINO_DW_MIN_TILES 4
 
 /* Test hook: when nonzero, plan uses it instead of CONV_CHUNK_BYTES and
  * CONV_WINO_BLOCK_BYTES (tests force small chunks and blocks with it).
@@ -196,12 +206,13 @@ typedef struct conv_priv {
    * (at most one per chunk), else 1. */
   int ws_slots;
   size_t ws_slot;
-  /* Winograd F(2x2, 3x3) for forward and dX (winograd.h), 0 = im2col:
-   * the forward pass (x -> y) and the dX pass (dY -> dX), and the filter
-   * transform's floats at the start of the workspace (the blocks' slots
-   * after it). dW keeps im2col. */
-  int wino;
-  nto_wino_plan wfwd, wdx;
+  /* Winograd F(2x2, 3x3) (winograd.h), 0 = im2col: forward and dX
+   * (wino), dW (wino_dw: also needs CONV_WINO_DW_MIN_TILES); the forward
+   * pass (x -> y), the dX pass (dY -> dX) and the dW pass, and the filter
+   * transform's (or dU's) floats at the start of the workspace (the
+   * blocks' slots after it). */
+  int wino, wino_dw;
+  nto_wino_plan wfwd, wdx, wdw;
   size_t wino_u;
   int iw; /* index of "weight" */
   int ib; /* index of "bias", -1 with disable_bias */
@@ -338,16 +349,18 @@ static int winograd_fits(const conv_priv *p) {
   return row_fwd <= NTO_WINO_ROW_MAX && row_dx <= NTO_WINO_ROW_MAX;
 }
 
-/* Plans Winograd when it fits (p->wino): both passes, and the workspace
- * grown to the filter transform plus the larger pass's slots when that is
- * more than im2col's (dW still needs im2col's). Returns 0 or NTO_ESHAPE
- * (sizes overflow). */
+/* Plans Winograd when it fits (p->wino, p->wino_dw): the three passes,
+ * and the workspace: the filter transform plus the largest pass's slots,
+ * or im2col's when dW keeps im2col and that is more. Returns 0 or
+ * NTO_ESHAPE (sizes overflow). */
 static int plan_winograd(nto_layer *l, nto_err *err) {
   conv_priv *p = l->priv;
   const conv_geom *g = &p->g;
   p->wino = winograd_fits(p);
+  p->wino_dw = 0;
   if (!p->wino)
     return 0;
+  p->wino_dw = ((g->oh + 1) / 2) * ((g->ow + 1) / 2) >= CONV_WINO_DW_MIN_TILES;
   size_t bound = nto_conv2d_chunk_bytes_for_tests
                      ? nto_conv2d_chunk_bytes_for_tests
                      : CONV_WINO_BLOCK_BYTES;
@@ -355,16 +368,19 @@ static int plan_winograd(nto_layer *l, nto_err *err) {
   if (nto_wino_plan_set(&p->wfwd, g->c, g->h, g->w, g->f, g->oh, g->ow, g->pt,
                         g->pl, l->batch, bound) != 0 ||
       nto_wino_plan_set(&p->wdx, g->f, g->oh, g->ow, g->c, g->h, g->w,
-                        2 - g->pt, 2 - g->pl, l->batch, bound) != 0)
+                        2 - g->pt, 2 - g->pl, l->batch, bound) != 0 ||
+      nto_wino_plan_dw(&p->wdw, &p->wfwd, bound) != 0)
     goto too_large;
   p->wino_u = nto_wino_filter_floats(g->f, g->c);
   fl = nto_wino_ws_floats(&p->wfwd);
   if (nto_wino_ws_floats(&p->wdx) > fl)
     fl = nto_wino_ws_floats(&p->wdx);
+  if (nto_wino_ws_floats(&p->wdw) > fl)
+    fl = nto_wino_ws_floats(&p->wdw);
   if (__builtin_add_overflow(fl, p->wino_u, &fl) ||
       __builtin_mul_overflow(fl, sizeof(float), &bytes))
     goto too_large;
-  if (bytes > l->ws_bytes)
+  if (p->wino_dw || bytes > l->ws_bytes)
     l->ws_bytes = bytes;
   return 0;
 too_large:
@@ -373,10 +389,14 @@ too_large:
                      g->c, g->h, g->w);
 }
 
-/* Test hook: does this planned conv2d layer run forward and dX by
+/* Test hooks: does this planned conv2d layer run forward and dX (dW) by
  * Winograd? Not for production. */
 int nto_conv2d_is_winograd_for_tests(const nto_layer *l) {
   return ((const conv_priv *)l->priv)->wino;
+}
+
+int nto_conv2d_is_winograd_dw_for_tests(const nto_layer *l) {
+  return ((const conv_priv *)l->priv)->wino_dw;
 }
 
 /*
@@ -1362,42 +1382,18 @@ static void dw_cols_range(void *ctx, size_t b0, size_t b1, int slot) {
   }
 }
 
-/*
- * dout: (N, F, OH, OW), in[0]: (N, C, H, W) -> din[0]: (N, C, H, W),
- * dw[weight]: (F, C/G, kh, kw), dw[bias]: (F); each written with "=" and
- * skipped when NULL.
- */
-static void conv_backward(nto_layer *l, const nto_bwd *b) {
-  conv_priv *p = l->priv;
+/* dW (F, C/G, kh, kw) by im2col ("="), from b->in[0] and b->dout. */
+static void dw_im2col(const nto_layer *l, const nto_bwd *b, float *dw) {
+  const conv_priv *p = l->priv;
   const conv_geom *g = &p->g;
-  const float *w = b->w[p->iw];
-  float *dw = b->dw[p->iw];
-  float *db = p->ib >= 0 ? b->dw[p->ib] : NULL;
-  float *din = b->din[0];
   size_t in_img = (size_t)g->c * g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow;
   size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-
-  if (db) {
-    db_job j = {l, b->dout, db};
-    nto_parallel_for((size_t)g->f, 1, 0, db_range, &j);
-  }
-  if (!dw && !din)
-    return;
-  if (p->path == PATH_DEPTHWISE) {
-    if (din)
-      memset(din, 0, (size_t)l->batch * in_img * sizeof *din);
-    if (dw)
-      memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
-    dw_job j = {l, b->in[0], w, NULL, b->dout, NULL, din, dw, b->ws};
-    nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
-    return;
-  }
   /* dW sums over the whole batch: chunk after chunk, in workspace slot 0,
    * each chunk's GEMM in fixed blocks of input channels (CONV_BLOCKS) that
    * the compute threads share out */
   int nch = n_chunks(p, l->batch);
-  for (int c = 0; dw && c < nch; c++) {
+  for (int c = 0; c < nch; c++) {
     int n0, k;
     chunk_range(l->batch, nch, c, &n0, &k);
     const float *dy = b->dout + (size_t)n0 * out_img;
@@ -1418,7 +1414,43 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
                             &j);
     }
   }
-  if (din && p->wino) { /* the filter transform again: dW used the ws */
+}
+
+/*
+ * dout: (N, F, OH, OW), in[0]: (N, C, H, W) -> din[0]: (N, C, H, W),
+ * dw[weight]: (F, C/G, kh, kw), dw[bias]: (F); each written with "=" and
+ * skipped when NULL.
+ */
+static void conv_backward(nto_layer *l, const nto_bwd *b) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  const float *w = b->w[p->iw];
+  float *dw = b->dw[p->iw];
+  float *db = p->ib >= 0 ? b->dw[p->ib] : NULL;
+  float *din = b->din[0];
+  size_t in_img = (size_t)g->c * g->h * g->w;
+
+  if (db) {
+    db_job j = {l, b->dout, db};
+    nto_parallel_for((size_t)g->f, 1, 0, db_range, &j);
+  }
+  if (!dw && !din)
+    return;
+  if (p->path == PATH_DEPTHWISE) {
+    if (din)
+      memset(din, 0, (size_t)l->batch * in_img * sizeof *din);
+    if (dw)
+      memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
+    dw_job j = {l, b->in[0], w, NULL, b->dout, NULL, din, dw, b->ws};
+    nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
+    return;
+  }
+  /* dW, then dX (its filter transform where dW's workspace was) */
+  if (dw && p->wino_dw)
+    nto_wino_dw(&p->wdw, b->in[0], b->dout, 0, g->f, b->ws, NULL, 0, dw);
+  else if (dw)
+    dw_im2col(l, b, dw);
+  if (din && p->wino) {
     nto_wino_filter(w, g->f, g->c, b->ws);
     nto_wino_run(&p->wdx, b->dout, b->ws, 1, NULL, b->ws + p->wino_u, din);
   } else if (din) {
@@ -1437,14 +1469,17 @@ static int conv_weight_row(const nto_layer *l, int j) {
 /*
  * Floats of the column cache of the weight's rows: the column matrix of the
  * whole batch per group, (G, K, N*OHW), image n in columns [n*OHW,
- * (n+1)*OHW) of each group's matrix; 0 where there is none (not the
- * weight, or one image of a 1x1 kernel: its input is its column matrix).
+ * (n+1)*OHW) of each group's matrix; with dW by Winograd, V of the batch
+ * (nto_wino_dw_cache_floats); 0 where there is none (not the weight, or
+ * one image of a 1x1 kernel: its input is its column matrix).
  */
 static size_t conv_weight_rows_cache(const nto_layer *l, int j) {
   const conv_priv *p = l->priv;
   const conv_geom *g = &p->g;
   if (conv_weight_row(l, j) == 0 || (l->batch == 1 && p->path == PATH_1X1))
     return 0;
+  if (p->wino_dw)
+    return nto_wino_dw_cache_floats(&p->wdw);
   return (size_t)g->groups * g->kcol * l->batch * g->oh * g->ow;
 }
 
@@ -1469,6 +1504,10 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
   size_t in_img = (size_t)g->c * g->h * g->w, hw = (size_t)g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
   size_t cache_ld = (size_t)l->batch * ohw; /* columns of the cache */
+  if (p->wino_dw) {
+    nto_wino_dw(&p->wdw, b->in[0], b->dout, r0, r1, b->ws, cache, fill, dst);
+    return;
+  }
   if (cache && fill) {
     chunk_job cj = {.l = l, .x = b->in[0]};
     for (int gi = 0; gi < g->groups; gi++) {

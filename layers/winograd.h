@@ -25,6 +25,10 @@
  * filters' transforms are U read at the swapped position and transposed:
  * no second filter transform.
  *
+ * dW runs the algorithm transposed (nto_wino_dw): dM = A dY A^T per tile,
+ * dU[xi] (F, C) = sum over tiles of dM[xi] . V[xi]^T (16 GEMMs whose depth
+ * is the tiles), dW = G^T dU G per filter and channel.
+ *
  * Results are deterministic: every sum has a fixed order, each GEMM is one
  * single-threaded cblas_sgemm whose shape depends on the plan only, and
  * the compute threads take whole channels, filters or positions, so the
@@ -41,6 +45,10 @@
  * both passes (forward and dX) must fit; plans with wider rows use
  * im2col. */
 #define NTO_WINO_ROW_MAX 1024
+
+/* Units of the weight gradient: each is one row of the 4x4 transformed
+ * block (4 of the 16 positions), so up to 4 compute threads share it. */
+#define NTO_WINO_DW_UNITS 4
 
 /*
  * One pass: input (c, h, w) -> output (f, oh, ow) per image, 3x3 kernel,
@@ -72,6 +80,16 @@ typedef struct nto_wino_plan {
 int nto_wino_plan_set(nto_wino_plan *p, int c, int h, int w, int f, int oh,
                       int ow, int pt, int pl, int batch, size_t block_bytes);
 
+/*
+ * Plans the weight gradient of the forward pass `fwd` (nto_wino_dw): the
+ * same geometry, blocks of at most max(1, block_bytes / (4 * (c + f) * tw
+ * * 4)) tile rows (a unit's V and dM hold 4 of the 16 positions), a slot
+ * per compute thread up to NTO_WINO_DW_UNITS. Returns 0, or -1 when a size
+ * overflows.
+ */
+int nto_wino_plan_dw(nto_wino_plan *dw, const nto_wino_plan *fwd,
+                     size_t block_bytes);
+
 /* Floats of the pass's workspace after the filter transform:
  * slots * slot. */
 size_t nto_wino_ws_floats(const nto_wino_plan *p);
@@ -102,5 +120,31 @@ void nto_wino_filter(const float *w, int f, int c, float *u);
  */
 void nto_wino_run(const nto_wino_plan *p, const float *x, const float *u,
                   int transposed, const float *bias, float *ws, float *y);
+
+/* Floats of nto_wino_dw's cache: V of the whole batch, 16 * c * tiles. */
+size_t nto_wino_dw_cache_floats(const nto_wino_plan *p);
+
+/*
+ * Weight gradient of the forward pass planned as p (nto_wino_plan_dw):
+ *   dw (f1 - f0, c, 3, 3) <- rows [f0, f1) of dL/dW, summed over the
+ * p->batch images x (batch, c, h, w) and their output gradients dy (batch,
+ * f, oh, ow), written with "=" (0 <= f0 < f1 <= p->f). By the transposed
+ * algorithm: dM = A dY A^T per output tile, dU[xi] = sum over tiles of
+ * dM[xi] . V[xi]^T (GEMMs over blocks of tile rows), dw = G^T dU G (see
+ * winograd.c). ws holds nto_wino_filter_floats(p->f, p->c) +
+ * nto_wino_ws_floats(p) floats (dU first).
+ *   cache: NULL, or nto_wino_dw_cache_floats(p) floats for V of the batch,
+ * so that the calls for several ranges of one gradient transform x once:
+ * fill = 1 computes V into it (from x), fill = 0 reads it there (x may be
+ * NULL); the rows are the same bits either way. The units
+ * (NTO_WINO_DW_UNITS) run side by side on the compute threads
+ * (nto_parallel_for_blas, at most p->slots), each GEMM single-threaded,
+ * each dU sum over the blocks in block order: the same bits at any thread
+ * count. Rows of a range equal the whole gradient's rows up to BLAS
+ * rounding (a GEMM of fewer rows may round a row differently). Executor
+ * thread.
+ */
+void nto_wino_dw(const nto_wino_plan *p, const float *x, const float *dy,
+                 int f0, int f1, float *ws, float *cache, int fill, float *dw);
 
 #endif /* NTO_WINOGRAD_H */

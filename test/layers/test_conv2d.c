@@ -30,6 +30,7 @@ extern size_t nto_conv2d_chunk_bytes_for_tests;
 /* conv2d.c's Winograd hooks: never choose it; does a layer use it. */
 extern int nto_conv2d_no_winograd_for_tests;
 int nto_conv2d_is_winograd_for_tests(const nto_layer *l);
+int nto_conv2d_is_winograd_dw_for_tests(const nto_layer *l);
 #define DEFAULT_CHUNK_BYTES ((size_t)2 << 20) /* CONV_CHUNK_BYTES */
 
 /* A test configuration: INI properties plus the geometry the reference
@@ -162,6 +163,11 @@ static const conv_case cases[] = {
      .props = {"filters", "4", "kernel_size", "3", "padding", "valid", NULL},
      .in = {3, 16, 7, 6}, .f = 4, .groups = 1, .bias = 1,
      .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {0, 0, 0, 0}, .wino = 1},
+    /* one tile per image: forward and dX by Winograd, dW by im2col */
+    {.name = "winograd one tile",
+     .props = {"filters", "4", "kernel_size", "3", "padding", "1", NULL},
+     .in = {3, 16, 2, 2}, .f = 4, .groups = 1, .bias = 1,
+     .k = {3, 3}, .s = {1, 1}, .d = {1, 1}, .pad = {1, 1, 1, 1}, .wino = 1},
     /* one past the padding Winograd takes (dX's would be negative) */
     {.name = "16 channels padding 3,0,0,0",
      .props = {"filters", "2", "kernel_size", "3", "padding", "3,0,0,0",
@@ -307,6 +313,11 @@ static void test_against_reference(void **state) {
     if (nto_conv2d_is_winograd_for_tests(&l) != k->wino)
       fail_msg("%s: Winograd %d, expected %d", k->name,
                nto_conv2d_is_winograd_for_tests(&l), k->wino);
+    /* dW too from 4 tiles per image (2x2 outputs) */
+    int wdw = k->wino && ((os.h + 1) / 2) * ((os.w + 1) / 2) >= 4;
+    if (nto_conv2d_is_winograd_dw_for_tests(&l) != wdw)
+      fail_msg("%s: Winograd dW %d, expected %d", k->name,
+               nto_conv2d_is_winograd_dw_for_tests(&l), wdw);
     nto_rng rng;
     nto_rng_seed(&rng, 100 + ci);
     size_t nx = nto_shape_numel(k->in), ny = nto_shape_numel(os);
@@ -723,13 +734,24 @@ static int pool_free(void **state) {
  * with chunks of images, and write nothing past the rows; the bias has no
  * rows. With the cache (the batch's column matrices, filled by the first
  * call) the rows are the same bits, also on 3 compute threads, and calls
- * after the first do not read the input. */
+ * after the first do not read the input. Likewise for a Winograd layer,
+ * whose cache is the batch's V (its input transform), with blocks of one
+ * tile row and of the whole batch. */
 static void test_weight_rows_match_backward(void **state) {
   (void)state;
   nto_err err = {0};
+  /* clang-format off */
+  static const conv_case wino[] = {
+      {.name = "winograd 16 channels 7x6 padding 1,2,0,1",
+       .props = {"filters", "6", "kernel_size", "3", "padding", "1,2,0,1",
+                 NULL},
+       .in = {3, 16, 7, 6}, .f = 6, .groups = 1, .bias = 1, .wino = 1},
+  };
+  /* clang-format on */
   const size_t bounds[] = {1, 1 << 20}; /* per image, whole batch */
-  for (size_t ci = 0; ci < sizeof chunk_cases / sizeof *chunk_cases; ci++) {
-    const conv_case *k = &chunk_cases[ci];
+  size_t nc0 = sizeof chunk_cases / sizeof *chunk_cases;
+  for (size_t ci = 0; ci < nc0 + sizeof wino / sizeof *wino; ci++) {
+    const conv_case *k = ci < nc0 ? &chunk_cases[ci] : &wino[ci - nc0];
     for (int bi = 0; bi < 2; bi++) {
       nto_layer l;
       nto_conv2d_chunk_bytes_for_tests = bounds[bi];
@@ -739,8 +761,14 @@ static void test_weight_rows_match_backward(void **state) {
       size_t nw = nto_shape_numel(l.w[0].shape), kcol = nw / k->f;
       assert_int_equal(l.ops->weight_row(&l, 0), (int)kcol);
       size_t ohw = (size_t)l.out_shape.h * l.out_shape.w;
+      assert_int_equal(nto_conv2d_is_winograd_for_tests(&l), k->wino);
       size_t nc = l.ops->weight_rows_cache(&l, 0);
-      assert_int_equal(nc, (size_t)k->groups * kcol * (size_t)k->in.n * ohw);
+      /* im2col's column matrices, or Winograd's V: 16 * C per tile */
+      size_t tiles = (size_t)k->in.n * ((l.out_shape.h + 1) / 2) *
+                     ((l.out_shape.w + 1) / 2);
+      assert_int_equal(nc, k->wino ? 16 * (size_t)k->in.c * tiles
+                                   : (size_t)k->groups * kcol *
+                                         (size_t)k->in.n * ohw);
       if (k->bias) {
         assert_int_equal(l.ops->weight_row(&l, 1), 0);
         assert_int_equal(l.ops->weight_rows_cache(&l, 1), 0);
@@ -918,14 +946,22 @@ static void test_workspace(void **state) {
 
   /* Winograd, 32 -> 32 channels, 9x9, batch 1: 5x5 tiles, a tile row
    * 16 * (32 + 32) * 5 = 5120 floats of V and M, the filter transform
-   * 16 * 32 * 32 = 16384 floats; im2col's column matrix (32*9 x 81 floats,
-   * 93312 bytes) is smaller */
+   * 16 * 32 * 32 = 16384 floats (dW's units need less: a quarter of the
+   * positions per tile row) */
   nto_conv2d_no_winograd_for_tests = 0;
   const char *const pw[] = {"filters", "32", "kernel_size", "3",
                             "padding", "1",  NULL};
   nto_shape iw = {1, 32, 9, 9};
   /* the default bound: one block of the 5 rows */
   assert_int_equal(ws_of(pw, iw, 0), (size_t)(16384 + 5 * 5120) * 4);
+  /* ResNet-18's 64-channel stage at 32x32, batch 1: 16x16 tiles, a tile
+   * row 16 * 128 * 16 floats, 8 rows within 1 MiB, the filter transform
+   * 16 * 64 * 64 floats: 1.25 MiB, below im2col's column matrix (64*9 x
+   * 1024 floats, 2.25 MiB), which dW by Winograd no longer needs */
+  const char *const p64[] = {"filters", "64", "kernel_size", "3",
+                             "padding", "1",  NULL};
+  assert_int_equal(ws_of(p64, (nto_shape){1, 64, 32, 32}, 0),
+                   (size_t)(65536 + 8 * 32768) * 4);
   /* two rows' bound: blocks 2+2+1 (the balanced split of 5 by 2) */
   assert_int_equal(ws_of(pw, iw, 2 * 5120 * 4), (size_t)(16384 + 2 * 5120) * 4);
   /* at 2 compute threads: a slot each */
