@@ -150,14 +150,14 @@
 /* Fewer input channels keep im2col: the GEMMs' depth would be tiny (the
  * 3-channel stem of ResNet-18 ran 3.5x slower by Winograd). */
 #define CONV_WINO_MIN_CHANNELS 16
-/* dW by Winograd needs at least this many tiles per image (an output of
- * more than 2x2). With one tile, each tap's gradient comes from few
- * outputs, so it is often exactly zero (its outputs dead after a ReLU),
- * which im2col keeps and Winograd's transforms round to noise of about
- * 1e-7 of the gradient's scale; Adam's normalized steps turn that noise
- * into updates (test_offload's narrow_deep, 2x2: 1e-3 apart between the
- * chunk-grads modes). */
-#define CONV_WINO_DW_MIN_TILES 4
+/* dW by Winograd needs at least this many tiles per image: an image of
+ * one tile (outputs up to 2x2) keeps im2col. There each tap's gradient
+ * comes from few outputs, so it is often exactly zero (its outputs dead
+ * after a ReLU), which im2col keeps and Winograd's transforms round to
+ * noise of about 1e-7 of the gradient's scale; Adam's normalized steps
+ * turn that noise into updates (test_offload's narrow_deep, 2x2: 1e-3
+ * apart between the chunk-grads modes). */
+#define CONV_WINO_DW_MIN_TILES 2
 
 /* Test hook: when nonzero, plan uses it instead of CONV_CHUNK_BYTES and
  * CONV_WINO_BLOCK_BYTES (tests force small chunks and blocks with it).
