@@ -432,6 +432,7 @@ static void dw_units(void *ctx, size_t u0, size_t u1, int slot) {
   size_t out_img = (size_t)p->f * p->oh * p->ow, ohw = (size_t)p->oh * p->ow;
   size_t rows = (size_t)p->batch * p->th, mc = (size_t)j->m * p->c;
   float *sl = j->ws + (size_t)slot * p->slot;
+  int transform_x = !j->cache || j->fill; /* else V is in the cache */
   for (size_t u = u0; u < u1; u++) {
     int a0 = (int)u * 4 / NTO_WINO_DW_UNITS;
     int a1 = (int)(u + 1) * 4 / NTO_WINO_DW_UNITS;
@@ -446,7 +447,7 @@ static void dw_units(void *ctx, size_t u0, size_t u1, int slot) {
       for (size_t r = r0; r < r1; r = sg.end) {
         image_segment(p, r, r1, &sg);
         size_t off = (r - r0) * p->tw;
-        for (int ci = 0; ci < p->c && (!j->cache || j->fill); ci++)
+        for (int ci = 0; ci < p->c && transform_x; ci++)
           input_tiles(p, j->x + sg.img * in_img + (size_t)ci * hw, sg.ty0,
                       sg.ty1, a0, a1, v + (size_t)ci * n + off, vxi);
         for (int fi = 0; fi < j->m; fi++)

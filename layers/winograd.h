@@ -42,8 +42,8 @@
 #include <stddef.h>
 
 /* Widest padded tile row the transforms take: 2*ceil(OW/2) + 2 floats of
- * both passes (forward and dX) must fit; plans with wider rows use
- * im2col. */
+ * both passes (forward and dX; dW reads the forward's rows) must fit;
+ * plans with wider rows use im2col. */
 #define NTO_WINO_ROW_MAX 1024
 
 /* Units of the weight gradient: each is one row of the 4x4 transformed
@@ -82,10 +82,10 @@ int nto_wino_plan_set(nto_wino_plan *p, int c, int h, int w, int f, int oh,
 
 /*
  * Plans the weight gradient of the forward pass `fwd` (nto_wino_dw): the
- * same geometry, blocks of at most max(1, block_bytes / (4 * (c + f) * tw
- * * 4)) tile rows (a unit's V and dM hold 4 of the 16 positions), a slot
- * per compute thread up to NTO_WINO_DW_UNITS. Returns 0, or -1 when a size
- * overflows.
+ * same geometry, blocks of at most max(1, block_bytes / (P * (c + f) * tw
+ * * 4)) tile rows, P = 16 / NTO_WINO_DW_UNITS (a unit's V and dM hold P of
+ * the 16 positions), a slot per compute thread up to NTO_WINO_DW_UNITS. Returns
+ * 0, or -1 when a size overflows.
  */
 int nto_wino_plan_dw(nto_wino_plan *dw, const nto_wino_plan *fwd,
                      size_t block_bytes);
