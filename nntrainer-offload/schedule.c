@@ -6,6 +6,7 @@
  */
 #include "schedule.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -256,29 +257,64 @@ static int by_start(const void *x, const void *y, void *ctx) {
   return by_size(x, y, ctx);
 }
 
+/* A placed interval as place_in_order's sweep reads it: its bytes
+ * [lo, hi), its segments, and a mask of the 64 equal parts of the cycle
+ * they touch (disjoint masks: no overlap in time, without reading the
+ * segments). Kept contiguous and sorted by lo, so the sweep reads memory
+ * in order instead of chasing each interval and its tensor's size. */
+typedef struct slot {
+  size_t lo, hi;
+  uint64_t mask;
+  long seg[2][2];
+  int n_seg;
+} slot;
+
+/* The mask of slot: bit i for the part [i w, (i + 1) w) of the cycle of T
+ * instants, w = ceil(T / 64), that a segment of v touches. */
+static uint64_t time_mask(const interval *v, long T) {
+  long w = (T + 63) / 64;
+  uint64_t mask = 0;
+  for (int i = 0; i < v->n_seg; i++) {
+    long a = v->seg[i][0] / w, b = v->seg[i][1] / w;
+    mask |= (b >= 63 ? ~0ULL : (2ULL << b) - 1) & ~((1ULL << a) - 1);
+  }
+  return mask;
+}
+
+static int slot_overlap(const slot *u, const interval *v) {
+  for (int i = 0; i < u->n_seg; i++)
+    for (int j = 0; j < v->n_seg; j++)
+      if (u->seg[i][0] <= v->seg[j][1] && v->seg[j][0] <= u->seg[i][1])
+        return 1;
+  return 0;
+}
+
 /* Place the n intervals idx[] in that order, each at the lowest offset
  * free of every placed interval overlapping it in time (a sweep over the
  * placed ones, kept sorted by offset in placed[]); returns the region. */
-static size_t place_in_order(model *m, const int *idx, int n, int *placed) {
+static size_t place_in_order(model *m, const int *idx, int n, slot *placed) {
   size_t region = 0;
+  long T = 3L * m->S;
   int np = 0;
   for (int i = 0; i < n; i++) {
     interval *v = &m->iv[idx[i]];
     size_t len = m->p->bytes[v->t], off = 0;
+    uint64_t mask = time_mask(v, T);
     int at = np; /* where v goes in the offset order */
     for (int j = 0; j < np; j++) {
-      const interval *u = &m->iv[placed[j]];
-      if (u->offset >= off + len)
+      const slot *u = &placed[j];
+      if (u->lo >= off + len)
         break; /* the sweep has found room below u */
-      size_t hi = u->offset + m->p->bytes[u->t];
-      if (hi > off && time_overlap(v, u))
-        off = hi;
+      if (u->hi > off && (u->mask & mask) && slot_overlap(u, v))
+        off = u->hi;
     }
     v->offset = off;
-    while (at > 0 && m->iv[placed[at - 1]].offset > off)
+    while (at > 0 && placed[at - 1].lo > off)
       at--;
     memmove(placed + at + 1, placed + at, (size_t)(np - at) * sizeof *placed);
-    placed[at] = idx[i];
+    placed[at] =
+        (slot){.lo = off, .hi = off + len, .mask = mask, .n_seg = v->n_seg};
+    memcpy(placed[at].seg, v->seg, sizeof v->seg);
     np++;
     if (off + len > region)
       region = off + len;
@@ -297,7 +333,8 @@ static size_t place_in_order(model *m, const int *idx, int n, int *placed) {
  * out of memory. */
 static size_t place(model *m) {
   size_t len = (size_t)(m->n_iv + 1) * sizeof(int);
-  int *idx = malloc(len), *placed = malloc(len), *best_idx = malloc(len);
+  int *idx = malloc(len), *best_idx = malloc(len);
+  slot *placed = malloc((size_t)(m->n_iv + 1) * sizeof *placed);
   if (!idx || !placed || !best_idx) {
     free(idx);
     free(placed);
