@@ -329,9 +329,11 @@ static size_t place_in_order(model *m, const int *idx, int n, slot *placed) {
  * for every profile: with gradients computed in place, layer.h
  * bwd_in_place, ResNet-18 b32's window-1 region is 33.7 MiB by size or
  * 40.5 by lifetime and 32.9 by first use, while MobileNetV2's is 137.9 MiB
- * by size and 180.9 by first use). Returns its size, or (size_t)-1 when
- * out of memory. */
-static size_t place(model *m) {
+ * by size and 180.9 by first use). With fit > 0, the first order whose
+ * region is within fit is kept without trying the others (a trial of
+ * keep only asks whether some order fits). Returns its size, or
+ * (size_t)-1 when out of memory. */
+static size_t place(model *m, size_t fit) {
   size_t len = (size_t)(m->n_iv + 1) * sizeof(int);
   int *idx = malloc(len), *best_idx = malloc(len);
   slot *placed = malloc((size_t)(m->n_iv + 1) * sizeof *placed);
@@ -349,19 +351,22 @@ static size_t place(model *m) {
                                                               by_start};
   enum { N_ORDER = sizeof order / sizeof *order };
   size_t region[N_ORDER] = {0};
-  int best = 0;
+  int best = 0, last = 0;
   for (int o = 0; o < N_ORDER; o++) {
     qsort_r(idx, (size_t)n, sizeof *idx, order[o], m);
     region[o] = place_in_order(m, idx, n, placed);
+    last = o;
     if (o == 0 || region[o] < region[best]) {
       best = o;
       memcpy(best_idx, idx, (size_t)n * sizeof *idx);
     }
+    if (fit && region[best] <= fit)
+      break; /* the first order within fit is the smallest so far */
   }
   /* the offsets are the last order's; the winner's sequence, placed
    * again, gives its region exactly (the orders tie on equal keys, so
    * sorting again could give another sequence) */
-  if (best != N_ORDER - 1)
+  if (best != last)
     place_in_order(m, best_idx, n, placed);
   free(idx);
   free(placed);
@@ -700,9 +705,10 @@ static void make_frontier(int S, int n, const int *upto, int *out) {
     out[s] = out[S - 1] - S;
 }
 
-/* nto_schedule_build, the placement spread when `spread`. */
+/* nto_schedule_build, the placement spread when `spread`; fit: as for
+ * place (0: the smallest region of every order). */
 static int build(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
-                 int spread, nto_err *err) {
+                 int spread, size_t fit, nto_err *err) {
   memset(sc, 0, sizeof *sc);
   model m = {.p = p, .S = p->n_steps};
   size_t nt = (size_t)p->n_tensors + 1;
@@ -744,7 +750,7 @@ static int build(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
                      m.w.n);
   if (rc == 0) {
     sc->peak = busiest(&m, sc->live);
-    sc->region = place(&m);
+    sc->region = place(&m, fit);
     if (sc->region == (size_t)-1)
       rc = NTO_ENOMEM;
     else if (spread)
@@ -768,7 +774,7 @@ static int build(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
 
 int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
                        const int *upto, nto_err *err) {
-  return build(sc, p, n, upto, 0, err);
+  return build(sc, p, n, upto, 0, 0, err);
 }
 
 void nto_schedule_free(nto_schedule *sc) {
@@ -867,7 +873,7 @@ static int try_holds(nto_schedule *sc, const nto_plan *p, int n_win,
   *better = 0;
   int rc = nto_plan_add_holds(&held, p, h, n, &terr);
   if (rc == 0)
-    rc = nto_schedule_build(&trial, &held, n_win, upto, &terr);
+    rc = build(&trial, &held, n_win, upto, 0, region, &terr);
   nto_plan_free(&held);
   if (rc == NTO_ENOMEM)
     return nto_err_set(err, rc, "%s", terr.msg);
@@ -919,15 +925,17 @@ static int keep_batch(nto_schedule *sc, const nto_plan *p, int n_win,
  * one build; one that does not is split in halves. */
 #define KEEP_BATCH 32
 
-/* The kept schedule with holds h[0..n_h) built again with its placement
- * spread (the same region, actions and bytes). */
+/* The kept schedule with holds h[0..n_h) built again with the smallest
+ * region of every placement order (a trial stopped at the first order
+ * that fitted) and its placement spread when `spread` (the same actions
+ * and bytes). */
 static int respread(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
-                    const nto_plan_hold *h, int n_h, nto_err *err) {
+                    const nto_plan_hold *h, int n_h, int spread, nto_err *err) {
   nto_plan held;
   nto_schedule out;
   int rc = nto_plan_add_holds(&held, p, h, n_h, err);
   if (rc == 0) {
-    rc = build(&out, &held, n, upto, 1, err);
+    rc = build(&out, &held, n, upto, spread, 0, err);
     nto_plan_free(&held);
   }
   if (rc == 0) {
@@ -974,8 +982,8 @@ static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
     }
   }
   sc->n_kept = n_h;
-  if (rc == 0 && spread)
-    rc = respread(sc, p, n, upto, h, n_h, err);
+  if (rc == 0 && (spread || n_h > 0)) /* n_h > 0: *sc is a trial */
+    rc = respread(sc, p, n, upto, h, n_h, spread, err);
   free(g);
   free(h);
   free(live);
@@ -994,5 +1002,5 @@ int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
 int nto_schedule_final(nto_schedule *sc, const nto_plan *p, int n,
                        const int *upto, int keep_resident, nto_err *err) {
   return keep_resident ? keep(sc, p, n, upto, 1, err)
-                       : build(sc, p, n, upto, 1, err);
+                       : build(sc, p, n, upto, 1, 0, err);
 }

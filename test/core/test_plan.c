@@ -900,8 +900,11 @@ static void test_schedule_placement(void **state) {
     assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
     for (int pass = 0; pass < 2; pass++) {
       const nto_plan *p = nto_model_plan(m, pass);
-      const int windows[] = {1, 2, 3, 7, 1000};
-      for (int w = 0; w < 5; w++) {
+      /* 16: at ResNet-18 b2 a trial of keep fits with an order whose
+       * region is not the smallest, so keep's result must be placed with
+       * every order again (check_final's equal regions) */
+      const int windows[] = {1, 2, 3, 7, 16, 1000};
+      for (int w = 0; w < 6; w++) {
         nto_schedule sc;
         if (nto_schedule_build(&sc, p, windows[w], NULL, &err) != 0)
           fail_msg("%s window %d: %s", nets[i], windows[w], err.msg);
