@@ -213,12 +213,18 @@ static int to_cycle(model *m) {
 
 static int used(const interval *v) { return v->n_seg > 0; }
 
-static int time_overlap(const interval *a, const interval *b) {
-  for (int i = 0; i < a->n_seg; i++)
-    for (int j = 0; j < b->n_seg; j++)
-      if (a->seg[i][0] <= b->seg[j][1] && b->seg[j][0] <= a->seg[i][1])
+/* Do the segments a[0..na) and b[0..nb) share an instant? */
+static int segs_overlap(const long (*a)[2], int na, const long (*b)[2],
+                        int nb) {
+  for (int i = 0; i < na; i++)
+    for (int j = 0; j < nb; j++)
+      if (a[i][0] <= b[j][1] && b[j][0] <= a[i][1])
         return 1;
   return 0;
+}
+
+static int time_overlap(const interval *a, const interval *b) {
+  return segs_overlap(a->seg, a->n_seg, b->seg, b->n_seg);
 }
 
 static int by_size(const void *x, const void *y, void *ctx) {
@@ -281,14 +287,6 @@ static uint64_t time_mask(const interval *v, long T) {
   return mask;
 }
 
-static int slot_overlap(const slot *u, const interval *v) {
-  for (int i = 0; i < u->n_seg; i++)
-    for (int j = 0; j < v->n_seg; j++)
-      if (u->seg[i][0] <= v->seg[j][1] && v->seg[j][0] <= u->seg[i][1])
-        return 1;
-  return 0;
-}
-
 /* Place the n intervals idx[] in that order, each at the lowest offset
  * free of every placed interval overlapping it in time (a sweep over the
  * placed ones, kept sorted by offset in placed[]); returns the region. */
@@ -305,7 +303,8 @@ static size_t place_in_order(model *m, const int *idx, int n, slot *placed) {
       const slot *u = &placed[j];
       if (u->lo >= off + len)
         break; /* the sweep has found room below u */
-      if (u->hi > off && (u->mask & mask) && slot_overlap(u, v))
+      if (u->hi > off && (u->mask & mask) &&
+          segs_overlap(u->seg, u->n_seg, v->seg, v->n_seg))
         off = u->hi;
     }
     v->offset = off;
