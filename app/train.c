@@ -89,8 +89,8 @@ static const char usage[] =
     "                        budget or --window auto); 'room': as 'time'\n"
     "                        where the window's own memory has room, so\n"
     "                        the tensor region stays that of 'steps', and\n"
-    "                        only while the swap traffic it adds fits\n"
-    "                        behind the compute (the default for a fixed\n"
+    "                        only while the device has idle time for the\n"
+    "                        swap traffic it adds (the default for a fixed\n"
     "                        window without a budget)\n"
     "  --chunk-grads auto|on|off\n"
     "                        where the gradient of a weight above the\n"
@@ -382,6 +382,8 @@ typedef struct run {
   double stall_ms;              /* during training steps only */
   long relocated;               /* the same: buffers at a second offset */
   double busy_ms[2];            /* onloader, offloader busy time: the same */
+  double device_ms;             /* time with a request at the device: the
+                                   same */
   double *step_ms;              /* per training step: compute ms summed over
                                    the measured iterations (offload only) */
   double *step_tmp;             /* scratch: the last pass's step times */
@@ -589,6 +591,7 @@ static int train_loop(run *r, nto_err *err) {
         r->relocated += after.relocated - before.relocated;
         r->busy_ms[0] += after.read_busy_ms - before.read_busy_ms;
         r->busy_ms[1] += after.write_busy_ms - before.write_busy_ms;
+        r->device_ms += after.device_busy_ms - before.device_busy_ms;
         if (rc == 0 && r->step_ms &&
             nto_model_step_times(r->m, r->step_tmp) == 0) {
           for (int s = 0; s < nto_model_pass_steps(r->m, NTO_PASS_TRAIN); s++)
@@ -652,6 +655,7 @@ typedef struct metrics {
   double median_ms, p90_ms;
   double stall_ms, read_mib, written_mib; /* per measured iteration */
   double read_busy_ms, write_busy_ms;     /* the same */
+  double device_busy_ms;                  /* the same */
   double relocated;                       /* the same: buffers placed at
                                              their second offset */
   int offload;                            /* 0: all resident, st unset */
@@ -700,6 +704,7 @@ static void measure(run *r, metrics *mx) {
   mx->relocated = (double)r->relocated / n;
   mx->read_busy_ms = r->busy_ms[0] / n;
   mx->write_busy_ms = r->busy_ms[1] / n;
+  mx->device_busy_ms = r->device_ms / n;
   mx->read_mib = r->io_read / n / 1048576.0;
   mx->written_mib = r->io_written / n / 1048576.0;
   mx->offload = nto_model_offload_stats(r->m, &mx->st) == 0;
@@ -766,8 +771,7 @@ static void report_offload(run *r, const metrics *mx) {
            r->prefetch, st->ahead);
   else if (!strcmp(r->prefetch, "room") && nto_model_room_declined(r->m))
     printf("prefetch          by room: no read ahead of the window (the "
-           "swap traffic it adds would not fit behind the compute at the "
-           "measured bandwidths)\n");
+           "device had no idle time for the swap traffic it adds)\n");
   else if (strcmp(r->prefetch, "steps") != 0)
     printf("prefetch          by %s: no read ahead of the window (no room "
            "for it, or no step times measured yet)\n",
@@ -783,8 +787,8 @@ static void report_offload(run *r, const metrics *mx) {
            "second offset: their planned pages were still being written\n",
            mx->relocated);
   printf("I/O threads       busy %.1f ms reading, %.1f ms writing per "
-         "iteration\n",
-         mx->read_busy_ms, mx->write_busy_ms);
+         "iteration; a request at the device %.1f ms\n",
+         mx->read_busy_ms, mx->write_busy_ms, mx->device_busy_ms);
   printf("swap traffic      %.1f MiB read, %.1f MiB written per iteration "
          "(planned %.1f / %.1f)\n",
          mx->read_mib, mx->written_mib, st->planned_read / 1048576.0,
@@ -936,6 +940,7 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"relocated_per_iteration\": %.3f,\n", mx->relocated);
   fprintf(f, "  \"read_busy_ms_per_iteration\": %.3f,\n", mx->read_busy_ms);
   fprintf(f, "  \"write_busy_ms_per_iteration\": %.3f,\n", mx->write_busy_ms);
+  fprintf(f, "  \"device_busy_ms_per_iteration\": %.3f,\n", mx->device_busy_ms);
   fprintf(f, "  \"read_mib_per_iteration\": %.3f,\n", mx->read_mib);
   fprintf(f, "  \"written_mib_per_iteration\": %.3f,\n", mx->written_mib);
   fprintf(f, "  \"planned_read_mib_per_iteration\": %.3f,\n",

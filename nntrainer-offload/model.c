@@ -101,8 +101,8 @@ struct nto_model {
   int n_wtrace, cap_wtrace;
   nto_prefetch prefetch; /* while offloading */
   int no_keep;           /* the engine keeps nothing resident in gaps */
-  int room_declined;     /* the last ROOM frontier was not used: its
-                            traffic would not fit behind the compute */
+  int room_declined;     /* the last ROOM frontier was not used: the
+                            device had no idle time for its traffic */
   int budget_refused;    /* resolve_window refused the memory budget */
   int convs_kept;        /* recompute auto kept the convolutions' outputs:
                             recomputing them did not fit the budget */
@@ -111,6 +111,10 @@ struct nto_model {
   double *step_ms;                    /* per training step: compute time as
                                          measured for the frontier, NULL: none */
   long passes;                        /* training passes run by this process */
+  /* The last training pass (with offloading): its wall time, the device's
+   * busy time in it (offload.h device_busy_ms) and the bytes it moved. */
+  double pass_ms, pass_device_ms;
+  uint64_t pass_bytes;
   nto_rng rng;
   nto_grad_hook hook;
   void *hook_user;
@@ -1731,48 +1735,42 @@ static int engine_bytes(const nto_model *m, int n, const int *upto,
 
 /* The rule of nto_model_room_pays for room's schedule moving r1 + w1
  * bytes per pass against the plain window's r0 + w0. */
-static int pays_with(const nto_model *m, uint64_t r1, uint64_t w1, uint64_t r0,
-                     uint64_t w0, const double *step_ms, double rbw,
-                     double wbw) {
+static int pays_with(uint64_t r1, uint64_t w1, uint64_t r0, uint64_t w0,
+                     double pass_ms, double device_ms, uint64_t pass_bytes) {
   if (r1 + w1 <= r0 + w0)
     return 1;
-  double compute = 0;
-  for (int s = 0; s < m->plan[NTO_PASS_TRAIN].n_steps; s++)
-    compute += step_ms[s] > 0 ? step_ms[s] : 0;
-  double rd = rbw > 0 ? r1 / rbw : INFINITY;
-  double wr = wbw > 0 ? w1 / wbw : INFINITY;
-  return rd <= compute && wr <= compute;
+  if (!(pass_ms > 0) || !(device_ms > 0) || pass_bytes == 0)
+    return 0; /* no rate measured: not known to fit */
+  double busy = device_ms * (double)(r1 + w1) / (double)pass_bytes;
+  return busy <= NTO_ROOM_DEVICE_SHARE * pass_ms;
 }
 
 int nto_model_room_pays(const nto_model *m, int n, const int *upto,
-                        const double *step_ms, double read_bytes_per_ms,
-                        double write_bytes_per_ms, int *pays, nto_err *err) {
+                        double pass_ms, double device_ms, uint64_t pass_bytes,
+                        int *pays, nto_err *err) {
   uint64_t r0 = 0, w0 = 0, r1 = 0, w1 = 0;
   *pays = 1;
   int rc = engine_bytes(m, n, NULL, &r0, &w0, err);
   if (rc == 0)
     rc = engine_bytes(m, n, upto, &r1, &w1, err);
   if (rc == 0)
-    *pays = pays_with(m, r1, w1, r0, w0, step_ms, read_bytes_per_ms,
-                      write_bytes_per_ms);
+    *pays = pays_with(r1, w1, r0, w0, pass_ms, device_ms, pass_bytes);
   return rc;
 }
 
 /* The frontier of window n from the step times and read bandwidth
- * measured so far, and the bandwidths measured (bytes/ms; write 0: none
- * yet) into *rbw, *wbw; *ok = 0 when there is nothing to weigh (no
- * times, no reads) or nothing moves. */
-static int make_frontier(nto_model *m, int n, int *upto, int *ok, double *rbw,
-                         double *wbw, nto_err *err) {
+ * (bytes per busy ms of the onloader) measured so far; *ok = 0 when there
+ * is nothing to weigh (no times, no reads) or nothing moves. */
+static int make_frontier(nto_model *m, int n, int *upto, int *ok,
+                         nto_err *err) {
   *ok = 0;
   nto_offload_stats st;
   nto_offload_get_stats(m->off, &st);
   if (!m->step_ms || st.read_bytes == 0 || st.read_busy_ms <= 0)
     return 0;
   int moved = 0;
-  *rbw = (double)st.read_bytes / st.read_busy_ms;
-  *wbw = st.write_busy_ms > 0 ? (double)st.written_bytes / st.write_busy_ms : 0;
-  int rc = nto_model_frontier(m, n, m->step_ms, *rbw,
+  double rbw = (double)st.read_bytes / st.read_busy_ms;
+  int rc = nto_model_frontier(m, n, m->step_ms, rbw,
                               m->prefetch == NTO_PREFETCH_ROOM, m->budget, upto,
                               &moved, err);
   *ok = rc == 0 && moved > 0;
@@ -1781,10 +1779,10 @@ static int make_frontier(nto_model *m, int n, int *upto, int *ok, double *rbw,
 
 /* With room's frontier in force for window n: does it pay
  * (nto_model_room_pays, with the engine's own schedule's bytes, so that
- * its keeping is not computed twice)? If not, the plain window instead.
- * The plain window's bytes are computed once per window. */
-static int check_room(nto_model *m, int n, double rbw, double wbw,
-                      nto_err *err) {
+ * its keeping is not computed twice, and the last pass's device time)?
+ * If not, the plain window instead. The plain window's bytes are computed
+ * once per window. */
+static int check_room(nto_model *m, int n, nto_err *err) {
   nto_offload_stats st;
   nto_offload_get_stats(m->off, &st);
   if (m->plain_n != n) {
@@ -1793,9 +1791,9 @@ static int check_room(nto_model *m, int n, double rbw, double wbw,
       return rc;
     m->plain_n = n;
   }
-  m->room_declined =
-      !pays_with(m, st.planned_read, st.planned_written, m->plain_read,
-                 m->plain_written, m->step_ms, rbw, wbw);
+  m->room_declined = !pays_with(st.planned_read, st.planned_written,
+                                m->plain_read, m->plain_written, m->pass_ms,
+                                m->pass_device_ms, m->pass_bytes);
   return m->room_declined ? nto_offload_set_frontier(m->off, n, NULL, err) : 0;
 }
 
@@ -1816,16 +1814,15 @@ static int tune_window(nto_model *m, int cur, int next, nto_err *err) {
   if (!remeasured && next == cur)
     return 0;
   int *upto = malloc((size_t)S * sizeof *upto), ok = 0;
-  double rbw = 0, wbw = 0;
   if (!upto)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
-  int rc = m->step_ms ? make_frontier(m, next, upto, &ok, &rbw, &wbw, err) : 0;
+  int rc = m->step_ms ? make_frontier(m, next, upto, &ok, err) : 0;
   if (rc == 0)
     rc = nto_offload_set_frontier(m->off, next, ok ? upto : NULL, err);
   if (rc == 0)
     m->room_declined = 0;
   if (rc == 0 && ok && m->prefetch == NTO_PREFETCH_ROOM)
-    rc = check_room(m, next, rbw, wbw, err);
+    rc = check_room(m, next, err);
   free(upto);
   return rc;
 }
@@ -1833,9 +1830,9 @@ static int tune_window(nto_model *m, int cur, int next, nto_err *err) {
 int nto_model_train_step(nto_model *m, const float *x, const float *y,
                          nto_step_stats *st, nto_err *err) {
   double lr = nto_lr_at(&m->lr, &m->opt, m->iteration);
-  nto_offload_stats before;
+  nto_offload_stats before, now;
   double t0 = 0;
-  if (m->auto_window) {
+  if (m->off) {
     nto_offload_get_stats(m->off, &before);
     t0 = now_ms();
   }
@@ -1844,9 +1841,14 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
     m->iteration++;
     m->passes++;
   }
-  if (rc == 0 && (m->auto_window || m->prefetch != NTO_PREFETCH_STEPS)) {
-    nto_offload_stats now;
+  if (rc == 0 && m->off) {
     nto_offload_get_stats(m->off, &now);
+    m->pass_ms = now_ms() - t0;
+    m->pass_device_ms = now.device_busy_ms - before.device_busy_ms;
+    m->pass_bytes = (now.read_bytes - before.read_bytes) +
+                    (now.written_bytes - before.written_bytes);
+  }
+  if (rc == 0 && (m->auto_window || m->prefetch != NTO_PREFETCH_STEPS)) {
     int next = now.window;
     if (m->auto_window)
       rc = adapt_window(m, &before, &now, t0, &next, err);

@@ -400,28 +400,39 @@ int nto_model_frontier(const nto_model *m, int n, const double *step_ms,
  * until the next training step. */
 const nto_window_sample *nto_model_window_trace(const nto_model *m, int *n);
 
+/* The share of a pass's wall time the device may be busy with room's
+ * traffic (nto_model_room_pays). Measured on ResNet-18 and MobileNetV2
+ * (docs/benchmarks.md, "Room judged by the device's idle time"): room's
+ * bytes would keep this machine's disk busy 0.42-0.74 of the third
+ * iteration (0.30-0.92 of the first, which primes), and the throttled
+ * device (45/25 MB/s) 0.995 of it. */
+#define NTO_ROOM_DEVICE_SHARE 0.9
+
 /*
  * Does the read-ahead of --prefetch room pay for window n with frontier
  * upto[0..S) (nto_model_frontier with room)? Within the same region the
  * read-ahead takes room that keeping tensors resident would use
  * (schedule.h nto_schedule_keep), so the engine's schedule may move more
  * bytes (ResNet-18 b32 window 1: 311.3 + 238.7 against 295.3 + 210.7 MiB
- * per iteration). Those cost nothing while the device keeps up behind the
- * compute, and everything where it does not (a slow card). *pays = 1 when
- * the schedule with upto moves no more bytes (read + written) than without
- * it, or when its reads at read_bytes_per_ms and its writes at
- * write_bytes_per_ms (bandwidths measured by the I/O threads: bytes / busy
- * time; <= 0: unknown, does not fit) each take no longer than the
- * compute, the sum of step_ms[0..S) (ms): reads and writes proceed side by
- * side on the device, so the slower of the two is the bound. Costs two
+ * per iteration). Those cost little while the device has idle time, and
+ * everything where it has none (a slow card). *pays = 1 when the schedule
+ * with upto moves no more bytes (read + written) than without it, or when
+ * its bytes at the device's rate in a measured pass (pass_bytes read +
+ * written in device_ms, the time a request was at the device, offload.h
+ * device_busy_ms) keep the device busy for at most NTO_ROOM_DEVICE_SHARE
+ * of that pass's wall time pass_ms. The pass may have run
+ * with or without the frontier; either way the device's rate and the
+ * iteration are measured, not predicted. Nothing measured (pass_ms,
+ * device_ms <= 0 or pass_bytes 0): *pays = 0 for more bytes. Costs two
  * nto_schedule_keep (ResNet-18: ~0.1 s; MobileNetV2 224 with a frontier:
- * ~2 s); training applies the same rule to the schedule the engine built
- * (model.c check_room), computing only the plain window's bytes.
+ * ~2 s); training applies the same rule after its first and third passes
+ * to the schedule the engine built (model.c check_room), computing only
+ * the plain window's bytes.
  * Returns 0, NTO_ENOMEM. Any single thread; m is not changed.
  */
 int nto_model_room_pays(const nto_model *m, int n, const int *upto,
-                        const double *step_ms, double read_bytes_per_ms,
-                        double write_bytes_per_ms, int *pays, nto_err *err);
+                        double pass_ms, double device_ms, uint64_t pass_bytes,
+                        int *pays, nto_err *err);
 
 /* 1 when training with --prefetch room last declined its read-ahead
  * because it did not pay (nto_model_room_pays): the window reads by

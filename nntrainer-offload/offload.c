@@ -140,6 +140,12 @@ struct nto_offload {
   double busy_ms[2];         /* per I/O thread: time with jobs queued or in
                                 flight, closed busy periods */
   double busy_since[2];      /* start of the open busy period, or -1 */
+  /* The device (nto_offload_stats device_busy_ms): requests of either
+   * thread handed to the I/O backend and not yet reaped. dev_mu alone
+   * guards these (taken with mu held or not, never the reverse). */
+  pthread_mutex_t dev_mu;
+  int dev_inflight;
+  double dev_ms, dev_since;
   uint64_t read_bytes, written_bytes;
   double sum_ms; /* I/O threads and sync I/O: computing checksums */
 };
@@ -489,6 +495,20 @@ static uint64_t checksum(const void *buf, size_t n) {
   return crc32_z(crc32_z(0L, Z_NULL, 0), buf, n);
 }
 
+/* n requests handed to the I/O backend (n > 0) or reaped (n < 0): the
+ * device's busy time opens when the first is handed and closes when the
+ * last comes back. Either I/O thread, with or without mu. */
+static void device_count(nto_offload *o, int n) {
+  pthread_mutex_lock(&o->dev_mu);
+  if (o->dev_inflight == 0 && n > 0)
+    o->dev_since = now_ms();
+  o->dev_inflight += n;
+  assert(o->dev_inflight >= 0);
+  if (o->dev_inflight == 0 && n < 0)
+    o->dev_ms += now_ms() - o->dev_since;
+  pthread_mutex_unlock(&o->dev_mu);
+}
+
 /* Start job j on queue io: returns 1 if a request was submitted, 0 if the
  * job completed at once. */
 static int start_job(nto_offload *o, nto_io *io, job *j) {
@@ -521,6 +541,7 @@ static int start_job(nto_offload *o, nto_io *io, job *j) {
   r->offset = o->offset[j->t];
   r->user = j;
   j->t0 = now_ms();
+  device_count(o, 1);
   nto_io_submit(io, r);
   return 1;
 }
@@ -566,6 +587,8 @@ static int reap(nto_offload *o, nto_io *io, int writer, int wait) {
   nto_io_req *done[BATCH];
   nto_io_flush(io);
   int nd = nto_io_reap(io, done, BATCH, wait);
+  if (nd > 0)
+    device_count(o, -nd);
   for (int i = 0; i < nd; i++)
     finish(o, writer, done[i]->user, done[i]);
   return nd;
@@ -1181,6 +1204,7 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
   if (o->opts.depth == 0)
     o->opts.depth = 16;
   pthread_mutex_init(&o->mu, NULL);
+  pthread_mutex_init(&o->dev_mu, NULL);
   pthread_cond_init(&o->cv_exec, NULL);
   pthread_cond_init(&o->cv_load, NULL);
   pthread_cond_init(&o->cv_off, NULL);
@@ -1258,6 +1282,7 @@ void nto_offload_free(nto_offload *o) {
   pthread_cond_destroy(&o->cv_off);
   pthread_cond_destroy(&o->cv_mem);
   pthread_mutex_destroy(&o->mu);
+  pthread_mutex_destroy(&o->dev_mu);
   free(o);
 }
 
@@ -1286,6 +1311,10 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
       b += now - o->busy_since[w];
     *(w ? &st->write_busy_ms : &st->read_busy_ms) = b;
   }
+  pthread_mutex_lock(&o->dev_mu);
+  st->device_busy_ms =
+      o->dev_ms + (o->dev_inflight > 0 ? now - o->dev_since : 0);
+  pthread_mutex_unlock(&o->dev_mu);
   st->read_bytes = o->read_bytes;
   st->written_bytes = o->written_bytes;
   st->checksum = o->checksum;
@@ -1311,6 +1340,11 @@ void nto_offload_reset_stats(nto_offload *o) {
     if (o->busy_since[w] >= 0)
       o->busy_since[w] = now_ms();
   }
+  pthread_mutex_lock(&o->dev_mu);
+  o->dev_ms = 0;
+  if (o->dev_inflight > 0)
+    o->dev_since = now_ms();
+  pthread_mutex_unlock(&o->dev_mu);
   o->read_bytes = o->written_bytes = 0;
   o->sum_ms = 0;
   o->peak = o->in_use;

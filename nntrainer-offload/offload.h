@@ -136,6 +136,10 @@ typedef struct nto_offload_stats {
   double read_busy_ms;      /* onloader: time with jobs queued or in
                                flight, up to now */
   double write_busy_ms;     /* offloader: the same */
+  double device_busy_ms;    /* time with a request of either I/O thread at
+                               the I/O backend (handed over, not yet
+                               reaped), up to now: the device is idle
+                               outside it */
   uint64_t read_bytes;      /* read from the swap file */
   uint64_t written_bytes;   /* written to the swap file */
   int checksum;             /* swapped tensors carry a checksum */

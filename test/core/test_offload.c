@@ -527,7 +527,8 @@ static void on_state(void *user, int mode, int step, nto_step_state from,
 
 /* Only legal transitions, each continuing the step's previous state, and
  * after the run (drained) every step that ran is SWAPPED again; the
- * resident bytes never exceed the planned tensor region. */
+ * resident bytes never exceed the planned tensor region; the device's busy
+ * time lies within the I/O threads'. */
 static void test_state_machine(void **state) {
   (void)state;
   char dir[256];
@@ -556,6 +557,12 @@ static void test_state_machine(void **state) {
     assert_int_equal(log.last[NTO_PASS_EVAL][s], NTO_STEP_SWAPPED);
   assert_true(log.cycles >= 3 * S); /* every step ran 3 times */
   assert_true(os.read_bytes > 0 && os.written_bytes > 0);
+  /* the device was busy while bytes moved, and only while an I/O thread
+   * had a request queued or in flight */
+  assert_true(os.device_busy_ms > 0);
+  if (os.device_busy_ms > os.read_busy_ms + os.write_busy_ms + 1e-6)
+    fail_msg("device busy %g ms, I/O threads %g + %g ms", os.device_busy_ms,
+             os.read_busy_ms, os.write_busy_ms);
   assert_true(os.peak_resident <= os.region_max); /* frontier changes */
   assert_true(os.planned_peak <= os.region);
   result_free(&r);
@@ -1026,10 +1033,11 @@ static void test_frontier_fit(void **state) {
 
 /* nto_model_room_pays on ResNet-18 b32 window 1 (plan only), every step
  * 4 ms: the room frontier at 500 MiB/s moves more bytes than the plain
- * window (keeping loses room to the read-ahead). It pays when its reads
- * and its writes each fit in the compute at the given bandwidths, and not
- * when either does not (just above or below the boundary, each channel in
- * turn); a frontier that moves no more bytes always pays. */
+ * window (keeping loses room to the read-ahead). It pays when, at the
+ * device's rate measured in a pass, its bytes keep the device busy for at
+ * most NTO_ROOM_DEVICE_SHARE of that pass (just below and above the
+ * boundary), and not on a saturated device or with nothing measured; a
+ * frontier that moves no more bytes always pays. */
 static void test_room_pays(void **state) {
   (void)state;
   nto_config c;
@@ -1037,50 +1045,46 @@ static void test_room_pays(void **state) {
   int S, *upto, moved = 0, pays = -1;
   double *step_ms;
   nto_model *m = resnet18_b32_plan(&c, &S, &step_ms, &upto);
-  double compute = 4.0 * S, fast = 1e12;
   if (nto_model_frontier(m, 1, step_ms, 500.0 * 1048576 / 1000, 1, 0, upto,
                          &moved, &err) != 0)
     fail_msg("%s", err.msg);
   assert_true(moved > 0);
-  /* the room schedule's bytes per channel, for the boundaries */
-  nto_schedule sc;
-  assert_int_equal(
-      nto_schedule_keep(&sc, nto_model_plan(m, NTO_PASS_TRAIN), 1, upto, &err),
-      0);
-  double r = (double)sc.read_bytes, w = (double)sc.written_bytes;
-  uint64_t plain = kept_bytes(m, 1, NULL),
-           room = sc.read_bytes + sc.written_bytes;
-  nto_schedule_free(&sc);
+  uint64_t plain = kept_bytes(m, 1, NULL), room = kept_bytes(m, 1, upto);
   if (room <= plain)
     fail_msg("room %llu bytes, plain %llu: expected more with room",
              (unsigned long long)room, (unsigned long long)plain);
+  /* a pass of 1000 ms that moved the plain bytes; the device time at
+   * which room's bytes take exactly the share of it */
+  double pass = 1000, edge = NTO_ROOM_DEVICE_SHARE * pass * plain / room;
   const struct {
-    double rbw, wbw;
+    double device_ms;
+    uint64_t bytes;
     int pays;
   } cases[] = {
-      {fast, fast, 1},
-      {r / (0.95 * compute), fast, 1}, /* reads take 95% of the compute */
-      {r / (1.05 * compute), fast, 0}, /* 105% */
-      {fast, w / (0.95 * compute), 1},
-      {fast, w / (1.05 * compute), 0},
-      /* both at 60%: side by side, not one after the other */
-      {r / (0.6 * compute), w / (0.6 * compute), 1},
-      {1.0, 1.0, 0}, /* a slow card */
-      {fast, 0, 0},  /* no write measured yet: not known to fit */
+      {0.95 * edge, plain, 1},
+      {1.05 * edge, plain, 0},
+      {0.4 * pass, plain, 1}, /* this disk after the third pass */
+      {pass, plain, 0},       /* a slow card: busy the whole pass */
+      {0, plain, 0},          /* no device time measured */
+      {0.4 * pass, 0, 0},     /* no bytes measured */
+      {0.95 * edge * room / plain, room, 1}, /* a pass with room itself */
+      {1.05 * edge * room / plain, room, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    assert_int_equal(nto_model_room_pays(m, 1, upto, step_ms, cases[k].rbw,
-                                         cases[k].wbw, &pays, &err),
+    assert_int_equal(nto_model_room_pays(m, 1, upto, pass, cases[k].device_ms,
+                                         cases[k].bytes, &pays, &err),
                      0);
     if (pays != cases[k].pays)
-      fail_msg("case %zu (read %g, write %g bytes/ms): pays %d, expected %d", k,
-               cases[k].rbw, cases[k].wbw, pays, cases[k].pays);
+      fail_msg("case %zu (device %g ms of %g, %llu bytes): pays %d, "
+               "expected %d",
+               k, cases[k].device_ms, pass, (unsigned long long)cases[k].bytes,
+               pays, cases[k].pays);
   }
   /* the plain frontier moves the plain bytes: pays on any card */
   for (int s = 0; s < S; s++)
     upto[s] = s + 1;
   assert_int_equal(
-      nto_model_room_pays(m, 1, upto, step_ms, 1.0, 1.0, &pays, &err), 0);
+      nto_model_room_pays(m, 1, upto, pass, pass, plain, &pays, &err), 0);
   assert_int_equal(pays, 1);
   free(step_ms);
   free(upto);
