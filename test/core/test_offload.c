@@ -870,9 +870,10 @@ static uint64_t kept_bytes(const nto_model *m, int n, const int *upto) {
  * they pay (model.h nto_model_room_pays). Every region of the run
  * (region_max, frontiers included) + workspace stays within what the plain
  * window needs, and results are the same bits as everything resident, at
- * windows 1 and 2. These nets' compute is short against their traffic, so
- * room declines its read-ahead here: the run then moves the kept plain
- * window's bytes. The same fitted frontier without the check (read-ahead
+ * windows 1 and 2. Where room declines its read-ahead (it depends on the
+ * device's idle time in the run; test_room_declined_slow_device forces
+ * it), the run moves the kept plain window's bytes. The same fitted
+ * frontier without the check (read-ahead
  * by time within a budget of exactly the plain window's need) is used,
  * and must keep the bits too. ResNet-18 (batch 2) unless quick. */
 static void test_prefetch_room(void **state) {
@@ -1090,6 +1091,59 @@ static void test_room_pays(void **state) {
   free(upto);
   nto_model_free(m);
   nto_config_free(&c);
+}
+
+/* Room on a device with no idle time (every read made 3 ms slow before it
+ * is handed over, counted as device time): where room's frontier moves
+ * more bytes than the plain window, the check declines it, and the run
+ * moves the kept plain window's bytes with nothing read ahead; results
+ * stay the all-resident run's bits. At least one net must have been
+ * declined, or the declined path went untested. */
+static void test_room_declined_slow_device(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "roomslow"), 0);
+  const net_case nets[] = {{"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+                           {"test/data/nets/mobile_block.ini", 2, 3, 0}};
+  int declined = 0;
+  for (size_t k = 0; k < sizeof nets / sizeof *nets; k++) {
+    const net_case *nc = &nets[k];
+    result ref = {0}, r = {0};
+    run(nc, 0, NTO_IO_AUTO, dir, &ref);
+    nto_model_opts o = {.prefetch = NTO_PREFETCH_ROOM};
+    o.offload.window = 1;
+    nto_io_fault f = {.op = NTO_IO_READ, .delay_us = 3000};
+    unsigned fired = 0;
+    nto_offload_stats st;
+    run_faulted(nc, o, dir, NULL, &f, &fired, &r, &st);
+    check_equal(nc, &ref, &r, 1, NTO_IO_AUTO);
+    if (last_room_declined) {
+      nto_config c;
+      nto_model *m;
+      nto_err err = {0};
+      nto_model_opts po = {.batch = nc->batch, .plan_only = 1};
+      po.offload.window = 1;
+      assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
+      if (nto_model_create(&m, &c, &po, &err) != 0)
+        fail_msg("%s", err.msg);
+      uint64_t plain = kept_bytes(m, 1, NULL);
+      nto_model_free(m);
+      nto_config_free(&c);
+      if (st.ahead != 0 || st.planned_read + st.planned_written != plain)
+        fail_msg("%s: room declined, yet reads %d steps ahead and plans "
+                 "%llu bytes, the plain window %llu",
+                 nc->ini, st.ahead,
+                 (unsigned long long)(st.planned_read + st.planned_written),
+                 (unsigned long long)plain);
+    }
+    declined += last_room_declined;
+    result_free(&r);
+    result_free(&ref);
+  }
+  if (declined == 0)
+    fail_msg("room was not declined on a device busy the whole pass");
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
 }
 
 /* Model creation with o on nc must fail with NTO_ECONFIG and a message
@@ -1454,6 +1508,7 @@ int main(void) {
       cmocka_unit_test(test_prefetch_room),
       cmocka_unit_test(test_frontier_fit),
       cmocka_unit_test(test_room_pays),
+      cmocka_unit_test(test_room_declined_slow_device),
       cmocka_unit_test(test_window_changes),
       cmocka_unit_test(test_registered_buffers),
       cmocka_unit_test(test_second_offsets),
