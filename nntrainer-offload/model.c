@@ -1830,7 +1830,7 @@ static int tune_window(nto_model *m, int cur, int next, nto_err *err) {
 int nto_model_train_step(nto_model *m, const float *x, const float *y,
                          nto_step_stats *st, nto_err *err) {
   double lr = nto_lr_at(&m->lr, &m->opt, m->iteration);
-  nto_offload_stats before, now;
+  nto_offload_stats before = {0}, now = {0};
   double t0 = 0;
   if (m->off) {
     nto_offload_get_stats(m->off, &before);
@@ -1848,7 +1848,8 @@ int nto_model_train_step(nto_model *m, const float *x, const float *y,
     m->pass_bytes = (now.read_bytes - before.read_bytes) +
                     (now.written_bytes - before.written_bytes);
   }
-  if (rc == 0 && (m->auto_window || m->prefetch != NTO_PREFETCH_STEPS)) {
+  if (rc == 0 && m->off &&
+      (m->auto_window || m->prefetch != NTO_PREFETCH_STEPS)) {
     int next = now.window;
     if (m->auto_window)
       rc = adapt_window(m, &before, &now, t0, &next, err);
