@@ -865,6 +865,19 @@ static uint64_t kept_bytes(const nto_model *m, int n, const int *upto) {
   return b;
 }
 
+/* A run of nc at window n that declined room (last_room_declined) has the
+ * plain window in force: nothing read ahead, and plans the kept plain
+ * window's bytes, plain. */
+static void check_declined(const net_case *nc, int n, uint64_t plain,
+                           const nto_offload_stats *st) {
+  uint64_t planned = st->planned_read + st->planned_written;
+  if (last_room_declined && (st->ahead != 0 || planned != plain))
+    fail_msg("%s window %d: room declined, yet reads %d steps ahead and "
+             "plans %llu bytes, the plain window %llu",
+             nc->ini, n, st->ahead, (unsigned long long)planned,
+             (unsigned long long)plain);
+}
+
 /* --prefetch room: frontiers from measured times fitted into the plain
  * window's own region (lookahead.h nto_lookahead_fit), used only where
  * they pay (model.h nto_model_room_pays). Every region of the run
@@ -872,10 +885,10 @@ static uint64_t kept_bytes(const nto_model *m, int n, const int *upto) {
  * window needs, and results are the same bits as everything resident, at
  * windows 1 and 2. Where room declines its read-ahead (it depends on the
  * device's idle time in the run; test_room_declined_slow_device forces
- * it), the run moves the kept plain window's bytes. The same fitted
- * frontier without the check (read-ahead
- * by time within a budget of exactly the plain window's need) is used,
- * and must keep the bits too. ResNet-18 (batch 2) unless quick. */
+ * it), the run moves the kept plain window's bytes (check_declined). The
+ * same fitted frontier without the check (read-ahead by time within a
+ * budget of exactly the plain window's need) is used, and must keep the
+ * bits too. ResNet-18 (batch 2) unless quick. */
 static void test_prefetch_room(void **state) {
   (void)state;
   char dir[256];
@@ -919,14 +932,8 @@ static void test_prefetch_room(void **state) {
                    "plain window's %zu",
                    nc->ini, window, st.region_max, ws, need);
         assert_true(st.peak_resident <= st.region_max);
-        /* declined: the plain window in force, nothing read ahead */
-        if (!fit && last_room_declined &&
-            (st.ahead != 0 || st.planned_read + st.planned_written != plain))
-          fail_msg("%s window %d: room declined, yet reads %d steps ahead "
-                   "and plans %llu bytes, the plain window %llu",
-                   nc->ini, window, st.ahead,
-                   (unsigned long long)(st.planned_read + st.planned_written),
-                   (unsigned long long)plain);
+        if (!fit)
+          check_declined(nc, window, plain, &st);
         ahead += st.ahead > 0;
         result_free(&r);
       }
@@ -1126,15 +1133,9 @@ static void test_room_declined_slow_device(void **state) {
       assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
       if (nto_model_create(&m, &c, &po, &err) != 0)
         fail_msg("%s", err.msg);
-      uint64_t plain = kept_bytes(m, 1, NULL);
+      check_declined(nc, 1, kept_bytes(m, 1, NULL), &st);
       nto_model_free(m);
       nto_config_free(&c);
-      if (st.ahead != 0 || st.planned_read + st.planned_written != plain)
-        fail_msg("%s: room declined, yet reads %d steps ahead and plans "
-                 "%llu bytes, the plain window %llu",
-                 nc->ini, st.ahead,
-                 (unsigned long long)(st.planned_read + st.planned_written),
-                 (unsigned long long)plain);
     }
     declined += last_room_declined;
     result_free(&r);
