@@ -143,7 +143,7 @@ print(f"| ours: bench's pass ({bw['io']}, O_DIRECT, 1 MiB, depth 16), median | {
       f"{bw['write_mib_s']:.0f} | {bw['read_mib_s'] / fr:.2f} | {bw['write_mib_s'] / fw:.2f} |")
 print(f"| engine training {model} b{batch} window {window} (bytes / busy time) | {tr:.0f} | {tw:.0f} | "
       f"{tr / fr:.2f} | {tw / fw:.2f} |")
-dev = t["device_busy_ms_per_iteration"]
+dev = t.get("device_busy_ms_per_iteration", 0)  # absent from binaries before 047be80
 rd, wr = t["read_mib_per_iteration"], t["written_mib_per_iteration"]
 fio_ms = 1000.0 * (rd / fr + wr / fw)
 if dev > 0:
