@@ -821,7 +821,7 @@ static void report_window_trace(run *r) {
            v[i].judged ? ""
            : v[i].before_read_ahead
                ? " (before the read-ahead by time: not judged)"
-               : " (mostly priming: not judged)");
+               : " (priming: not judged)");
   }
   if (skipped)
     printf("                  (%d more iterations with N unchanged)\n",
@@ -966,10 +966,11 @@ static int report_json(run *r, const metrics *mx, double total_s,
     fprintf(f,
             "%s\n    {\"iteration\": %d, \"window\": %d, "
             "\"iteration_ms\": %.3f, \"measured_ms\": %.3f, "
-            "\"stall_ms\": %.3f, \"io_busy_ms\": %.3f, \"judged\": %s, "
+            "\"stall_ms\": %.3f, \"io_busy_ms\": %.3f, "
+            "\"device_ms\": %.3f, \"judged\": %s, "
             "\"before_read_ahead\": %s}",
             i ? "," : "", i + 1, v[i].window, v[i].iteration_ms,
-            v[i].measured_ms, v[i].stall_ms, v[i].io_busy_ms,
+            v[i].measured_ms, v[i].stall_ms, v[i].io_busy_ms, v[i].device_ms,
             v[i].judged ? "true" : "false",
             v[i].before_read_ahead ? "true" : "false");
   fprintf(f, "%s]\n}\n", nw ? "\n  " : "");

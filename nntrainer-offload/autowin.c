@@ -118,10 +118,21 @@ int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s) {
   int far = s->stall_ms > 4 * c->target * it;
   /* after a change of N the part after the priming reads looks better
    * than the steady state (the priming read ahead for it): only a far
-   * stall is judged there, else the next, steady iteration decides */
-  if (s->full_ms <= 0 && !far) {
+   * stall is judged there, else the next, steady iteration decides; by
+   * time it looks worse and is never judged */
+  if (s->full_ms <= 0 && (!far || c->by_time)) {
     c->n = n;
     return n;
+  }
+  double frac = it > 0 ? s->stall_ms / it : 0;
+  int from = c->grown_from;
+  c->grown_from = 0;
+  if (from && from < n && stalled &&
+      frac > (1.0 - NTO_AUTOWIN_RESPONSE) * c->grown_stall) {
+    c->settled = 1; /* the growth did not pay: back, and stay */
+    c->forgiven = 0;
+    c->n = clamp(c, from);
+    return c->n;
   }
   /* a marginal stall at the good window in use: forgiven once */
   int marginal = stalled && n == c->hi && s->stall_ms <= 2 * c->target * it;
@@ -133,5 +144,9 @@ int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s) {
   c->forgiven = 0;
   c->n = clamp(c, stalled ? after_stall(c, n, far)
                           : after_good(c, n, idled, free));
+  if (c->by_time && stalled && c->n > n && s->full_ms > 0) {
+    c->grown_from = n; /* judged at the next steady iteration */
+    c->grown_stall = frac;
+  }
   return c->n;
 }

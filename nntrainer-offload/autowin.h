@@ -45,7 +45,20 @@
  *     by that much: the README's run measured 1919 ms at N = 4 and 2166 ms
  *     at N = 8 with 15.8% and 7.7% stall).
  * Growing geometrically then bisecting reaches the smallest good N in
- * O(log max) iterations. The first N steps after a window change wait for the
+ * O(log max) iterations.
+ * With read-ahead by time (`by_time`), the window is not what reads ahead:
+ * the frontier (lookahead.h) starts each step's reads as early as the
+ * measured times ask, beyond the window. A larger window then only holds
+ * more, so a growth must pay: when the first steady iteration after a
+ * growth from window g (decided on a steady iteration) still stalls, and
+ * its stall fraction did not fall by NTO_AUTOWIN_RESPONSE of g's, N goes
+ * back to g and settles there (as at max: it stays while it stalls; a
+ * good iteration ends it). And an iteration that primed a new window is
+ * never judged: after a drain the read-ahead catches up with the whole
+ * frontier, so the part after the priming stalls more than the steady
+ * state, not less (ResNet-18 b10 within 64 MiB: 24% there, 12-17% after;
+ * growths judged there climbed 1, 4, 16, 20 without the stall falling).
+ * The first N steps after a window change wait for the
  * reads that prime the new window, which no window hides: the caller judges the
  * rest of that iteration (offload.h prime_ms, prime_stall_ms), but since
  * the priming read ahead for it, it looks better than the steady state
@@ -64,25 +77,33 @@
  * most after probes that stalled (each doubles the wait) */
 #define NTO_AUTOWIN_REPROBE 10
 #define NTO_AUTOWIN_REPROBE_MAX 320
+/* by_time: the fraction of the stall a growth must remove to pay */
+#define NTO_AUTOWIN_RESPONSE 0.25
 #define NTO_AUTOWIN_TIE                                                        \
   0.15 /* settling: iteration times within this                                \
           fraction of the fastest are tied */
 
 typedef struct nto_autowin {
-  int min, max;  /* bounds of N, 1 <= min <= max */
-  int n;         /* the window in use */
-  int lo, hi;    /* largest N seen stalling, smallest seen good; 0: none */
-  int since_lo;  /* iterations since lo was last seen stalling */
-  int reprobe;   /* since_lo at which lo is probed (NTO_AUTOWIN_REPROBE,
-                    doubled by every probe that stalled again) */
-  int probing;   /* a probe started at good window `probing` (lo was
-                    forgotten) and has seen neither a stall nor a smaller
-                    good window since; 0: no probe */
-  int settled;   /* stalled at max: stays on the largest window within
-                    NTO_AUTOWIN_TIE of the fastest seen */
-  int forgiven;  /* the last iteration's marginal stall at hi was forgiven */
-  double target; /* stall fraction that counts as stalled (0.05) */
-  double idle;   /* I/O busy fraction below which the threads idled (0.5) */
+  int min, max;   /* bounds of N, 1 <= min <= max */
+  int n;          /* the window in use */
+  int lo, hi;     /* largest N seen stalling, smallest seen good; 0: none */
+  int since_lo;   /* iterations since lo was last seen stalling */
+  int reprobe;    /* since_lo at which lo is probed (NTO_AUTOWIN_REPROBE,
+                     doubled by every probe that stalled again) */
+  int probing;    /* a probe started at good window `probing` (lo was
+                     forgotten) and has seen neither a stall nor a smaller
+                     good window since; 0: no probe */
+  int settled;    /* stalled at max: stays on the largest window within
+                     NTO_AUTOWIN_TIE of the fastest seen; or, by_time, on
+                     the window a growth that did not pay came from */
+  int forgiven;   /* the last iteration's marginal stall at hi was forgiven */
+  int by_time;    /* read-ahead by time (set after nto_autowin_init; 0:
+                     the window is the read-ahead) */
+  int grown_from; /* by_time: N grew from this window on a steady
+                     stall and has not been judged since; 0: none */
+  double grown_stall; /* that iteration's stall fraction */
+  double target;      /* stall fraction that counts as stalled (0.05) */
+  double idle; /* I/O busy fraction below which the threads idled (0.5) */
   int n_tried;
   int tried_n[NTO_AUTOWIN_TRIED];     /* windows measured */
   double tried_ms[NTO_AUTOWIN_TRIED]; /* their last iteration time, ms */

@@ -1074,8 +1074,10 @@ static int alloc_buffers(nto_model *m, const nto_model_opts *opts,
     m->auto_window = opts->window_mode == NTO_WINDOW_AUTO;
     m->prefetch = opts->prefetch;
     m->no_keep = oo.no_keep;
-    if (m->auto_window)
+    if (m->auto_window) {
       nto_autowin_init(&m->ctl, 1, max);
+      m->ctl.by_time = m->prefetch == NTO_PREFETCH_TIME;
+    }
     return start_offload(m, &oo, err);
   }
   rc = allocate(m, err);
@@ -1479,6 +1481,8 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
   /* the first pass of time/room ran with the plain read-ahead: its stall
    * says nothing about the window with read-ahead by time */
   int before_read_ahead = m->prefetch != NTO_PREFETCH_STEPS && m->passes == 1;
+  /* by time, an iteration that primed is not judged (autowin.h) */
+  int primed_by_time = m->ctl.by_time && prime > 0;
   nto_window_sample ws = {
       .window = now->window,
       .iteration_ms = it,
@@ -1486,7 +1490,9 @@ static int adapt_window(nto_model *m, const nto_offload_stats *before,
       .stall_ms = (now->stall_ms - before->stall_ms) -
                   (now->prime_stall_ms - before->prime_stall_ms),
       .io_busy_ms = rb > wb ? rb : wb,
-      .judged = it - prime >= 0.25 * it && !before_read_ahead,
+      .device_ms = now->device_busy_ms - before->device_busy_ms,
+      .judged =
+          it - prime >= 0.25 * it && !before_read_ahead && !primed_by_time,
       .before_read_ahead = before_read_ahead,
   };
   if (m->n_wtrace == m->cap_wtrace) {

@@ -202,6 +202,8 @@ typedef struct nto_window_sample {
                             window hides): what the controller judges */
   double stall_ms;       /* executor waiting for reads in that part */
   double io_busy_ms;     /* the busier I/O thread's busy time (whole) */
+  double device_ms;      /* a request of either I/O thread at the device
+                            (offload.h device_busy_ms; whole) */
   int judged;            /* 0: the controller kept N without judging the
                             iteration: priming took most of it, or
                             before_read_ahead */

@@ -158,6 +158,39 @@ static void test_judges_steady_iterations(void **state) {
   assert_int_equal(nto_autowin_next(&c, &primed), 17);
 }
 
+/* With read-ahead by time, a growth must pay: the priming iteration after
+ * it is not judged (not even for a far stall), and when the steady one
+ * still stalls with its stall fraction cut by less than
+ * NTO_AUTOWIN_RESPONSE, N goes back and settles there. One that pays
+ * grows on. Without by_time the same samples make N grow on. */
+static void test_growth_must_pay_by_time(void **state) {
+  (void)state;
+  for (int by_time = 0; by_time < 2; by_time++) {
+    for (int pays = 0; pays < 2; pays++) {
+      nto_autowin c;
+      nto_autowin_init(&c, 1, 64);
+      c.by_time = by_time;
+      nto_autowin_sample s1 = {1, 100.0, 16.0, 90.0, 100.0};
+      assert_int_equal(nto_autowin_next(&c, &s1), 2); /* 16%: grows 2x */
+      nto_autowin_sample primed = {2, 100.0, 30.0, 90.0, 0.0};
+      int after = nto_autowin_next(&c, &primed); /* far (30%) */
+      assert_int_equal(after, by_time ? 2 : 8);
+      if (!by_time)
+        continue; /* judged at once: grew 4x */
+      /* 16% -> 12.5%: a cut of 22%, not 25%; 16% -> 11.9%: 26% */
+      nto_autowin_sample s2 = {2, 100.0, pays ? 11.9 : 12.5, 90.0, 100.0};
+      assert_int_equal(nto_autowin_next(&c, &s2), pays ? 4 : 1);
+      if (pays)
+        continue;
+      for (int i = 0; i < 5; i++) /* settled: it stays while it stalls */
+        assert_int_equal(nto_autowin_next(&c, &s1), 1);
+      nto_autowin_sample good = {1, 100.0, 0.0, 90.0, 100.0};
+      assert_int_equal(nto_autowin_next(&c, &good), 1);
+      assert_int_equal(nto_autowin_next(&c, &s1), 2); /* grows again */
+    }
+  }
+}
+
 /* With free reads (no stall, idle I/O) a large window shrinks to min. */
 static void test_shrinks_when_reads_are_free(void **state) {
   (void)state;
@@ -296,6 +329,7 @@ int main(void) {
       cmocka_unit_test(test_finds_smallest_window),
       cmocka_unit_test(test_forgives_one_marginal_stall),
       cmocka_unit_test(test_judges_steady_iterations),
+      cmocka_unit_test(test_growth_must_pay_by_time),
       cmocka_unit_test(test_shrinks_when_reads_are_free),
       cmocka_unit_test(test_probes_back_off),
       cmocka_unit_test(test_bounds),
