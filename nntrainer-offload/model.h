@@ -205,7 +205,8 @@ typedef struct nto_window_sample {
   double device_ms;      /* a request of either I/O thread at the device
                             (offload.h device_busy_ms; whole) */
   int judged;            /* 0: the controller kept N without judging the
-                            iteration: priming took most of it, or
+                            iteration: priming took most of it, it primed
+                            with read-ahead by time (autowin.h), or
                             before_read_ahead */
   int before_read_ahead; /* 1: --prefetch time or room, and the iteration
                             ran before any step time was measured, i.e.
