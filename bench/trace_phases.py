@@ -5,7 +5,8 @@
     /usr/bin/python3 bench/trace_phases.py FILE [--stage-regex RE] [--stalls K]
 
 Takes the last complete training iteration of the trace (from the
-second-to-last start of the pass's first step to the last one) and cuts
+second-to-last start of the pass's first step to the last one; trace a
+run with --eval-samples 0, whose passes are all training) and cuts
 it into phases: consecutive steps of one direction (F: forward; B: the
 backward with its R and U steps) and one stage of the network. A step's
 stage is the first match of --stage-regex in its layer's name (default:
