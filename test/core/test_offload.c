@@ -817,6 +817,21 @@ static int quick(void) {
   return q && q[0] == '1';
 }
 
+/* A plan-only model of nc (options o, with nc's batch and update chunk),
+ * for its schedules and byte counts; the caller frees it and *c. */
+static nto_model *plan_model(const net_case *nc, nto_model_opts o,
+                             nto_config *c) {
+  nto_model *m;
+  nto_err err = {0};
+  o.batch = nc->batch;
+  o.plan_only = 1;
+  o.update_chunk = nc->chunk;
+  assert_int_equal(nto_config_load(c, nc->ini, &err), 0);
+  if (nto_model_create(&m, c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  return m;
+}
+
 /* A plan-only model of nc with recompute r and window mode w (auto and
  * budget offload: model.h nto_recompute): what window 1 needs (region +
  * workspace), what everything resident needs, the workspace (outputs may
@@ -824,17 +839,10 @@ static int quick(void) {
 static void plan_needs(const net_case *nc, nto_recompute r, nto_window_mode w,
                        size_t *need1, size_t *total, size_t *ws) {
   nto_config c;
-  nto_model *m;
   nto_err err = {0};
   size_t need = 0;
-  nto_model_opts o = {.batch = nc->batch,
-                      .plan_only = 1,
-                      .update_chunk = nc->chunk,
-                      .recompute = r,
-                      .window_mode = w};
-  assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
-  if (nto_model_create(&m, &c, &o, &err) != 0)
-    fail_msg("%s", err.msg);
+  nto_model *m =
+      plan_model(nc, (nto_model_opts){.recompute = r, .window_mode = w}, &c);
   assert_int_equal(nto_model_window_bytes(m, 1, &need, &err), 0);
   if (need1)
     *need1 = need;
@@ -904,15 +912,11 @@ static void test_prefetch_room(void **state) {
     run(nc, 0, NTO_IO_AUTO, dir, &ref);
     for (int window = 1; window <= 2; window++) {
       nto_config c;
-      nto_model *m;
       nto_err err = {0};
-      nto_model_opts po = {
-          .batch = nc->batch, .plan_only = 1, .update_chunk = nc->chunk};
+      nto_model_opts po = {0};
       po.offload.window = window; /* the offloaded plan (nto_recompute) */
+      nto_model *m = plan_model(nc, po, &c);
       size_t need = 0, ws = 0;
-      assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
-      if (nto_model_create(&m, &c, &po, &err) != 0)
-        fail_msg("%s", err.msg);
       assert_int_equal(nto_model_window_bytes(m, window, &need, &err), 0);
       ws = nto_model_mem_plan(m).workspace;
       uint64_t plain = kept_bytes(m, window, NULL);
@@ -1126,13 +1130,9 @@ static void test_room_declined_slow_device(void **state) {
     check_equal(nc, &ref, &r, 1, NTO_IO_AUTO);
     if (last_room_declined) {
       nto_config c;
-      nto_model *m;
-      nto_err err = {0};
-      nto_model_opts po = {.batch = nc->batch, .plan_only = 1};
+      nto_model_opts po = {0};
       po.offload.window = 1;
-      assert_int_equal(nto_config_load(&c, nc->ini, &err), 0);
-      if (nto_model_create(&m, &c, &po, &err) != 0)
-        fail_msg("%s", err.msg);
+      nto_model *m = plan_model(nc, po, &c);
       check_declined(nc, 1, kept_bytes(m, 1, NULL), &st);
       nto_model_free(m);
       nto_config_free(&c);
@@ -1411,11 +1411,8 @@ static void test_auto_window_grows(void **state) {
   result ref = {0};
   run(&nc, 0, NTO_IO_AUTO, dir, &ref);
   nto_config c;
-  nto_model *m;
   nto_err err = {0};
-  nto_model_opts po = {.batch = nc.batch, .plan_only = 1};
-  assert_int_equal(nto_config_load(&c, nc.ini, &err), 0);
-  assert_int_equal(nto_model_create(&m, &c, &po, &err), 0);
+  nto_model *m = plan_model(&nc, (nto_model_opts){0}, &c);
   assert_int_equal(nto_model_window_bytes(m, 4, &need4, &err), 0);
 
   for (int time = 0; time < 2; time++) {
