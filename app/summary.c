@@ -2,7 +2,6 @@
 #include "cli.h"
 #include "memstat.h"
 #include "parallel.h"
-#include "schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -98,8 +97,7 @@ static size_t estimate_rss(size_t tensors, long threads) {
  * from `all` (the resident plan's, nto_model_mem_plan: m's, or with
  * nto_recompute auto another model's, freed before m was built so that
  * this process's RSS holds one model's plans, as train's does). */
-static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
-                          int no_keep) {
+static void print_windows(const nto_model *m, nto_mem_plan all, long threads) {
   const int windows[] = {1, 2, 4, 8};
   size_t ws = nto_model_mem_plan(m).workspace;
   char a[32], b[32], c[32];
@@ -108,24 +106,17 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
          "iteration\n",
          threads, cli_bytes(ws, b, sizeof b));
   for (int i = 0; i < 4; i++) {
-    nto_schedule sc;
+    nto_window_plan wp;
     nto_err err = {0};
-    size_t need = 0;
-    const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
-    int rc = nto_model_window_bytes(m, windows[i], &need, &err);
-    if (rc == 0)
-      rc = no_keep ? nto_schedule_build(&sc, p, windows[i], NULL, &err)
-                   : nto_schedule_keep(&sc, p, windows[i], NULL, &err);
-    if (rc != 0) {
+    if (nto_tuner_window_plan(nto_model_tuner(m), windows[i], &wp, &err) != 0) {
       printf("  window %d: %s\n", windows[i], err.msg);
       continue;
     }
     printf("  window %d: %s of tensors; estimated peak RSS %s; %.1f MiB "
            "read, %.1f MiB written\n",
-           windows[i], cli_bytes(need - ws, a, sizeof a),
-           cli_bytes(estimate_rss(need, threads), c, sizeof c),
-           sc.read_bytes / 1048576.0, sc.written_bytes / 1048576.0);
-    nto_schedule_free(&sc);
+           windows[i], cli_bytes(wp.need - ws, a, sizeof a),
+           cli_bytes(estimate_rss(wp.need, threads), c, sizeof c),
+           wp.read_bytes / 1048576.0, wp.written_bytes / 1048576.0);
   }
   printf("  all resident: %s of tensors; estimated peak RSS %s\n",
          cli_bytes(all.total - all.workspace, a, sizeof a),
@@ -187,6 +178,7 @@ int cmd_summary(int argc, char **argv) {
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch,
                       .plan_only = 1,
+                      .offload.no_keep = no_keep,
                       .chunk_grads = chunk_grads,
                       .recompute = recompute};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
@@ -223,7 +215,7 @@ int cmd_summary(int argc, char **argv) {
     rc = nto_model_create(&m, &c, &o, &err);
   }
   if (rc == 0)
-    print_windows(m, p, threads, no_keep);
+    print_windows(m, p, threads);
   else
     cli_error("%s", err.msg);
   nto_model_free(m);

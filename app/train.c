@@ -582,6 +582,8 @@ static int train_loop(run *r, nto_err *err) {
       nto_model_offload_stats(r->m, &before);
       double s0 = now_s();
       rc = nto_model_train_step(r->m, r->x, r->y, &st, err);
+      if (rc == 0) /* the tuner's turn, between iterations */
+        rc = nto_model_tune(r->m, NULL, err);
       r->step_s[it] = now_s() - s0;
       nto_model_offload_stats(r->m, &after);
       if (it >= r->it0 + r->o.warmup) {
@@ -769,7 +771,8 @@ static void report_offload(run *r, const metrics *mx) {
     printf("prefetch          by %s: reads start up to %d steps beyond "
            "the window (measured step times and read bandwidth)\n",
            r->prefetch, st->ahead);
-  else if (!strcmp(r->prefetch, "room") && nto_model_room_declined(r->m))
+  else if (!strcmp(r->prefetch, "room") &&
+           nto_tuner_room_declined(nto_model_tuner(r->m)))
     printf("prefetch          by room: no read ahead of the window (the "
            "device had no idle time for the swap traffic it adds)\n");
   else if (strcmp(r->prefetch, "steps") != 0)
@@ -800,7 +803,8 @@ static void report_offload(run *r, const metrics *mx) {
  * show the first 30 iterations, then only those where N changed. */
 static void report_window_trace(run *r) {
   int n = 0;
-  const nto_window_sample *v = nto_model_window_trace(r->m, &n);
+  const nto_window_sample *v =
+      nto_tuner_window_trace(nto_model_tuner(r->m), &n);
   if (n == 0)
     return;
   printf("window trace      iteration: N, iteration ms, then over the part "
@@ -920,7 +924,9 @@ static int report_json(run *r, const metrics *mx, double total_s,
   fprintf(f, "  \"recomputed_convolutions\": %d,\n",
           nto_model_recomputed_convs(r->m));
   fprintf(f, "  \"prefetch_room_declined\": %s,\n",
-          mx->offload && nto_model_room_declined(r->m) ? "true" : "false");
+          mx->offload && nto_tuner_room_declined(nto_model_tuner(r->m))
+              ? "true"
+              : "false");
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);
   fprintf(f, "  \"io\": ");
   json_string(f, mx->offload ? st->io : "none");
@@ -961,7 +967,8 @@ static int report_json(run *r, const metrics *mx, double total_s,
     fprintf(f, "%s%.3f", i > r->it0 ? ", " : "", r->step_s[i] * 1e3);
   fprintf(f, "],\n  \"window_trace\": [");
   int nw = 0;
-  const nto_window_sample *v = nto_model_window_trace(r->m, &nw);
+  const nto_window_sample *v =
+      nto_tuner_window_trace(nto_model_tuner(r->m), &nw);
   for (int i = 0; i < nw; i++)
     fprintf(f,
             "%s\n    {\"iteration\": %d, \"window\": %d, "

@@ -78,6 +78,7 @@ typedef struct fifo {
 } fifo;
 
 struct nto_offload {
+  nto_residency res; /* first: the residency interface */
   nto_tensor *t;
   int n_t;
   const nto_plan *plans[2];
@@ -283,7 +284,7 @@ static void set_pages(nto_offload *o, size_t first, size_t bytes, int who) {
 }
 
 /* Release tensor t's buffer and give it state st. */
-static void release(nto_offload *o, int t, nto_residency st) {
+static void release(nto_offload *o, int t, nto_res_state st) {
   set_pages(o, first_page(o, o->t[t].data), o->t[t].bytes, -1);
   o->in_use -= o->t[t].bytes;
   o->t[t].data = NULL;
@@ -1031,9 +1032,10 @@ static int plan_engine(nto_offload *o, int window, const int *upto,
   nto_schedule sc[2];
   memset(sc, 0, sizeof sc);
   int rc = 0;
-  for (int k = 0; k < 2 && rc == 0; k++)
-    rc = nto_schedule_final(&sc[k], o->plans[k], window, k ? NULL : upto,
-                            !o->opts.no_keep, err);
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    nto_schedule_req rq = {window, k ? NULL : upto, !o->opts.no_keep, 1};
+    rc = nto_schedule_make(&sc[k], o->plans[k], &rq, err);
+  }
   uint64_t size = rc == 0 ? assign_slots(o, sc, 0) : 0;
   if (rc == 0 && o->swap && size > o->swap_bytes)
     rc = nto_swap_grow(o->swap, size, err);
@@ -1187,6 +1189,40 @@ static int start_threads(nto_offload *o, nto_err *err) {
   return 0;
 }
 
+/* ---- the residency interface (residency.h) ---- */
+
+static int res_begin(nto_residency *r, int pass, int s, nto_err *err) {
+  return nto_offload_begin((nto_offload *)r, pass, s, err);
+}
+
+static int res_end(nto_residency *r, int s, nto_err *err) {
+  return nto_offload_end((nto_offload *)r, s, err);
+}
+
+static int res_drain(nto_residency *r, nto_err *err) {
+  return nto_offload_drain((nto_offload *)r, err);
+}
+
+static int res_fetch(nto_residency *r, int t, float *dst, nto_err *err) {
+  return nto_offload_fetch((nto_offload *)r, t, dst, err);
+}
+
+static int res_store(nto_residency *r, int t, const float *src, nto_err *err) {
+  return nto_offload_store((nto_offload *)r, t, src, err);
+}
+
+static int res_zero(nto_residency *r, int t, nto_err *err) {
+  return nto_offload_zero((nto_offload *)r, t, err);
+}
+
+static void res_free(nto_residency *r) { nto_offload_free((nto_offload *)r); }
+
+static const nto_residency_ops offload_ops = {
+    res_begin, res_end, res_drain, res_fetch, res_store, res_zero, res_free,
+};
+
+nto_residency *nto_offload_residency(nto_offload *o) { return &o->res; }
+
 int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
                        const nto_plan *plans[2], const nto_offload_opts *opts,
                        nto_err *err) {
@@ -1194,6 +1230,7 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
   nto_offload *o = calloc(1, sizeof *o);
   if (!o)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  o->res = (nto_residency){&offload_ops, 0};
   o->t = t;
   o->n_t = n_tensors;
   o->plans[0] = plans[0];

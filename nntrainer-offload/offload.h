@@ -48,6 +48,7 @@
 #include "error.h"
 #include "iobackend.h"
 #include "plan.h"
+#include "residency.h"
 #include "tensor.h"
 
 #include <stddef.h>
@@ -173,6 +174,11 @@ typedef struct nto_offload_stats {
 int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
                        const nto_plan *plans[2], const nto_offload_opts *o,
                        nto_err *err);
+
+/* The engine as the executor's residency (residency.h): begin, end,
+ * drain, fetch, store and zero are the functions below; free is
+ * nto_offload_free. Owned by the engine. */
+nto_residency *nto_offload_residency(nto_offload *o);
 
 /* Drain, stop the threads, close the swap file (nothing is left on disk),
  * release all buffers. NULL is ignored. Executor thread. */

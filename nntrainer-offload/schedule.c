@@ -5,6 +5,7 @@
  * and 3 close the intervals that pass 1 opens across the wrap.
  */
 #include "schedule.h"
+#include "place.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -213,164 +214,41 @@ static int to_cycle(model *m) {
 
 static int used(const interval *v) { return v->n_seg > 0; }
 
-/* Do the segments a[0..na) and b[0..nb) share an instant? */
-static int segs_overlap(const long (*a)[2], int na, const long (*b)[2],
-                        int nb) {
-  for (int i = 0; i < na; i++)
-    for (int j = 0; j < nb; j++)
-      if (a[i][0] <= b[j][1] && b[j][0] <= a[i][1])
+/* Do a and b share an instant? */
+static int time_overlap(const interval *a, const interval *b) {
+  for (int i = 0; i < a->n_seg; i++)
+    for (int j = 0; j < b->n_seg; j++)
+      if (a->seg[i][0] <= b->seg[j][1] && b->seg[j][0] <= a->seg[i][1])
         return 1;
   return 0;
 }
 
-static int time_overlap(const interval *a, const interval *b) {
-  return segs_overlap(a->seg, a->n_seg, b->seg, b->n_seg);
-}
-
-static int by_size(const void *x, const void *y, void *ctx) {
-  const model *m = ctx;
-  const interval *a = &m->iv[*(const int *)x], *b = &m->iv[*(const int *)y];
-  size_t sa = m->p->bytes[a->t], sb = m->p->bytes[b->t];
-  if (sa != sb)
-    return sa < sb ? 1 : -1;
-  return a->seg[0][0] < b->seg[0][0] ? -1 : a->seg[0][0] > b->seg[0][0];
-}
-
-/* Steps an interval's segments cover. */
-static long span(const interval *v) {
-  long n = 0;
-  for (int i = 0; i < v->n_seg; i++)
-    n += v->seg[i][1] - v->seg[i][0] + 1;
-  return n;
-}
-
-/* Longest-lived first, then as by_size. */
-static int by_span(const void *x, const void *y, void *ctx) {
-  const model *m = ctx;
-  long a = span(&m->iv[*(const int *)x]), b = span(&m->iv[*(const int *)y]);
-  if (a != b)
-    return a < b ? 1 : -1;
-  return by_size(x, y, ctx);
-}
-
-/* Earliest first use first, then as by_size. */
-static int by_start(const void *x, const void *y, void *ctx) {
-  const model *m = ctx;
-  long a = m->iv[*(const int *)x].seg[0][0];
-  long b = m->iv[*(const int *)y].seg[0][0];
-  if (a != b)
-    return a < b ? -1 : 1;
-  return by_size(x, y, ctx);
-}
-
-/* A placed interval as place_in_order's sweep reads it: its bytes
- * [lo, hi), its segments, and a mask of the 64 equal parts of the cycle
- * they touch (disjoint masks: no overlap in time, without reading the
- * segments). Kept contiguous and sorted by lo, so the sweep reads memory
- * in order instead of chasing each interval and its tensor's size. */
-typedef struct slot {
-  size_t lo, hi;
-  uint64_t mask;
-  long seg[2][2];
-  int n_seg;
-} slot;
-
-/* The mask of slot: bit i for the part [i w, (i + 1) w) of the cycle of T
- * instants, w = ceil(T / 64), that a segment of v touches. */
-static uint64_t time_mask(const interval *v, long T) {
-  long w = (T + 63) / 64;
-  uint64_t mask = 0;
-  for (int i = 0; i < v->n_seg; i++) {
-    long a = v->seg[i][0] / w, b = v->seg[i][1] / w;
-    mask |= (b >= 63 ? ~0ULL : (2ULL << b) - 1) & ~((1ULL << a) - 1);
-  }
-  return mask;
-}
-
-/* Place the n intervals idx[] in that order, each at the lowest offset
- * free of every placed interval overlapping it in time (a sweep over the
- * placed ones, kept sorted by offset in placed[]); returns the region. */
-static size_t place_in_order(model *m, const int *idx, int n, slot *placed) {
-  size_t region = 0;
-  long T = 3L * m->S;
-  int np = 0;
-  for (int i = 0; i < n; i++) {
-    interval *v = &m->iv[idx[i]];
-    size_t len = m->p->bytes[v->t], off = 0;
-    uint64_t mask = time_mask(v, T);
-    int at = np; /* where v goes in the offset order */
-    for (int j = 0; j < np; j++) {
-      const slot *u = &placed[j];
-      if (u->lo >= off + len)
-        break; /* the sweep has found room below u */
-      if (u->hi > off && (u->mask & mask) &&
-          segs_overlap(u->seg, u->n_seg, v->seg, v->n_seg))
-        off = u->hi;
-    }
-    v->offset = off;
-    while (at > 0 && placed[at - 1].lo > off)
-      at--;
-    memmove(placed + at + 1, placed + at, (size_t)(np - at) * sizeof *placed);
-    placed[at] =
-        (slot){.lo = off, .hi = off + len, .mask = mask, .n_seg = v->n_seg};
-    memcpy(placed[at].seg, v->seg, sizeof v->seg);
-    np++;
-    if (off + len > region)
-      region = off + len;
-  }
-  return region;
-}
-
-/* Greedy placement of the intervals in one region, in three orders, the
- * smallest region kept (the earliest order on a tie): largest first,
- * longest-lived first and earliest first use first (TFLite's arena planner
- * tries "greedy by size" and "greedy by breadth" alike; no order is best
- * for every profile: with gradients computed in place, layer.h
- * bwd_in_place, ResNet-18 b32's window-1 region is 33.7 MiB by size or
- * 40.5 by lifetime and 32.9 by first use, while MobileNetV2's is 137.9 MiB
- * by size and 180.9 by first use). With fit > 0, the first order whose
- * region is within fit is kept without trying the others (a trial of
- * keep only asks whether some order fits). Returns its size, or
- * (size_t)-1 when out of memory. */
+/* The used intervals placed in one region (place.h nto_place, in interval
+ * order) and their offsets set. With fit > 0, the first placement order
+ * whose region is within fit is kept without trying the others (a trial
+ * of keep only asks whether some order fits). Returns the region's size,
+ * or (size_t)-1 when out of memory. */
 static size_t place(model *m, size_t fit) {
-  size_t len = (size_t)(m->n_iv + 1) * sizeof(int);
-  int *idx = malloc(len), *best_idx = malloc(len);
-  slot *placed = malloc((size_t)(m->n_iv + 1) * sizeof *placed);
-  if (!idx || !placed || !best_idx) {
-    free(idx);
-    free(placed);
-    free(best_idx);
-    return (size_t)-1;
-  }
-  int n = 0;
-  for (int k = 0; k < m->n_iv; k++)
-    if (used(&m->iv[k]))
-      idx[n++] = k;
-  int (*const order[])(const void *, const void *, void *) = {by_size, by_span,
-                                                              by_start};
-  enum { N_ORDER = sizeof order / sizeof *order };
-  size_t region[N_ORDER] = {0};
-  int best = 0, last = 0;
-  for (int o = 0; o < N_ORDER; o++) {
-    qsort_r(idx, (size_t)n, sizeof *idx, order[o], m);
-    region[o] = place_in_order(m, idx, n, placed);
-    last = o;
-    if (o == 0 || region[o] < region[best]) {
-      best = o;
-      memcpy(best_idx, idx, (size_t)n * sizeof *idx);
+  nto_place_item *v = malloc((size_t)(m->n_iv + 1) * sizeof *v);
+  int *at = malloc((size_t)(m->n_iv + 1) * sizeof *at);
+  size_t region = (size_t)-1;
+  if (v && at) {
+    int n = 0;
+    for (int k = 0; k < m->n_iv; k++) {
+      const interval *iv = &m->iv[k];
+      if (!used(iv))
+        continue;
+      at[n] = k;
+      v[n] = (nto_place_item){.bytes = m->p->bytes[iv->t], .n_seg = iv->n_seg};
+      memcpy(v[n++].seg, iv->seg, sizeof iv->seg);
     }
-    if (fit && region[best] <= fit)
-      break; /* the first order within fit is the smallest so far */
+    region = nto_place(v, n, 3L * m->S, fit);
+    for (int i = 0; region != (size_t)-1 && i < n; i++)
+      m->iv[at[i]].offset = v[i].offset;
   }
-  /* the offsets are the last order's; the winner's sequence, placed
-   * again, gives its region exactly (the orders tie on equal keys, so
-   * sorting again could give another sequence) */
-  if (best != last)
-    place_in_order(m, best_idx, n, placed);
-  free(idx);
-  free(placed);
-  free(best_idx);
-  return region[best];
+  free(v);
+  free(at);
+  return region;
 }
 
 /* ---- spreading the placement ---- */
@@ -771,11 +649,6 @@ static int build(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
   return rc;
 }
 
-int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
-                       const int *upto, nto_err *err) {
-  return build(sc, p, n, upto, 0, 0, err);
-}
-
 void nto_schedule_free(nto_schedule *sc) {
   free(sc->begin_first);
   free(sc->end_first);
@@ -948,7 +821,7 @@ static int respread(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
 /* nto_schedule_keep, the final placement spread when `spread`. */
 static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
                 int spread, nto_err *err) {
-  int rc = nto_schedule_build(sc, p, n, upto, err);
+  int rc = build(sc, p, n, upto, 0, 0, err);
   if (rc != 0)
     return rc;
   long T = 3L * p->n_steps;
@@ -983,6 +856,8 @@ static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
   sc->n_kept = n_h;
   if (rc == 0 && (spread || n_h > 0)) /* n_h > 0: *sc is a trial */
     rc = respread(sc, p, n, upto, h, n_h, spread, err);
+  if (rc == 0) /* its own placement may be smaller: the bound stays */
+    sc->region = region;
   free(g);
   free(h);
   free(live);
@@ -993,13 +868,8 @@ static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
   return rc;
 }
 
-int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
-                      const int *upto, nto_err *err) {
-  return keep(sc, p, n, upto, 0, err);
-}
-
-int nto_schedule_final(nto_schedule *sc, const nto_plan *p, int n,
-                       const int *upto, int keep_resident, nto_err *err) {
-  return keep_resident ? keep(sc, p, n, upto, 1, err)
-                       : build(sc, p, n, upto, 1, 0, err);
+int nto_schedule_make(nto_schedule *sc, const nto_plan *p,
+                      const nto_schedule_req *rq, nto_err *err) {
+  return rq->keep ? keep(sc, p, rq->window, rq->upto, rq->spread, err)
+                  : build(sc, p, rq->window, rq->upto, rq->spread, 0, err);
 }

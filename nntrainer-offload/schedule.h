@@ -99,62 +99,55 @@ typedef struct nto_schedule {
   unsigned char *written; /* per tensor: some pass writes it (swap slot) */
 } nto_schedule;
 
+/* What a schedule is built with. */
+typedef struct nto_schedule_req {
+  int window;      /* N >= 1 (clamped to [1, S-1]) */
+  const int *upto; /* the frontier upto[0..S), NULL: s + N; else made
+                      valid first: raised to s + N, lowered to s + S - 1,
+                      made nondecreasing across the wrap */
+  int keep;        /* keep tensors resident through gaps (see Keeping) */
+  int spread;      /* spread the placement (see Spreading): the engine's */
+} nto_schedule_req;
+
 /*
- * Build the schedule of plan p (borrowed during the call) with window n
- * and frontier upto[0..S) (NULL: s + n; else made valid first: raised to
- * s + n, lowered to s + S - 1, made nondecreasing across the wrap).
+ * The schedule of plan p (borrowed during the call) for rq: the one entry
+ * for sizing (a memory budget, summary: keep and spread off, the cheapest),
+ * for what summary reports of the engine's traffic (keep as the engine)
+ * and for the engine itself (keep and spread as it runs). The region is
+ * the same for every rq with the same plan, window and frontier: keeping
+ * and spreading never raise it, and a kept or spread schedule reports the
+ * plain placement's region, within which its offsets lie. So a window's
+ * memory has one answer.
+ *
+ * Keeping. The window evicts a tensor as soon as no step of the window
+ * uses it, although the region is sized by the busiest instant and has
+ * room elsewhere (ResNet-18 b10 window 1: the last convolution's 9 MiB
+ * weight leaves after its forward step and is read back a few cheap steps
+ * later for its backward). A gap is a tensor t and two consecutive uses a
+ * < b in the cyclic step order (b >= S: the next pass; persistent tensors
+ * only) whose content b needs and which the window does not keep. Keeping
+ * it resident = the steps a+1 .. b-1 hold t (plan.h nto_plan_add_holds).
+ * Gaps are taken in order of memory-time per byte saved (shortest first,
+ * then the largest tensor). One is a candidate when t plus the bytes
+ * resident at every instant where t is out stay within the plain
+ * schedule's peak; candidates are tried 32 at a time: a batch is kept when
+ * the schedule with it has a region no larger than the plain window's and
+ * moves fewer bytes (read + written), else each half is tried in turn.
+ * Results of training cannot change: only residency does. The action
+ * lists are those of the plan with holds; the engine runs them against p
+ * unchanged. sc->n_kept counts the gaps kept. Cost: a plain build per
+ * batch plus one per half tried (ResNet-18: ~0.06-0.1 s per window;
+ * MobileNetV2 224: 0.15-0.6 s).
+ *
+ * Spreading costs one more build and O(intervals^2) (about 12 ms for
+ * ResNet-18 b32 window 1's 2000 intervals).
+ *
  * Returns 0, NTO_ENOMEM, or NTO_EINVAL if the modelled passes are not
  * periodic (a programming error). sc is zeroed first; free with
  * nto_schedule_free. Any single thread.
  */
-int nto_schedule_build(nto_schedule *sc, const nto_plan *p, int n,
-                       const int *upto, nto_err *err);
+int nto_schedule_make(nto_schedule *sc, const nto_plan *p,
+                      const nto_schedule_req *rq, nto_err *err);
 void nto_schedule_free(nto_schedule *sc);
-
-/*
- * As nto_schedule_build, then keep tensors resident between two uses
- * where the region has room for them, so that they are neither written
- * nor read in between: fewer bytes per pass, the same region.
- *
- * The window evicts a tensor as soon as no step of the window uses it,
- * although the region is sized by the busiest instant and has room
- * elsewhere. In ResNet-18 at window 1 (b10), the last convolution's 9 MiB
- * weight leaves after its forward step and is read back a few cheap steps
- * later for its backward; a block input that two branches' backward steps
- * read is read back twice; a residual gradient is written and read back
- * between the two branches' backward steps. A gap is a tensor t and two
- * consecutive uses a < b in the cyclic step order (b >= S: the next pass;
- * persistent tensors only) whose content b needs and which the window does not
- * keep (b beyond the frontier at a). Keeping it resident = the steps a+1 .. b-1
- * hold t (plan.h nto_plan_add_holds), so the window never lets it go; a kept
- * activation is neither written nor read back, a kept weight not read
- * again. Gaps are taken in order of memory-time per byte saved (shortest
- * first, then the largest tensor). One is a candidate when t plus the
- * bytes resident at every instant where t is out (modelled: from its
- * write's end to its read's start) stay within the plain schedule's
- * peak; candidates are tried 32 at a time: a batch is kept when the
- * schedule with it has a region no larger than the plain window's and
- * moves fewer bytes (read + written), else each half is tried in turn.
- * Results of training cannot change: only residency does. The action
- * lists are those of the plan with holds; the engine runs them against
- * p unchanged (a held tensor is simply never released). sc->n_kept
- * counts the gaps kept. Cost: a plain build per batch plus one per
- * half tried (ResNet-18: ~0.06-0.1 s per window; MobileNetV2 224:
- * 0.15-0.6 s; docs/benchmarks.md, "Planning faster"). Returns what
- * nto_schedule_build returns.
- */
-int nto_schedule_keep(nto_schedule *sc, const nto_plan *p, int n,
-                      const int *upto, nto_err *err);
-
-/*
- * The schedule the engine runs: nto_schedule_keep (keep_resident) or
- * nto_schedule_build, then the placement spread (see "Spreading"): the
- * same region, actions and bytes, other offsets. Costs one more build
- * and O(intervals^2) (about 12 ms for ResNet-18 b32 window 1's 2000
- * intervals); the sizing and fitting callers (region, bytes) use the two
- * above. Returns what they return.
- */
-int nto_schedule_final(nto_schedule *sc, const nto_plan *p, int n,
-                       const int *upto, int keep_resident, nto_err *err);
 
 #endif /* NTO_SCHEDULE_H */

@@ -31,6 +31,18 @@ size_t nto_round_page(size_t bytes) {
   return (bytes + NTO_PAGE - 1) / NTO_PAGE * NTO_PAGE;
 }
 
+char *nto_format_bytes(uint64_t bytes, char *buf, size_t len) {
+  static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes / 1024.0;
+  int u = 0;
+  while (u < 3 && v >= 1024.0) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, len, "%.1f %s", v, unit[u]);
+  return buf;
+}
+
 const char *nto_role_name(nto_role r) {
   static const char *const names[NTO_ROLE_COUNT] = {
       "weight", "opt_state", "activation", "grad", "param_grad", "workspace"};

@@ -31,6 +31,11 @@ char *nto_shape_str(nto_shape s, int with_batch, char *buf, size_t len);
 /* Bytes rounded up to the page granule (4096); 0 stays 0. */
 size_t nto_round_page(size_t bytes);
 
+/* bytes in the binary unit that reads best, one decimal: "812.0 KiB",
+ * "26.5 MiB", "1.2 GiB" (KiB below 1 MiB, up to TiB). Writes buf (32
+ * bytes suffice) and returns it. Any thread. */
+char *nto_format_bytes(uint64_t bytes, char *buf, size_t len);
+
 /* What a tensor holds; decides whether it can be dropped, written, freed. */
 typedef enum {
   NTO_ROLE_WEIGHT,     /* parameters and batch-norm running statistics */
@@ -50,7 +55,7 @@ typedef enum {
   NTO_RES_NONE,     /* no content (not yet produced, or dead) */
   NTO_RES_RESIDENT, /* data points at valid bytes */
   NTO_RES_SWAPPED,  /* content lives only in the swap file */
-} nto_residency;
+} nto_res_state;
 
 /* Descriptor of one tensor of the model. Owned by the model's tensor table. */
 typedef struct nto_tensor {
@@ -59,7 +64,7 @@ typedef struct nto_tensor {
   nto_role role;
   size_t bytes;         /* numel * 4, rounded up to NTO_PAGE */
   int64_t swap_offset;  /* byte offset in the swap file, -1 if none */
-  nto_residency state;
+  nto_res_state state;
   float *data;          /* valid only while state == NTO_RES_RESIDENT */
   int layer;            /* owning layer index, -1 for shared tensors */
 } nto_tensor;

@@ -117,12 +117,15 @@ static void session_open(session *ss, const char *ini,
   ss->y = malloc((size_t)ss->n * ss->k * sizeof(float));
 }
 
-/* One training step (eval: an inference pass) on the batch of `step`. */
+/* One training step and the tuner's turn after it (eval: an inference
+ * pass) on the batch of `step`. */
 static int session_step(session *ss, int step, int eval, nto_step_stats *st,
                         nto_err *err) {
   make_batch(ss->x, ss->nx, ss->y, ss->n, ss->k, step);
-  return eval ? nto_model_eval_step(ss->m, ss->x, ss->y, ss->n, st, err)
-              : nto_model_train_step(ss->m, ss->x, ss->y, st, err);
+  if (eval)
+    return nto_model_eval_step(ss->m, ss->x, ss->y, ss->n, st, err);
+  int rc = nto_model_train_step(ss->m, ss->x, ss->y, st, err);
+  return rc == 0 ? nto_model_tune(ss->m, NULL, err) : rc;
 }
 
 static void session_close(session *ss) {
@@ -168,13 +171,15 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
   for (int s = 0; s <= nc->steps; s++) {
     int eval = s == nc->steps; /* then one inference pass */
     if (!eval && switch_to && switch_to[s] > 0 &&
-        nto_model_set_window(ss.m, switch_to[s], &err) != 0)
+        nto_tuner_set_frontier(nto_model_tuner(ss.m), switch_to[s], NULL,
+                               &err) != 0)
       fail_msg("%s: window %d before step %d: %s", nc->ini, switch_to[s], s,
                err.msg);
     if (!eval && switch_to && switch_to[s] < 0) {
       int *upto = ragged_frontier(nto_model_pass_steps(ss.m, NTO_PASS_TRAIN),
                                   -switch_to[s]);
-      if (nto_model_set_frontier(ss.m, -switch_to[s], upto, &err) != 0)
+      if (nto_tuner_set_frontier(nto_model_tuner(ss.m), -switch_to[s], upto,
+                                 &err) != 0)
         fail_msg("%s: frontier %d before step %d: %s", nc->ini, -switch_to[s],
                  s, err.msg);
       free(upto);
@@ -194,7 +199,7 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
   }
   if (st && nto_model_offload_stats(ss.m, st) != 0)
     st->window = 0;
-  last_room_declined = nto_model_room_declined(ss.m);
+  last_room_declined = nto_tuner_room_declined(nto_model_tuner(ss.m));
   last_convs_kept = nto_model_convs_kept(ss.m);
   last_recomputed_convs = nto_model_recomputed_convs(ss.m);
   session_close(&ss);
@@ -382,7 +387,7 @@ static void test_small_nets(void **state) {
 }
 
 /* Keeping tensors in the window's spare room until their next use
- * (nto_schedule_keep, the default) against evicting them at once
+ * (schedule.h keep, the default) against evicting them at once
  * (no_keep): the same losses, weights and outputs as everything resident,
  * fewer bytes read and written, both measured and as the schedule planned. */
 static void test_keep_resident(void **state) {
@@ -423,7 +428,7 @@ static void test_keep_resident(void **state) {
 }
 
 /* Recomputing the activations after batch normalization in backward, and
- * cheap convolutions' outputs before it (model.h nto_recompute), gives the
+ * cheap convolutions' outputs before it (tensors.h nto_recompute), gives the
  * same bits as keeping them, resident and at windows 1 and 2; each moves
  * fewer bytes (mobile_block's 1x1 expansion is recomputed with `on`;
  * tiny_resnet has no convolution within NTO_RECOMPUTE_SPAN). */
@@ -450,7 +455,10 @@ static void test_recompute(void **state) {
       /* resident with recompute off is the reference run itself */
       for (int k = 0; k < (window > 0 ? 3 : 2); k++) {
         result r = {0};
-        nto_model_opts o = {.recompute = modes[k]};
+        /* the plain window's bytes: read-ahead in the region's room
+         * (the default) may move more */
+        nto_model_opts o = {.recompute = modes[k],
+                            .prefetch = NTO_PREFETCH_STEPS};
         o.offload.window = window;
         run_with(nc, o, dir, NULL, &r, &st[k]);
         check_equal(nc, &ref, &r, window, NTO_IO_AUTO);
@@ -843,7 +851,7 @@ static void plan_needs(const net_case *nc, nto_recompute r, nto_window_mode w,
   size_t need = 0;
   nto_model *m =
       plan_model(nc, (nto_model_opts){.recompute = r, .window_mode = w}, &c);
-  assert_int_equal(nto_model_window_bytes(m, 1, &need, &err), 0);
+  assert_int_equal(nto_tuner_need(nto_model_tuner(m), 1, NULL, &need, &err), 0);
   if (need1)
     *need1 = need;
   if (total)
@@ -865,8 +873,8 @@ static void needs(const net_case *nc, size_t *need1, size_t *total,
 static uint64_t kept_bytes(const nto_model *m, int n, const int *upto) {
   nto_schedule sc;
   nto_err err = {0};
-  if (nto_schedule_keep(&sc, nto_model_plan(m, NTO_PASS_TRAIN), n, upto,
-                        &err) != 0)
+  nto_schedule_req rq = {n, upto, 1, 0};
+  if (nto_schedule_make(&sc, nto_model_plan(m, NTO_PASS_TRAIN), &rq, &err) != 0)
     fail_msg("%s", err.msg);
   uint64_t b = sc.read_bytes + sc.written_bytes;
   nto_schedule_free(&sc);
@@ -917,7 +925,8 @@ static void test_prefetch_room(void **state) {
       po.offload.window = window; /* the offloaded plan (nto_recompute) */
       nto_model *m = plan_model(nc, po, &c);
       size_t need = 0, ws = 0;
-      assert_int_equal(nto_model_window_bytes(m, window, &need, &err), 0);
+      assert_int_equal(
+          nto_tuner_need(nto_model_tuner(m), window, NULL, &need, &err), 0);
       ws = nto_model_mem_plan(m).workspace;
       uint64_t plain = kept_bytes(m, window, NULL);
       nto_model_free(m);
@@ -1005,18 +1014,20 @@ static void test_frontier_fit(void **state) {
   for (int n = 1; n <= 2; n++) {
     size_t plain = 0, need = 0;
     int moved = 0, moved_at[2] = {0, 0};
-    assert_int_equal(nto_model_window_bytes(m, n, &plain, &err), 0);
+    assert_int_equal(nto_tuner_need(nto_model_tuner(m), n, NULL, &plain, &err),
+                     0);
     const size_t limits[] = {0, plain + (12u << 20)};
     for (int k = 0; k < 2; k++) {
       size_t limit = k ? limits[k] : plain;
-      if (nto_model_frontier(m, n, step_ms, bw, k == 0, limits[k], upto, &moved,
-                             &err) != 0)
+      if (nto_tuner_frontier(nto_model_tuner(m), n, step_ms, bw, k == 0,
+                             limits[k], upto, &moved, &err) != 0)
         fail_msg("%s", err.msg);
       if (moved <= 0)
         fail_msg("window %d, limit %zu: no step moved ahead", n, limit);
       moved_at[k] = moved;
       check_frontier(upto, S, n);
-      assert_int_equal(nto_model_frontier_bytes(m, n, upto, &need, &err), 0);
+      assert_int_equal(nto_tuner_need(nto_model_tuner(m), n, upto, &need, &err),
+                       0);
       if (need > limit)
         fail_msg("window %d: frontier needs %zu bytes, above the limit %zu", n,
                  need, limit);
@@ -1030,13 +1041,13 @@ static void test_frontier_fit(void **state) {
                moved_at[0], moved_at[1]);
   }
   int moved = 1;
-  assert_int_equal(
-      nto_model_frontier(m, 0, step_ms, bw, 1, 0, upto, &moved, &err),
-      NTO_EINVAL);
+  assert_int_equal(nto_tuner_frontier(nto_model_tuner(m), 0, step_ms, bw, 1, 0,
+                                      upto, &moved, &err),
+                   NTO_EINVAL);
   assert_int_equal(moved, 0);
-  assert_int_equal(
-      nto_model_frontier(m, 1, step_ms, 0, 1, 0, upto, &moved, &err),
-      NTO_EINVAL);
+  assert_int_equal(nto_tuner_frontier(nto_model_tuner(m), 1, step_ms, 0, 1, 0,
+                                      upto, &moved, &err),
+                   NTO_EINVAL);
   free(step_ms);
   free(upto);
   nto_model_free(m);
@@ -1057,8 +1068,8 @@ static void test_room_pays(void **state) {
   int S, *upto, moved = 0, pays = -1;
   double *step_ms;
   nto_model *m = resnet18_b32_plan(&c, &S, &step_ms, &upto);
-  if (nto_model_frontier(m, 1, step_ms, 500.0 * 1048576 / 1000, 1, 0, upto,
-                         &moved, &err) != 0)
+  if (nto_tuner_frontier(nto_model_tuner(m), 1, step_ms, 500.0 * 1048576 / 1000,
+                         1, 0, upto, &moved, &err) != 0)
     fail_msg("%s", err.msg);
   assert_true(moved > 0);
   uint64_t plain = kept_bytes(m, 1, NULL), room = kept_bytes(m, 1, upto);
@@ -1083,8 +1094,9 @@ static void test_room_pays(void **state) {
       {1.05 * edge * room / plain, room, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    assert_int_equal(nto_model_room_pays(m, 1, upto, pass, cases[k].device_ms,
-                                         cases[k].bytes, &pays, &err),
+    assert_int_equal(nto_tuner_room_pays(nto_model_tuner(m), 1, upto, pass,
+                                         cases[k].device_ms, cases[k].bytes,
+                                         &pays, &err),
                      0);
     if (pays != cases[k].pays)
       fail_msg("case %zu (device %g ms of %g, %llu bytes): pays %d, "
@@ -1095,8 +1107,9 @@ static void test_room_pays(void **state) {
   /* the plain frontier moves the plain bytes: pays on any card */
   for (int s = 0; s < S; s++)
     upto[s] = s + 1;
-  assert_int_equal(
-      nto_model_room_pays(m, 1, upto, pass, pass, plain, &pays, &err), 0);
+  assert_int_equal(nto_tuner_room_pays(nto_model_tuner(m), 1, upto, pass, pass,
+                                       plain, &pays, &err),
+                   0);
   assert_int_equal(pays, 1);
   free(step_ms);
   free(upto);
@@ -1325,7 +1338,8 @@ static void test_registered_buffers(void **state) {
     nto_step_stats sst;
     for (int s = 0; s < 6; s++) {
       if (s == 4 && k &&
-          nto_model_set_window(ss.m, 3, &err) != 0) /* region remapped */
+          nto_tuner_set_frontier(nto_model_tuner(ss.m), 3, NULL, &err) !=
+              0) /* region remapped */
         fail_msg("window 3: %s", err.msg);
       if (session_step(&ss, s, 0, &sst, &err) != 0)
         fail_msg("%s step %d: %s", ini, s, err.msg);
@@ -1413,7 +1427,8 @@ static void test_auto_window_grows(void **state) {
   nto_config c;
   nto_err err = {0};
   nto_model *m = plan_model(&nc, (nto_model_opts){0}, &c);
-  assert_int_equal(nto_model_window_bytes(m, 4, &need4, &err), 0);
+  assert_int_equal(nto_tuner_need(nto_model_tuner(m), 4, NULL, &need4, &err),
+                   0);
 
   for (int time = 0; time < 2; time++) {
     nto_model_opts o = {.window_mode = NTO_WINDOW_AUTO, .memory_budget = need4};
@@ -1436,13 +1451,16 @@ static void test_auto_window_grows(void **state) {
     }
     nto_io_fault_set(NULL);
     int n = 0, grew = 0;
-    const nto_window_sample *v = nto_model_window_trace(ss.m, &n);
+    const nto_window_sample *v =
+        nto_tuner_window_trace(nto_model_tuner(ss.m), &n);
     assert_int_equal(n, nc.steps);
     assert_int_equal(v[0].window, 1);
     for (int i = 0; i < n; i++) {
       size_t need;
       assert_true(v[i].window >= 1);
-      assert_int_equal(nto_model_window_bytes(m, v[i].window, &need, &err), 0);
+      assert_int_equal(
+          nto_tuner_need(nto_model_tuner(m), v[i].window, NULL, &need, &err),
+          0);
       if (need > need4)
         fail_msg("iteration %d: window %d needs %zu bytes, budget %zu", i + 1,
                  v[i].window, need, need4);

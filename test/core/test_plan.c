@@ -27,6 +27,14 @@ typedef struct fixture {
   nto_model *m;
 } fixture;
 
+/* nto_schedule_make of window n with frontier upto, keeping and spreading
+ * as asked. */
+static int sched(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
+                 int keep, int spread, nto_err *err) {
+  nto_schedule_req rq = {n, upto, keep, spread};
+  return nto_schedule_make(sc, p, &rq, err);
+}
+
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   nto_err err = {0};
@@ -770,8 +778,8 @@ static void check_frontier(const nto_model *m, const nto_plan *p, int n) {
     upto[s] = s + n + (7 * s) % 5;
   nto_schedule sc, plain;
   nto_err err = {0};
-  assert_int_equal(nto_schedule_build(&sc, p, n, upto, &err), 0);
-  assert_int_equal(nto_schedule_build(&plain, p, n, NULL, &err), 0);
+  assert_int_equal(sched(&sc, p, n, upto, 0, 0, &err), 0);
+  assert_int_equal(sched(&plain, p, n, NULL, 0, 0, &err), 0);
   int nn = sc.window;
   for (int s = 0; s < S; s++) {
     int want = upto[s] > s + nn ? upto[s] : s + nn;
@@ -807,7 +815,7 @@ static void check_keep(const nto_model *m, const nto_plan *p, int n,
                        int training, const nto_schedule *plain) {
   nto_schedule sc;
   nto_err err = {0};
-  if (nto_schedule_keep(&sc, p, n, NULL, &err) != 0)
+  if (sched(&sc, p, n, NULL, 1, 0, &err) != 0)
     fail_msg("keep, window %d: %s", n, err.msg);
   uint64_t moved = sc.read_bytes + sc.written_bytes,
            plain_moved = plain->read_bytes + plain->written_bytes;
@@ -862,9 +870,9 @@ static void check_final(const nto_model *m, const nto_plan *p, int n,
   for (int keep = 0; keep < 2; keep++) {
     nto_schedule base, fin;
     if (keep)
-      assert_int_equal(nto_schedule_keep(&base, p, n, NULL, &err), 0);
+      assert_int_equal(sched(&base, p, n, NULL, 1, 0, &err), 0);
     const nto_schedule *b = keep ? &base : plain;
-    assert_int_equal(nto_schedule_final(&fin, p, n, NULL, keep, &err), 0);
+    assert_int_equal(sched(&fin, p, n, NULL, keep, 1, &err), 0);
     assert_int_equal(fin.region, b->region);
     assert_int_equal(fin.peak, b->peak);
     assert_true(fin.read_bytes == b->read_bytes);
@@ -906,7 +914,7 @@ static void test_schedule_placement(void **state) {
       const int windows[] = {1, 2, 3, 7, 16, 1000};
       for (int w = 0; w < 6; w++) {
         nto_schedule sc;
-        if (nto_schedule_build(&sc, p, windows[w], NULL, &err) != 0)
+        if (sched(&sc, p, windows[w], NULL, 0, 0, &err) != 0)
           fail_msg("%s window %d: %s", nets[i], windows[w], err.msg);
         assert_true(sc.peak <= sc.region);
         long close = replay(m, p, &sc);

@@ -1,0 +1,256 @@
+/* exec.c - the executor. See exec.h. */
+#include "exec.h"
+#include "optimizer.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Data of tensor t (NULL for t < 0). The residency guarantees that every
+ * tensor a step uses is resident while it runs. */
+static float *T(const nto_exec *e, int t) {
+  assert(t < 0 || e->tt->t[t].data);
+  return t >= 0 ? e->tt->t[t].data : NULL;
+}
+
+static nto_layer *layer(const nto_exec *e, int i) {
+  return &e->tt->g->layers[i];
+}
+
+/* The forward arguments of layer i (its inputs, weights, saved tensors,
+ * the workspace) writing into out; in an R step (`replay`) the inputs are
+ * the tensors backward reads for them (their twins). */
+static nto_fwd fwd_args(const nto_exec *e, int i, float *out, int training,
+                        int replay) {
+  const nto_tensors *tt = e->tt;
+  const nto_layer *l = layer(e, i);
+  nto_fwd f = {0};
+  for (int k = 0; k < l->n_in; k++) {
+    int t = tt->out_t[l->in[k]];
+    f.in[k] = T(e, replay ? nto_tensors_bwd(tt, t) : t);
+  }
+  f.out = out;
+  for (int j = 0; j < l->n_w; j++)
+    f.w[j] = T(e, l->w[j].tensor);
+  for (int k = 0; k < l->n_saved; k++)
+    f.saved[k] = T(e, l->saved[k].tensor);
+  f.ws = e->ws;
+  f.training = training;
+  f.rng = e->rng;
+  return f;
+}
+
+/* F_i: run layer i's forward. */
+static void forward_step(const nto_exec *e, int i, const float *x,
+                         int training) {
+  nto_layer *l = layer(e, i);
+  float *out = T(e, e->tt->out_t[i]);
+  if (nto_is_input(l))
+    memcpy(out, x, nto_shape_bytes(l->out_shape));
+  nto_fwd f = fwd_args(e, i, out, training, 0);
+  l->ops->forward(l, &f);
+}
+
+/* dL/d(out of layer i): the sum of its consumer edges' gradients, summed
+ * in consumer order into the first edge's buffer. */
+static const float *gather_dout(const nto_exec *e, int i) {
+  const nto_tensors *tt = e->tt;
+  if (i == tt->L - 1)
+    return T(e, tt->loss_grad_t);
+  const nto_edge *c = tt->g->consumers[i];
+  float *d = T(e, tt->edge_t[c[0].layer][c[0].input]);
+  size_t n = nto_shape_numel(layer(e, i)->out_shape);
+  for (int k = 1; k < tt->g->n_consumers[i]; k++) {
+    const float *o = T(e, tt->edge_t[c[k].layer][c[k].input]);
+    for (size_t q = 0; q < n; q++)
+      d[q] += o[q];
+  }
+  return d;
+}
+
+/* The gradient rows of weight j of layer i covering chunk k, computed
+ * into their tensor from what B_i's backward read; returns the chunk's
+ * first element's gradient. */
+static const float *chunk_rows(const nto_exec *e, int i, int j, int k,
+                               size_t off) {
+  const nto_tensors *tt = e->tt;
+  nto_layer *l = layer(e, i);
+  nto_bwd b = {0};
+  int cache = tt->dw_cache[i][j];
+  for (int q = 0; q < l->n_in; q++)
+    b.in[q] = nto_tensors_rows_read_input(tt, i, j, k)
+                  ? T(e, nto_tensors_bwd(tt, tt->out_t[l->in[q]]))
+                  : NULL;
+  b.out = l->bwd_needs_output ? T(e, nto_tensors_bwd(tt, tt->out_t[i])) : NULL;
+  b.dout = T(e, nto_tensors_dout(tt, i));
+  for (int q = 0; q < l->n_w; q++)
+    b.w[q] = q == j ? T(e, l->w[q].tensor) : NULL;
+  for (int q = 0; q < l->n_saved; q++)
+    b.saved[q] = T(e, l->saved[q].tensor);
+  b.ws = e->ws;
+  int r0, r1;
+  nto_tensors_chunk_rows(tt, i, j, k, &r0, &r1);
+  float *rows = T(e, tt->dw_first[i][j] + k);
+  l->ops->backward_weight_rows(l, &b, j, r0, r1, rows,
+                               cache >= 0 ? T(e, cache) : NULL, k == 0);
+  return rows + (off - (size_t)r0 * tt->dw_row[i][j]);
+}
+
+/* Optimizer update of chunk k of weight j of layer i (elementwise, so a
+ * chunked update equals the whole one bit for bit, given the same
+ * gradient). A gradient computed by chunk is computed here first. */
+static void update_chunk(const nto_exec *e, int i, int j, int k, double lr,
+                         long update) {
+  const nto_tensors *tt = e->tt;
+  size_t off, len;
+  nto_tensors_chunk(tt, i, j, k, &off, &len);
+  const float *grad = tt->dw_first[i][j] >= 0 ? chunk_rows(e, i, j, k, off)
+                                              : T(e, tt->pgrad_t[i][j]) + off;
+  float *st[2] = {T(e, tt->state_t[i][j][2 * k]),
+                  T(e, tt->state_t[i][j][2 * k + 1])};
+  nto_opt_update(e->opt, T(e, layer(e, i)->w[j].tensor) + off, grad, st, len,
+                 lr, update);
+}
+
+/* B_i: backward of layer i and the optimizer update of its weights that
+ * have a single update chunk (the others get U steps). */
+static void backward_step(const nto_exec *e, int i, double lr, long update) {
+  const nto_tensors *tt = e->tt;
+  nto_layer *l = layer(e, i);
+  if (nto_is_input(l) && !e->input_grad)
+    return;
+  const float *dout = gather_dout(e, i);
+  if (nto_is_input(l)) {
+    memcpy(e->input_grad, dout, nto_shape_bytes(l->out_shape));
+    return;
+  }
+  nto_bwd b = {0};
+  for (int k = 0; k < l->n_in; k++) {
+    b.in[k] = l->bwd_needs_input
+                  ? T(e, nto_tensors_bwd(tt, tt->out_t[l->in[k]]))
+                  : NULL;
+    b.din[k] = T(e, tt->edge_t[i][k]);
+  }
+  b.out = l->bwd_needs_output ? T(e, nto_tensors_bwd(tt, tt->out_t[i])) : NULL;
+  b.dout = dout;
+  for (int j = 0; j < l->n_w; j++) {
+    b.w[j] = T(e, l->w[j].tensor);
+    b.dw[j] = T(e, tt->pgrad_t[i][j]);
+  }
+  for (int k = 0; k < l->n_saved; k++)
+    b.saved[k] = T(e, l->saved[k].tensor);
+  b.ws = e->ws;
+  l->ops->backward(l, &b);
+  for (int j = 0; j < l->n_w; j++) {
+    if (tt->pgrad_t[i][j] < 0)
+      continue;
+    if (e->hook)
+      e->hook(e->hook_user, l, j, b.dw[j], nto_shape_numel(l->w[j].shape));
+    if (tt->n_chunk[i][j] == 1)
+      update_chunk(e, i, j, 0, lr, update);
+  }
+}
+
+/* R step: layer a's output again, into its twin, bit for bit the
+ * forward's (layer.h replay): a convolution's replay from its input; for
+ * an activation, its input layer's replay (batch normalization from its
+ * input, or that input's twin, and the mean and inv_std its forward
+ * saved), then the activation's, in place. */
+static void recompute_step(const nto_exec *e, int a) {
+  const nto_tensors *tt = e->tt;
+  nto_layer *al = layer(e, a);
+  int p = tt->re_conv[a] ? a : al->in[0];
+  nto_layer *pl = layer(e, p);
+  float *out = T(e, tt->re_t[tt->out_t[a]]);
+  nto_fwd f = fwd_args(e, p, out, 1, 1);
+  pl->ops->replay(pl, &f);
+  if (tt->re_conv[a])
+    return;
+  nto_fwd g = {.in = {out}, .out = out, .ws = e->ws, .training = 1};
+  al->ops->replay(al, &g);
+}
+
+/* The loss on the last forward; writes its gradient when grad != 0. */
+static int loss_step(const nto_exec *e, const float *y, int valid, int grad,
+                     long update, nto_step_stats *st, nto_err *err) {
+  const nto_tensors *tt = e->tt;
+  int last = tt->L - 1, n = tt->g->batch;
+  const nto_layer *l = layer(e, last);
+  int k = (int)nto_shape_sample(l->out_shape);
+  float *g = NULL;
+  if (grad)
+    g = tt->o.fused ? T(e, tt->edge_t[last][0]) : T(e, tt->loss_grad_t);
+  double loss = nto_loss_compute(e->form, T(e, tt->out_t[tt->o.logits_layer]),
+                                 y, n, k, valid, g);
+  st->loss = loss;
+  st->samples = valid;
+  st->correct = nto_count_correct(T(e, tt->out_t[last]), y, k, valid);
+  memcpy(e->output, T(e, tt->out_t[last]), nto_shape_bytes(l->out_shape));
+  if (!isfinite(loss))
+    return nto_err_set(err, NTO_ENUMERIC,
+                       "loss is not finite (%g) at iteration %ld", loss,
+                       update - 1);
+  return 0;
+}
+
+/* Step s of a pass of kind `pass` (the loss runs in B_{L-1} of a
+ * training pass, in F_{L-1} of an inference pass). */
+static int run_step(const nto_exec *e, int pass, int s, const float *x,
+                    const float *y, int valid, double lr, long update,
+                    nto_step_stats *st, nto_err *err) {
+  int L = e->tt->L;
+  if (s < L) {
+    forward_step(e, s, x, pass == NTO_PASS_TRAIN);
+    if (pass == NTO_PASS_EVAL && s == L - 1)
+      return loss_step(e, y, valid, 0, update, st, err);
+    return 0;
+  }
+  const nto_step *d = &e->st->v[s];
+  if (d->kind == 'U') {
+    update_chunk(e, d->layer, d->w, d->chunk, lr, update);
+    return 0;
+  }
+  if (d->kind == 'R') {
+    recompute_step(e, d->layer);
+    return 0;
+  }
+  if (d->layer == L - 1) {
+    int rc = loss_step(e, y, valid, 1, update, st, err);
+    if (rc != 0 || e->tt->o.fused)
+      return rc;
+  }
+  backward_step(e, d->layer, lr, update);
+  return 0;
+}
+
+int nto_exec_pass(const nto_exec *e, int pass, const float *x, const float *y,
+                  int valid, double lr, long update, nto_step_stats *st,
+                  nto_err *err) {
+  nto_residency *r = e->res;
+  int S = nto_steps_count(e->st, pass);
+  for (int s = 0; s < S; s++) {
+    double t_begin = e->trace ? now_ms() : 0;
+    int rc = r->ops->begin(r, pass, s, err);
+    if (rc != 0)
+      return rc;
+    double t_ready = e->trace && !r->always_resident ? now_ms() : t_begin;
+    rc = run_step(e, pass, s, x, y, valid, lr, update, st, err);
+    if (e->trace)
+      e->trace(e->trace_user, pass, s, t_begin, t_ready, now_ms());
+    if (rc != 0) {
+      r->ops->drain(r, NULL);
+      return rc;
+    }
+    rc = r->ops->end(r, s, err);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}

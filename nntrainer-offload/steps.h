@@ -1,0 +1,69 @@
+/*
+ * steps.h - the step order of a training iteration and of an inference
+ * pass, and every tensor's uses in them (plan.h): the execution plan.
+ * Step-order decisions live here.
+ *
+ * Training pass (S steps):
+ *   F_0 .. F_{L-1}, then for i = L-1 .. 0: (R ...) B_i (U ...)
+ * F_i runs layer i's forward (F_i is step i). B_i gathers dL/d(out of i)
+ * from its consumers' edges (summed in consumer order into the first),
+ * runs its backward and the optimizer update of its weights of one update
+ * chunk; the loss is computed at the start of B_{L-1}. A weight of several
+ * chunks (tensors.h) is updated in U steps right after B_i, one per chunk,
+ * its gradient computed whole in B_i or by rows in each U step. An R step
+ * writes a recomputed twin (tensors.h) right before the B step of its
+ * first backward reader; R steps at one B step run in layer order
+ * (producers first).
+ *
+ * Inference pass (L steps): F_0 .. F_{L-1}, the loss in F_{L-1}.
+ *
+ * A U step also holds (plan.h NTO_USE_HOLD) the tensors B_i and the next
+ * backward step both use, so that the updates between them do not push
+ * those out of a small window.
+ *
+ * Pure: no I/O, no threads. Built once per model; read-only afterwards.
+ */
+#ifndef NTO_STEPS_H
+#define NTO_STEPS_H
+
+#include "plan.h"
+#include "tensors.h"
+
+/* Kinds of pass; also the plan index given to the offload engine. */
+enum { NTO_PASS_TRAIN = 0, NTO_PASS_EVAL = 1 };
+
+/* One step of the training pass. */
+typedef struct nto_step {
+  char kind; /* 'F', 'B', 'U' or 'R' */
+  int layer; /* F, B, U: the layer; R: the layer whose output is recomputed */
+  int w, chunk; /* U: weight index and chunk; else -1 */
+} nto_step;
+
+typedef struct nto_steps {
+  nto_step *v;      /* the training pass's steps */
+  int n;            /* S */
+  int *b_step;      /* per layer: index of B_i */
+  nto_plan plan[2]; /* NTO_PASS_TRAIN, NTO_PASS_EVAL */
+} nto_steps;
+
+/*
+ * Build the steps and both plans over table tt (borrowed during the call;
+ * the loss reads layer tt->o.logits_layer, fused into B_{L-1} when
+ * tt->o.fused). Returns 0, NTO_ENOMEM or NTO_EINVAL (a transient tensor
+ * read before it is written: a programming error, plan.h). On error
+ * nto_steps_free releases what was built.
+ */
+int nto_steps_build(nto_steps *st, const nto_tensors *tt, nto_err *err);
+void nto_steps_free(nto_steps *st);
+
+/* Steps of a pass (NTO_PASS_*). */
+static inline int nto_steps_count(const nto_steps *st, int pass) {
+  return st->plan[pass].n_steps;
+}
+
+/* Step s's name, e.g. "F3 conv1", "B3 conv1" or "U7 fc weight 2/3",
+ * written into buf (the inference pass's step s is F_s); returns buf. */
+const char *nto_steps_name(const nto_steps *st, const nto_tensors *tt, int pass,
+                           int s, char *buf, size_t len);
+
+#endif /* NTO_STEPS_H */

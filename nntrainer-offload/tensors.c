@@ -1,0 +1,429 @@
+/* tensors.c - the tensor table. See tensors.h. */
+#include "tensors.h"
+#include "registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nto_is_input(const nto_layer *l) { return l->ops == &nto_input_layer; }
+
+int nto_tensors_updated(const nto_tensors *tt, int i, int j) {
+  return tt->pgrad_t[i][j] >= 0 || tt->dw_first[i][j] >= 0;
+}
+
+void nto_tensors_chunk(const nto_tensors *tt, int i, int j, int k, size_t *off,
+                       size_t *len) {
+  size_t n = nto_shape_numel(tt->g->layers[i].w[j].shape);
+  *off = (size_t)k * tt->chunk_elems;
+  *len = tt->n_chunk[i][j] == 1       ? n
+         : n - *off < tt->chunk_elems ? n - *off
+                                      : tt->chunk_elems;
+  if (tt->n_chunk[i][j] == 1)
+    *off = 0;
+}
+
+void nto_tensors_chunk_rows(const nto_tensors *tt, int i, int j, int k, int *r0,
+                            int *r1) {
+  size_t off, len, row = (size_t)tt->dw_row[i][j];
+  nto_tensors_chunk(tt, i, j, k, &off, &len);
+  *r0 = (int)(off / row);
+  *r1 = (int)((off + len + row - 1) / row);
+}
+
+int nto_tensors_rows_read_input(const nto_tensors *tt, int i, int j, int k) {
+  return tt->g->layers[i].bwd_needs_input && (tt->dw_cache[i][j] < 0 || k == 0);
+}
+
+int nto_tensors_bwd(const nto_tensors *tt, int t) {
+  return t >= 0 && t < tt->n_re && tt->re_t[t] >= 0 ? tt->re_t[t] : t;
+}
+
+int nto_tensors_dout(const nto_tensors *tt, int i) {
+  if (i == tt->L - 1)
+    return tt->loss_grad_t;
+  const nto_edge *e = tt->g->consumers[i];
+  return tt->edge_t[e[0].layer][e[0].input];
+}
+
+int nto_tensors_recomputed(const nto_tensors *tt, int i) {
+  return nto_tensors_bwd(tt, tt->out_t[i]) != tt->out_t[i];
+}
+
+int nto_tensors_recomputed_convs(const nto_tensors *tt) {
+  int n = 0;
+  for (int i = 0; i < tt->L; i++)
+    n += tt->re_conv[i];
+  return n;
+}
+
+/* Append a tensor descriptor; returns its index or -1. */
+static int add_tensor(nto_tensors *tt, const char *layer, const char *what,
+                      nto_shape shape, nto_role role, int owner) {
+  if (tt->n == tt->cap) {
+    int cap = tt->cap ? tt->cap * 2 : 256;
+    nto_tensor *t = realloc(tt->t, (size_t)cap * sizeof *t);
+    if (!t)
+      return -1;
+    tt->t = t;
+    tt->cap = cap;
+  }
+  nto_tensor *t = &tt->t[tt->n];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%.60s:%.30s", layer, what);
+  t->shape = shape;
+  t->role = role;
+  t->bytes = nto_round_page(nto_shape_bytes(shape));
+  t->swap_offset = -1;
+  t->state = NTO_RES_NONE;
+  t->layer = owner;
+  return tt->n++;
+}
+
+int nto_tensors_add_state(nto_tensors *tt, int i, int j, int k, int q) {
+  const nto_layer *l = &tt->g->layers[i];
+  char what[64];
+  nto_shape shape = l->w[j].shape;
+  if (tt->n_chunk[i][j] > 1) {
+    size_t off, len;
+    nto_tensors_chunk(tt, i, j, k, &off, &len);
+    shape = (nto_shape){1, 1, 1, (int)len};
+    snprintf(what, sizeof what, "%.30s:opt%d.%d", l->w[j].name, q, k);
+  } else {
+    snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, q);
+  }
+  return add_tensor(tt, l->name, what, shape, NTO_ROLE_OPT_STATE, i);
+}
+
+/* Chunks of weight j of layer i and their state tensors (opt_states of 2
+ * per chunk). Returns 0 or -1 when out of memory. */
+static int add_weight_state(nto_tensors *tt, int i, int j) {
+  size_t n = nto_shape_numel(tt->g->layers[i].w[j].shape);
+  int nc = n > tt->chunk_elems
+               ? (int)((n + tt->chunk_elems - 1) / tt->chunk_elems)
+               : 1;
+  tt->n_chunk[i][j] = nc;
+  tt->state_t[i][j] = malloc(2 * (size_t)nc * sizeof(int));
+  if (!tt->state_t[i][j])
+    return -1;
+  for (int k = 0; k < nc; k++)
+    for (int q = 0; q < 2; q++) {
+      int t = q < tt->o.opt_states ? nto_tensors_add_state(tt, i, j, k, q) : -1;
+      if (q < tt->o.opt_states && t < 0)
+        return -1;
+      tt->state_t[i][j][2 * k + q] = t;
+    }
+  return 0;
+}
+
+/* Floats of the rows cache of weight j of layer i worth keeping: the
+ * layer's (layer.h weight_rows_cache) when no larger than the whole
+ * gradient, else 0. At equal size the cache still wins: it lives from the
+ * first U step to the last, while a whole gradient also spans B_i's
+ * compute, where the read-ahead needs the room (ResNet-18's last stage at
+ * batch 32). */
+static size_t rows_cache(const nto_tensors *tt, int i, int j) {
+  const nto_layer *l = &tt->g->layers[i];
+  size_t c = l->ops->weight_rows_cache ? l->ops->weight_rows_cache(l, j) : 0;
+  return c <= nto_shape_numel(l->w[j].shape) ? c : 0;
+}
+
+/* Is the gradient of weight j of layer i (row length `row`, 0: none)
+ * computed by chunk (nto_chunk_grads)? */
+static int by_chunk(const nto_tensors *tt, int i, int j, int row) {
+  if (tt->o.chunk_grads == NTO_CHUNK_GRADS_OFF || tt->n_chunk[i][j] <= 1 ||
+      row <= 0 || (size_t)row > tt->chunk_elems || i == tt->L - 1)
+    return 0;
+  return tt->o.chunk_grads == NTO_CHUNK_GRADS_ON || rows_cache(tt, i, j) > 0;
+}
+
+/* The per-chunk gradient tensors of weight j of layer i (dw_first) and
+ * the cache of their rows (dw_cache) when it is no larger than the whole
+ * gradient. */
+static int add_chunk_grads(nto_tensors *tt, int i, int j) {
+  const nto_layer *l = &tt->g->layers[i];
+  size_t cache = rows_cache(tt, i, j);
+  if (cache > 0) {
+    char what[48];
+    snprintf(what, sizeof what, "%.30s.rows_cache", l->w[j].name);
+    nto_shape shape = {1, 1, 1, (int)cache};
+    tt->dw_cache[i][j] =
+        add_tensor(tt, l->name, what, shape, NTO_ROLE_ACTIVATION, i);
+    if (tt->dw_cache[i][j] < 0)
+      return -1;
+  }
+  for (int k = 0; k < tt->n_chunk[i][j]; k++) {
+    int r0, r1;
+    nto_tensors_chunk_rows(tt, i, j, k, &r0, &r1);
+    char what[48];
+    snprintf(what, sizeof what, "d%.30s.%d", l->w[j].name, k);
+    nto_shape shape = {1, 1, r1 - r0, tt->dw_row[i][j]};
+    int t = add_tensor(tt, l->name, what, shape, NTO_ROLE_PARAM_GRAD, i);
+    if (t < 0)
+      return -1;
+    if (k == 0)
+      tt->dw_first[i][j] = t;
+  }
+  return 0;
+}
+
+/* Does layer p's output need a gradient? */
+static int needs_grad(const nto_tensors *tt, int p) {
+  return !nto_is_input(&tt->g->layers[p]) || tt->o.compute_input_grad;
+}
+
+/* edge_t value of a gradient computed in place, until resolved. */
+#define EDGE_IN_PLACE (-2)
+
+/* Does layer i compute dL/d(its input) into the tensor of dL/d(its
+ * output) (layer.h bwd_in_place)? Only for one input of the output's size,
+ * with a consumer whose edge holds that gradient, and when nothing reads
+ * the gradient after B_i (no U step of the layer computes a weight's
+ * gradient from it). Called once the layer's weights are set up. */
+static int grad_in_place(const nto_tensors *tt, int i) {
+  const nto_layer *l = &tt->g->layers[i];
+  if (!l->bwd_in_place || l->n_in != 1 || i == tt->L - 1 ||
+      tt->g->n_consumers[i] < 1 ||
+      nto_shape_numel(l->in_shape[0]) != nto_shape_numel(l->out_shape))
+    return 0;
+  for (int j = 0; j < l->n_w; j++)
+    if (tt->dw_first[i][j] >= 0)
+      return 0;
+  return 1;
+}
+
+/* Weight j of layer i: its tensor, optimizer state and gradient (whole
+ * or by chunk). Returns 0 or -1 when out of memory. */
+static int add_weight(nto_tensors *tt, int i, int j) {
+  nto_layer *l = &tt->g->layers[i];
+  l->w[j].tensor =
+      add_tensor(tt, l->name, l->w[j].name, l->w[j].shape, NTO_ROLE_WEIGHT, i);
+  tt->pgrad_t[i][j] = tt->dw_first[i][j] = tt->dw_cache[i][j] = -1;
+  if (l->w[j].tensor < 0)
+    return -1;
+  if (!l->w[j].trainable || !l->trainable)
+    return 0;
+  if (add_weight_state(tt, i, j) != 0)
+    return -1;
+  int row = l->ops->weight_row ? l->ops->weight_row(l, j) : 0;
+  if (by_chunk(tt, i, j, row)) {
+    tt->dw_row[i][j] = row;
+    return add_chunk_grads(tt, i, j);
+  }
+  char what[48];
+  snprintf(what, sizeof what, "d%.40s", l->w[j].name);
+  tt->pgrad_t[i][j] =
+      add_tensor(tt, l->name, what, l->w[j].shape, NTO_ROLE_PARAM_GRAD, i);
+  return tt->pgrad_t[i][j] < 0 ? -1 : 0;
+}
+
+/* Layer i's output, weights, saved tensors and input-gradient edges. */
+static int add_layer(nto_tensors *tt, int i) {
+  nto_layer *l = &tt->g->layers[i];
+  /* a view (flatten, multiout) shares its input's tensor */
+  tt->out_t[i] = l->out_is_input ? tt->out_t[l->in[0]]
+                                 : add_tensor(tt, l->name, "out", l->out_shape,
+                                              NTO_ROLE_ACTIVATION, i);
+  tt->edge_t[i] = malloc((size_t)(l->n_in ? l->n_in : 1) * sizeof(int));
+  if (tt->out_t[i] < 0 || !tt->edge_t[i])
+    return -1;
+  for (int j = 0; j < l->n_w; j++)
+    if (add_weight(tt, i, j) != 0)
+      return -1;
+  for (int k = 0; k < l->n_saved; k++) {
+    l->saved[k].tensor = add_tensor(tt, l->name, l->saved[k].name,
+                                    l->saved[k].shape, NTO_ROLE_ACTIVATION, i);
+    if (l->saved[k].tensor < 0)
+      return -1;
+  }
+  for (int k = 0; k < l->n_in; k++) {
+    char what[32];
+    snprintf(what, sizeof what, "grad_in%d", k);
+    tt->edge_t[i][k] =
+        !needs_grad(tt, l->in[k]) ? -1
+        : grad_in_place(tt, i)
+            ? EDGE_IN_PLACE
+            : add_tensor(tt, l->name, what, l->in_shape[k], NTO_ROLE_GRAD, i);
+    if (tt->edge_t[i][k] == -1 && needs_grad(tt, l->in[k]))
+      return -1;
+  }
+  return 0;
+}
+
+/* Every layer's tensors; then the in-place input gradients resolved. */
+static int add_layers(nto_tensors *tt) {
+  int L = tt->L;
+  tt->out_t = calloc((size_t)L, sizeof *tt->out_t);
+  tt->edge_t = calloc((size_t)L, sizeof *tt->edge_t);
+  tt->pgrad_t = calloc((size_t)L, sizeof *tt->pgrad_t);
+  tt->state_t = calloc((size_t)L, sizeof *tt->state_t);
+  tt->n_chunk = calloc((size_t)L, sizeof *tt->n_chunk);
+  tt->dw_first = calloc((size_t)L, sizeof *tt->dw_first);
+  tt->dw_row = calloc((size_t)L, sizeof *tt->dw_row);
+  tt->dw_cache = calloc((size_t)L, sizeof *tt->dw_cache);
+  if (!tt->out_t || !tt->edge_t || !tt->pgrad_t || !tt->state_t ||
+      !tt->n_chunk || !tt->dw_first || !tt->dw_row || !tt->dw_cache)
+    return -1;
+  for (int i = 0; i < L; i++)
+    if (add_layer(tt, i) != 0)
+      return -1;
+  /* an in-place input gradient is the tensor of the output's gradient:
+   * the first consumer's edge (nto_tensors_dout). From the last layer
+   * down, so that a chain of such layers (batch normalization,
+   * activation) shares one tensor. */
+  for (int i = L - 1; i >= 0; i--)
+    if (tt->g->layers[i].n_in > 0 && tt->edge_t[i][0] == EDGE_IN_PLACE)
+      tt->edge_t[i][0] = nto_tensors_dout(tt, i);
+  return 0;
+}
+
+/* The latest layer (the first in backward order) after r whose backward
+ * step reads layer i's output: a consumer that reads its inputs, or one
+ * reading a view (flatten, multiout) of it; r if none. */
+static int first_bwd_reader(const nto_tensors *tt, int i, int r) {
+  const nto_edge *e = tt->g->consumers[i];
+  for (int c = 0; c < tt->g->n_consumers[i]; c++) {
+    const nto_layer *l = &tt->g->layers[e[c].layer];
+    if (l->out_is_input)
+      r = first_bwd_reader(tt, e[c].layer, r);
+    else if (l->bwd_needs_input && e[c].layer > r)
+      r = e[c].layer;
+  }
+  return r;
+}
+
+/* Does the loss read tensor t (the last layer's output or the logits)? */
+static int loss_reads(const nto_tensors *tt, int t) {
+  return t == tt->out_t[tt->L - 1] || t == tt->out_t[tt->o.logits_layer];
+}
+
+/* May layer i's output be recomputed (nto_recompute)? i: an activation
+ * without weights or saved tensors whose output the loss does not read;
+ * its input: a layer with an element-wise replay (batch normalization)
+ * read by i alone, whose backward reads its own input (which is therefore
+ * kept anyway, or recomputed by a convolution's R step) and whose input
+ * is not an activation recomputed itself. */
+static int recomputable(const nto_tensors *tt, int i) {
+  const nto_layer *a = &tt->g->layers[i];
+  if (!a->ops->replay || a->replay_macs || a->n_in != 1 || a->n_w ||
+      a->n_saved || a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
+      loss_reads(tt, tt->out_t[i]))
+    return 0;
+  const nto_layer *p = &tt->g->layers[a->in[0]];
+  int x = p->in[0];
+  return p->ops->replay && !p->replay_macs && p->n_in == 1 &&
+         !p->out_is_input && p->out_kind == NTO_OUT_PLAIN &&
+         p->bwd_needs_input && tt->g->n_consumers[a->in[0]] == 1 &&
+         (tt->re_t[tt->out_t[x]] < 0 || tt->re_conv[x]);
+}
+
+/* May convolution i's output be recomputed (nto_recompute)? A replay of
+ * at most NTO_RECOMPUTE_MACS multiply-adds per output element, from one
+ * input that its own backward reads (kept anyway) and that is not
+ * recomputed itself; nothing saved; an output the loss does not read,
+ * read by one layer, not a view, whose backward reads it (so that it is
+ * kept from forward to backward unless recomputed). */
+static int conv_recomputable(const nto_tensors *tt, int i) {
+  const nto_layer *l = &tt->g->layers[i];
+  if (!l->ops->replay || l->replay_macs <= 0 ||
+      l->replay_macs > NTO_RECOMPUTE_MACS || l->n_in != 1 || l->n_saved ||
+      !l->bwd_needs_input || l->out_is_input || l->out_kind != NTO_OUT_PLAIN ||
+      loss_reads(tt, tt->out_t[i]) || tt->g->n_consumers[i] != 1 ||
+      tt->re_t[tt->out_t[l->in[0]]] >= 0)
+    return 0;
+  int bn = tt->g->consumers[i][0].layer;
+  const nto_layer *c = &tt->g->layers[bn];
+  if (c->out_is_input || !c->bwd_needs_input)
+    return 0;
+  /* the R step runs before the first backward reader of the activation
+   * after it, if that is recomputed: at most NTO_RECOMPUTE_SPAN layers on */
+  int r = bn;
+  if (tt->o.recompute_act && tt->g->n_consumers[bn] == 1) {
+    int a = tt->g->consumers[bn][0].layer;
+    if (recomputable(tt, a))
+      r = first_bwd_reader(tt, a, a);
+  }
+  return r - i <= NTO_RECOMPUTE_SPAN;
+}
+
+/* Decide which outputs are recomputed, in layer order so that a producer
+ * is decided before its consumers, and add their twins. A convolution's R
+ * step runs before the R step of the activation that reads its output
+ * (steps.c puts R steps at one B step in layer order). Returns 0 or -1
+ * when out of memory. */
+static int add_recomputed(nto_tensors *tt) {
+  tt->n_re = tt->n;
+  tt->re_t = malloc((size_t)tt->n_re * sizeof *tt->re_t);
+  tt->re_at = malloc((size_t)tt->L * sizeof *tt->re_at);
+  tt->re_conv = calloc((size_t)tt->L, 1);
+  if (!tt->re_t || !tt->re_at || !tt->re_conv)
+    return -1;
+  for (int t = 0; t < tt->n_re; t++)
+    tt->re_t[t] = -1;
+  for (int i = 0; i < tt->L; i++) {
+    tt->re_at[i] = -1;
+    int is_conv = tt->o.recompute_conv && conv_recomputable(tt, i);
+    if (!is_conv && !(tt->o.recompute_act && recomputable(tt, i)))
+      continue;
+    const nto_layer *a = &tt->g->layers[i];
+    int t = add_tensor(tt, a->name, "out.recomputed", a->out_shape,
+                       NTO_ROLE_ACTIVATION, i);
+    if (t < 0)
+      return -1;
+    tt->re_t[tt->out_t[i]] = t;
+    tt->re_at[i] = first_bwd_reader(tt, i, i);
+    tt->re_conv[i] = (unsigned char)is_conv;
+    if (!is_conv) { /* the convolution before reads no later than this */
+      int x = tt->g->layers[a->in[0]].in[0];
+      if (tt->re_conv[x] && tt->re_at[x] < tt->re_at[i])
+        tt->re_at[x] = tt->re_at[i];
+    }
+  }
+  return 0;
+}
+
+int nto_tensors_build(nto_tensors *tt, nto_graph *g, const nto_tensors_opts *o,
+                      nto_err *err) {
+  memset(tt, 0, sizeof *tt);
+  tt->g = g;
+  tt->L = g->n_layers;
+  tt->o = *o;
+  tt->loss_grad_t = -1;
+  tt->chunk_elems =
+      (o->update_chunk ? o->update_chunk : NTO_UPDATE_CHUNK) / sizeof(float);
+  if (tt->chunk_elems == 0)
+    tt->chunk_elems = 1;
+  if (add_layers(tt) != 0 || add_recomputed(tt) != 0)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (!o->fused) {
+    const nto_layer *last = &g->layers[tt->L - 1];
+    tt->loss_grad_t = add_tensor(tt, last->name, "loss_grad", last->out_shape,
+                                 NTO_ROLE_GRAD, tt->L - 1);
+    if (tt->loss_grad_t < 0)
+      return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+void nto_tensors_free(nto_tensors *tt) {
+  if (tt->edge_t)
+    for (int i = 0; i < tt->L; i++)
+      free(tt->edge_t[i]);
+  free(tt->edge_t);
+  free(tt->out_t);
+  free(tt->pgrad_t);
+  if (tt->state_t)
+    for (int i = 0; i < tt->L; i++)
+      for (int j = 0; j < NTO_MAX_WEIGHTS; j++)
+        free(tt->state_t[i][j]);
+  free(tt->state_t);
+  free(tt->n_chunk);
+  free(tt->dw_first);
+  free(tt->dw_row);
+  free(tt->dw_cache);
+  free(tt->re_t);
+  free(tt->re_at);
+  free(tt->re_conv);
+  free(tt->t);
+  memset(tt, 0, sizeof *tt);
+}

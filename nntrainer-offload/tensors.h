@@ -1,0 +1,189 @@
+/*
+ * tensors.h - the tensor table of a model: every tensor a training or
+ * inference pass touches, with the decisions that fix which tensors exist.
+ *
+ * Built once from the graph (graph.h), in this order, so that tensor
+ * indices (and with them checkpoints, which list persistent tensors in
+ * table order) do not depend on anything else: per layer, its output
+ * (a view, flatten or multiout, shares its input's), each weight with its
+ * optimizer state (per update chunk) and its gradient (whole, or one tensor
+ * of gradient rows per chunk), its saved tensors, and one input-gradient
+ * tensor per input edge (or none: computed in place, or not needed); then
+ * the recomputed twins; then the loss gradient.
+ *
+ * Update chunks. A weight larger than the update chunk has its optimizer
+ * state in chunks of chunk_elems elements, each updated in a step of its
+ * own (a U step, steps.h), so that its state is never in RAM at once.
+ *
+ * Gradient rows (nto_chunk_grads). Where a layer computes a weight's
+ * gradient by rows (layer.h weight_row), the gradient of a weight of
+ * several chunks may be computed chunk by chunk in its U steps, into one
+ * small tensor per chunk, so that the whole gradient never exists
+ * (ResNet-18 b10 window 1: 26.5 -> 20.4 MiB of resident tensors).
+ *
+ * Recomputed twins (nto_recompute). An output that backward may compute
+ * again instead of keeping gets a twin tensor that an R step (steps.h)
+ * writes right before its first backward reader, which reads the twin.
+ *
+ * Pure: no I/O, no threads; one thread builds and reads a table.
+ */
+#ifndef NTO_TENSORS_H
+#define NTO_TENSORS_H
+
+#include "graph.h"
+#include "tensor.h"
+
+#include <stddef.h>
+
+/* Default update chunk (bytes): see nto_tensors_opts.update_chunk. */
+#define NTO_UPDATE_CHUNK (1u << 20)
+
+/* Where the gradient of a weight of several update chunks is computed:
+ * whole in B_i, or chunk by chunk in its U steps, next to the update of
+ * the chunk. Results differ by rounding between whole and chunked
+ * gradients (bit-identical across windows either way). */
+typedef enum {
+  NTO_CHUNK_GRADS_AUTO, /* by chunk where the layer's rows cache (the
+                           batch's column matrix, layer.h
+                           weight_rows_cache) is no larger than the whole
+                           gradient: less memory at about the same time
+                           (ResNet-18's last stage at batch 10); else
+                           whole */
+  NTO_CHUNK_GRADS_ON,   /* by chunk wherever the layer can (also without
+                           a cache: slower, least memory) */
+  NTO_CHUNK_GRADS_OFF,  /* always whole */
+} nto_chunk_grads;
+
+/* What backward recomputes instead of keeping it from the forward.
+ * Recomputed outputs are bit for bit the forward's (layer.h replay), so
+ * results never depend on this; memory and swap traffic do.
+ *
+ * Activations: an activation (relu, relu6, leaky_relu, tanh, none) whose
+ * input is a batch_normalization output read by nothing else is written
+ * again from what batch normalization's backward keeps anyway, in one
+ * element-wise pass: ResNet-18 b10 window 1 moves 201.1 + 167.1 instead of
+ * 220.4 + 187.1 MiB per iteration.
+ *
+ * Convolutions: a convolution's output read by one layer whose backward
+ * reads it, cheap per output element (at most NTO_RECOMPUTE_MACS
+ * multiply-adds: MobileNetV2's 1x1 expansions), from an input kept anyway,
+ * with its first backward reader at most NTO_RECOMPUTE_SPAN layers on:
+ * MobileNetV2 224 b10 window 4 moves 62.5 instead of 185.0 MiB each way
+ * per iteration. */
+typedef enum {
+  NTO_RECOMPUTE_AUTO,        /* activations; convolutions too when the
+                                tensors are offloaded, unless the memory
+                                budget then refuses the model (tuner.h) */
+  NTO_RECOMPUTE_ON,          /* activations and convolutions */
+  NTO_RECOMPUTE_ACTIVATIONS, /* activations only */
+  NTO_RECOMPUTE_OFF,         /* nothing: everything kept */
+} nto_recompute;
+
+/* Multiply-adds per output element up to which a convolution's output is
+ * recomputed. Recomputing one element costs 2 x this many flops; keeping
+ * it offloaded costs writing and reading 4 bytes: at ~100 GFLOP/s for
+ * small-K GEMMs and ~1.3 GB/s of swap each way, 256 multiply-adds (5 ns)
+ * cost less than the 8 bytes of I/O (6 ns), and on flash far less. */
+#define NTO_RECOMPUTE_MACS 256
+
+/* Layers from a recomputed convolution to the first backward reader of
+ * its output: conv -> batch_normalization -> activation -> its reader. A
+ * longer span (ResNet's stem, read by a residual block) would keep the
+ * twin through that block's backward, at its memory peak. */
+#define NTO_RECOMPUTE_SPAN 3
+
+typedef struct nto_tensors_opts {
+  size_t update_chunk;         /* bytes; 0: NTO_UPDATE_CHUNK */
+  nto_chunk_grads chunk_grads; /* default (0): auto */
+  int opt_states;              /* optimizer state tensors per weight
+                                  chunk (optimizer.h nto_opt_state_count) */
+  int recompute_act;           /* recompute activations */
+  int recompute_conv;          /* recompute cheap convolutions */
+  int compute_input_grad;      /* also dL/d(input batch) (tests) */
+  int fused;                   /* the loss gradient is the last layer's
+                                  input gradient (loss.h) */
+  int logits_layer;            /* the layer whose output the loss reads */
+} nto_tensors_opts;
+
+typedef struct nto_tensors {
+  nto_graph *g;  /* borrowed; layers' w[].tensor and saved[].tensor are set
+                    by nto_tensors_build */
+  int L;         /* layers */
+  nto_tensor *t; /* the table: n entries */
+  int n, cap;
+  int *out_t;      /* per layer: output tensor */
+  int **edge_t;    /* per layer, per input edge: gradient tensor or -1 */
+  int loss_grad_t; /* dL/d(out of last layer), -1 when fused */
+  int (*pgrad_t)[NTO_MAX_WEIGHTS]; /* per layer, weight: whole gradient, -1 */
+  /* Optimizer state: n_chunk[i][j] chunks of at most chunk_elems
+   * elements; state_t[i][j][2k+q] is state q of chunk k (-1: none). */
+  int (*n_chunk)[NTO_MAX_WEIGHTS];
+  int *(*state_t)[NTO_MAX_WEIGHTS];
+  size_t chunk_elems;
+  /* Gradient rows: dw_first[i][j] + k is the tensor of the rows covering
+   * chunk k (-1: whole gradient), dw_row[i][j] the row length, dw_cache the
+   * layer's rows cache (layer.h weight_rows_cache) or -1. */
+  int (*dw_first)[NTO_MAX_WEIGHTS];
+  int (*dw_row)[NTO_MAX_WEIGHTS];
+  int (*dw_cache)[NTO_MAX_WEIGHTS];
+  /* Recomputed twins: re_t[t] (t < n_re) the twin of t, -1: kept;
+   * re_at[i] the layer before whose B step layer i's R step runs, -1;
+   * re_conv[i]: that R step replays convolution i itself, else the batch
+   * normalization before activation i, then i. */
+  int *re_t, n_re;
+  int *re_at;
+  unsigned char *re_conv;
+  nto_tensors_opts o;
+} nto_tensors;
+
+/*
+ * Build the table of graph g (borrowed; must outlive tt) with options o.
+ * Returns 0 or NTO_ENOMEM; on error nto_tensors_free releases what was
+ * built.
+ */
+int nto_tensors_build(nto_tensors *tt, nto_graph *g, const nto_tensors_opts *o,
+                      nto_err *err);
+void nto_tensors_free(nto_tensors *tt);
+
+/* Is layer l the graph's input layer? */
+int nto_is_input(const nto_layer *l);
+
+/* Is weight j of layer i updated (gradient computed whole or by chunk)? */
+int nto_tensors_updated(const nto_tensors *tt, int i, int j);
+
+/* Elements [*off, *off + *len) of chunk k of weight j of layer i. */
+void nto_tensors_chunk(const nto_tensors *tt, int i, int j, int k, size_t *off,
+                       size_t *len);
+
+/* Rows [*r0, *r1) of row length dw_row[i][j] covering chunk k. */
+void nto_tensors_chunk_rows(const nto_tensors *tt, int i, int j, int k, int *r0,
+                            int *r1);
+
+/* Does U step k of weight j of layer i (gradient by chunk) read the
+ * layer's inputs? Its backward does, unless the rows cache built by the
+ * first U step stands in for them. */
+int nto_tensors_rows_read_input(const nto_tensors *tt, int i, int j, int k);
+
+/* The tensor backward reads for t: its recomputed twin, or t (t < 0:
+ * t). */
+int nto_tensors_bwd(const nto_tensors *tt, int t);
+
+/* The tensor holding dL/d(out of layer i) once B_i gathered it: the loss
+ * gradient for the last layer, else its first consumer's edge. */
+int nto_tensors_dout(const nto_tensors *tt, int i);
+
+/* Add state tensor q of chunk k of weight j of layer i (after the build:
+ * nto_model_set_optimizer with an optimizer of more state). Returns its
+ * index or -1 when out of memory. */
+int nto_tensors_add_state(nto_tensors *tt, int i, int j, int k, int q);
+
+/* Recomputed outputs: layer i's (1/0), and the convolutions'. */
+int nto_tensors_recomputed(const nto_tensors *tt, int i);
+int nto_tensors_recomputed_convs(const nto_tensors *tt);
+
+/* Is tensor t persistent (a weight or optimizer state)? */
+static inline int nto_tensor_persistent(const nto_tensor *t) {
+  return t->role == NTO_ROLE_WEIGHT || t->role == NTO_ROLE_OPT_STATE;
+}
+
+#endif /* NTO_TENSORS_H */
