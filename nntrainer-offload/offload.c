@@ -77,6 +77,30 @@ typedef struct fifo {
   int cap, head, n;
 } fifo;
 
+enum { ONLOADER = 0, OFFLOADER = 1 };
+
+/* One I/O thread: the onloader (reads, LOAD and ALLOC jobs) or the
+ * offloader (writes). Guarded by the engine's mu. */
+typedef struct io_worker {
+  struct nto_offload *o;
+  int writer;        /* ONLOADER or OFFLOADER */
+  fifo q;            /* its jobs, in queue (step) order */
+  pthread_cond_t cv; /* signalled when q grows, on stop and on reg_gen */
+  int inflight;      /* jobs queued or submitted */
+  job *jobs;         /* one slot per tensor: one job in flight each */
+  /* Registered buffers (io_main): the thread registers the region with
+   * its ring before its first request and drops that registration when
+   * asked (drop_fixed_locked: reg_gen moved past its reg_ack) before the
+   * region's pages are unmapped or released. */
+  int fixed;      /* its ring has the region registered */
+  int fixed_once; /* it has registered it at least once */
+  unsigned reg_ack;
+  double busy_ms;    /* time with jobs queued or in flight, closed periods */
+  double busy_since; /* start of the open busy period, or -1 */
+  pthread_t th;
+  int started;
+} io_worker;
+
 struct nto_offload {
   nto_residency res; /* first: the residency interface */
   nto_tensor *t;
@@ -118,29 +142,15 @@ struct nto_offload {
   double ready_t;  /* when the step being run became ready */
 
   pthread_mutex_t mu;
-  pthread_cond_t cv_exec, cv_load, cv_off, cv_mem;
-  fifo load_q, write_q;
-  int loads_inflight, writes_inflight; /* queued or submitted */
+  pthread_cond_t cv_exec, cv_mem;
+  io_worker io[2]; /* ONLOADER, OFFLOADER */
   int stop, failed, io_dead;
-  job *jobs[2]; /* per I/O thread: one slot per tensor */
-  /* Registered buffers (io_main): each I/O thread registers the region
-   * with its ring before its first request and drops that registration
-   * when asked (drop_fixed_locked: reg_gen moved past its reg_ack) before
-   * the region's pages are unmapped or released. */
-  int fixed[2];      /* the thread's ring has the region registered */
-  int fixed_once[2]; /* it has registered it at least once */
-  unsigned reg_gen, reg_ack[2];
+  unsigned reg_gen;     /* asks the I/O threads to drop their registrations */
   char fixed_note[160]; /* the first refusal, or "" */
-  struct thread_arg *targ[2];
   nto_err ferr;
-  pthread_t th_load, th_off;
-  int n_threads;
 
   double stall_ms, prime_stall_ms;
   double prime_ms, prime_t0; /* executor time in the priming steps */
-  double busy_ms[2];         /* per I/O thread: time with jobs queued or in
-                                flight, closed busy periods */
-  double busy_since[2];      /* start of the open busy period, or -1 */
   /* The device (nto_offload_stats device_busy_ms): requests of either
    * thread handed to the I/O backend and not yet reaped. dev_mu alone
    * guards these (taken with mu held or not, never the reverse). */
@@ -344,17 +354,17 @@ static void queue_loads(nto_offload *o, const nto_sched_act *a, int n) {
     }
     o->loading[t] = 1;
     o->t[t].state = NTO_RES_NONE; /* not ready */
-    fifo_push(&o->load_q, (job){.t = t,
-                                .kind = a[i].kind,
-                                .step = -1,
-                                .off = off,
-                                .claimed = now,
-                                .alt = a[i].alt});
-    o->loads_inflight++;
+    fifo_push(&o->io[ONLOADER].q, (job){.t = t,
+                                        .kind = a[i].kind,
+                                        .step = -1,
+                                        .off = off,
+                                        .claimed = now,
+                                        .alt = a[i].alt});
+    o->io[ONLOADER].inflight++;
     queued++;
   }
   if (queued)
-    pthread_cond_signal(&o->cv_load);
+    pthread_cond_signal(&o->io[ONLOADER].cv);
 }
 
 /* Write t (dirty) and release or keep its buffer afterwards. */
@@ -363,15 +373,15 @@ static void queue_write(nto_offload *o, int t, int keep, int step) {
   o->writing[t] = 1;
   o->dirty[t] = 0;
   size_t off = (size_t)((char *)o->t[t].data - o->region);
-  fifo_push(&o->write_q, (job){.t = t,
-                               .kind = NTO_ACT_WRITE,
-                               .keep = keep,
-                               .step = step,
-                               .off = off});
-  o->writes_inflight++;
+  fifo_push(&o->io[OFFLOADER].q, (job){.t = t,
+                                       .kind = NTO_ACT_WRITE,
+                                       .keep = keep,
+                                       .step = step,
+                                       .off = off});
+  o->io[OFFLOADER].inflight++;
   if (step >= 0)
     o->step_writes[step]++;
-  pthread_cond_signal(&o->cv_off);
+  pthread_cond_signal(&o->io[OFFLOADER].cv);
 }
 
 /* Evict t: write it if it holds content the swap file lacks, else
@@ -419,7 +429,7 @@ static void complete_load(nto_offload *o, const job *j, int res, uint64_t got) {
     if (j->kind == NTO_ACT_LOAD && !o->zero[j->t])
       o->read_bytes += o->t[j->t].bytes;
   }
-  o->loads_inflight--;
+  o->io[ONLOADER].inflight--;
   pthread_cond_broadcast(&o->cv_exec);
   pthread_mutex_unlock(&o->mu);
 }
@@ -450,7 +460,7 @@ static void complete_write(nto_offload *o, const job *j, int res) {
   if (j->step >= 0 && --o->step_writes[j->step] == 0 &&
       o->step_state[j->step] == NTO_STEP_WAIT_FOR_OFF)
     set_state(o, j->step, NTO_STEP_SWAPPED);
-  o->writes_inflight--;
+  o->io[OFFLOADER].inflight--;
   pthread_cond_broadcast(&o->cv_exec);
   pthread_cond_broadcast(&o->cv_mem);
   pthread_mutex_unlock(&o->mu);
@@ -568,11 +578,6 @@ static void finish(nto_offload *o, int writer, job *j, nto_io_req *r) {
     complete_load(o, j, res, got);
 }
 
-typedef struct thread_arg {
-  nto_offload *o;
-  int writer; /* 0: onloader, 1: offloader */
-} thread_arg;
-
 /* The queue could not be created or failed: record why. Lock held. */
 static void io_broken(nto_offload *o, const nto_err *e) {
   if (!o->failed)
@@ -599,7 +604,8 @@ static int reap(nto_offload *o, nto_io *io, int writer, int wait) {
  * region stays: it changes only while drained). Returns 0 when the kernel
  * refused (the thread then stops trying; the first reason is kept), else
  * 1. Lock held, dropped during the registration. */
-static int fix(nto_offload *o, nto_io *io, int writer) {
+static int fix(io_worker *w, nto_io *io) {
+  nto_offload *o = w->o;
   char *base = o->region;
   size_t len = o->region_bytes;
   nto_err e = {0};
@@ -608,32 +614,34 @@ static int fix(nto_offload *o, nto_io *io, int writer) {
   pthread_mutex_lock(&o->mu);
   if (rc != 0 && !o->fixed_note[0])
     snprintf(o->fixed_note, sizeof o->fixed_note, "%.150s", e.msg);
-  o->fixed[writer] = rc == 0 && nto_io_kind_of(io) == NTO_IO_URING;
-  o->fixed_once[writer] |= o->fixed[writer];
-  o->reg_ack[writer] = o->reg_gen;
+  w->fixed = rc == 0 && nto_io_kind_of(io) == NTO_IO_URING;
+  w->fixed_once |= w->fixed;
+  w->reg_ack = o->reg_gen;
   return rc == 0;
 }
 
 /* Drop the thread's registration (drop_fixed_locked asked). Lock held,
  * dropped during the call. */
-static void unfix(nto_offload *o, nto_io *io, int writer) {
-  if (o->fixed[writer]) {
+static void unfix(io_worker *w, nto_io *io) {
+  nto_offload *o = w->o;
+  if (w->fixed) {
     pthread_mutex_unlock(&o->mu);
     nto_io_register_buffer(io, NULL, 0, NULL);
     pthread_mutex_lock(&o->mu);
   }
-  o->fixed[writer] = 0;
-  o->reg_ack[writer] = o->reg_gen;
+  w->fixed = 0;
+  w->reg_ack = o->reg_gen;
   pthread_cond_broadcast(&o->cv_exec);
 }
 
 /* One I/O thread: pop jobs, submit, reap, complete; until stop. */
 static void *io_main(void *arg) {
-  nto_offload *o = ((thread_arg *)arg)->o;
-  int writer = ((thread_arg *)arg)->writer;
-  fifo *q = writer ? &o->write_q : &o->load_q;
-  pthread_cond_t *cv = writer ? &o->cv_off : &o->cv_load;
-  job *jobs = o->jobs[writer]; /* slot per tensor: one job in flight each */
+  io_worker *w = arg;
+  nto_offload *o = w->o;
+  int writer = w->writer;
+  fifo *q = &w->q;
+  pthread_cond_t *cv = &w->cv;
+  job *jobs = w->jobs; /* slot per tensor: one job in flight each */
   nto_io *io = NULL;
   nto_err e = {0};
   int rc =
@@ -644,23 +652,22 @@ static void *io_main(void *arg) {
   if (rc != 0)
     io_broken(o, &e);
   for (;;) {
-    if (q->n == 0 && pending == 0 && o->busy_since[writer] >= 0) {
-      o->busy_ms[writer] += now_ms() - o->busy_since[writer];
-      o->busy_since[writer] = -1;
+    if (q->n == 0 && pending == 0 && w->busy_since >= 0) {
+      w->busy_ms += now_ms() - w->busy_since;
+      w->busy_since = -1;
     }
-    while (!o->stop && q->n == 0 && pending == 0 &&
-           o->reg_ack[writer] == o->reg_gen)
+    while (!o->stop && q->n == 0 && pending == 0 && w->reg_ack == o->reg_gen)
       pthread_cond_wait(cv, &o->mu);
-    if (o->reg_ack[writer] != o->reg_gen && pending == 0) {
-      unfix(o, io, writer);
+    if (w->reg_ack != o->reg_gen && pending == 0) {
+      unfix(w, io);
       continue;
     }
     if (q->n == 0 && pending == 0)
       break; /* stop requested and nothing left */
-    if (o->busy_since[writer] < 0)
-      o->busy_since[writer] = now_ms();
-    if (try_fixed && !o->fixed[writer])
-      try_fixed = fix(o, io, writer);
+    if (w->busy_since < 0)
+      w->busy_since = now_ms();
+    if (try_fixed && !w->fixed)
+      try_fixed = fix(w, io);
     job batch[BATCH];
     int nb = fifo_pop(q, batch, BATCH), nd = 0;
     pthread_mutex_unlock(&o->mu);
@@ -689,7 +696,7 @@ static void *io_main(void *arg) {
       break; /* requests in flight are abandoned with their buffers */
     }
   }
-  o->fixed[writer] = 0; /* no more requests: drop_fixed_locked need not wait */
+  w->fixed = 0; /* no more requests: drop_fixed_locked need not wait */
   pthread_cond_broadcast(&o->cv_exec);
   pthread_mutex_unlock(&o->mu);
   nto_io_destroy(io); /* drops the registration */
@@ -716,14 +723,14 @@ static int step_ready(const nto_offload *o, int s) {
  * go on transferring into the old pages). Drained: no request pending.
  * Lock held; executor. */
 static void drop_fixed_locked(nto_offload *o) {
-  if (!o->fixed[0] && !o->fixed[1])
+  if (!o->io[0].fixed && !o->io[1].fixed)
     return;
   o->reg_gen++;
-  pthread_cond_broadcast(&o->cv_load);
-  pthread_cond_broadcast(&o->cv_off);
-  /* a thread that has left its loop cleared its fixed[] */
-  while ((o->fixed[0] && o->reg_ack[0] != o->reg_gen) ||
-         (o->fixed[1] && o->reg_ack[1] != o->reg_gen))
+  pthread_cond_broadcast(&o->io[ONLOADER].cv);
+  pthread_cond_broadcast(&o->io[OFFLOADER].cv);
+  /* a thread that has left its loop cleared its fixed */
+  while ((o->io[0].fixed && o->io[0].reg_ack != o->reg_gen) ||
+         (o->io[1].fixed && o->io[1].reg_ack != o->reg_gen))
     pthread_cond_wait(&o->cv_exec, &o->mu);
 }
 
@@ -737,8 +744,8 @@ static void wait_idle(nto_offload *o, const int *inflight) {
 static void drain_locked(nto_offload *o) {
   if (!o->primed)
     return;
-  wait_idle(o, &o->loads_inflight);
-  wait_idle(o, &o->writes_inflight); /* kept buffers become writable */
+  wait_idle(o, &o->io[ONLOADER].inflight);
+  wait_idle(o, &o->io[OFFLOADER].inflight); /* kept buffers become writable */
   int S = n_steps(o);
   for (long g = o->executed; g < o->entered; g++) {
     int s = (int)(g % S);
@@ -753,7 +760,7 @@ static void drain_locked(nto_offload *o) {
     o->dirty[t] &= o->plans[o->mode]->persistent[t]; /* transients: dead */
     evict(o, t, 0, -1);
   }
-  wait_idle(o, &o->writes_inflight);
+  wait_idle(o, &o->io[OFFLOADER].inflight);
   for (int s = 0; s < S; s++) {
     o->step_writes[s] = 0;
     if (o->step_state[s] == NTO_STEP_WAIT_FOR_OFF)
@@ -1126,14 +1133,14 @@ static int alloc_tables(nto_offload *o) {
   o->step_writes = calloc((size_t)S + 1, sizeof *o->step_writes);
   o->upto = calloc((size_t)S + 1, sizeof *o->upto);
   o->step_ms = calloc((size_t)S + 1, sizeof *o->step_ms);
-  o->jobs[0] = calloc(nt, sizeof(job));
-  o->jobs[1] = calloc(nt, sizeof(job));
   if (!o->req || !o->offset || !o->dirty || !o->zero || !o->writing ||
       !o->loading || !o->sum || !o->has_sum || !o->step_state || !o->upto ||
-      !o->step_ms || !o->step_writes || !o->jobs[0] || !o->jobs[1] ||
-      fifo_init(&o->load_q, (int)nt) != 0 ||
-      fifo_init(&o->write_q, (int)nt) != 0)
+      !o->step_ms || !o->step_writes)
     return NTO_ENOMEM;
+  for (int k = 0; k < 2; k++)
+    if (!(o->io[k].jobs = calloc(nt, sizeof(job))) ||
+        fifo_init(&o->io[k].q, (int)nt) != 0)
+      return NTO_ENOMEM;
   return 0;
 }
 
@@ -1163,23 +1170,16 @@ static int env_hooks(nto_offload *o, nto_err *err) {
 
 /* Start the onloader and the offloader with every signal blocked. */
 static int start_threads(nto_offload *o, nto_err *err) {
+  static const char *const name[2] = {"nto-onload", "nto-offload"};
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   int rc = 0;
-  for (int i = 0; i < 2 && rc == 0; i++) {
-    thread_arg *a = malloc(sizeof *a);
-    if (!a) {
-      rc = ENOMEM;
-      break;
-    }
-    *a = (thread_arg){o, i};
-    o->targ[i] = a;
-    rc = pthread_create(i ? &o->th_off : &o->th_load, NULL, io_main, a);
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    rc = pthread_create(&o->io[k].th, NULL, io_main, &o->io[k]);
     if (rc == 0) {
-      pthread_setname_np(i ? o->th_off : o->th_load,
-                         i ? "nto-offload" : "nto-onload");
-      o->n_threads++;
+      pthread_setname_np(o->io[k].th, name[k]);
+      o->io[k].started = 1;
     }
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -1243,10 +1243,13 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
   pthread_mutex_init(&o->mu, NULL);
   pthread_mutex_init(&o->dev_mu, NULL);
   pthread_cond_init(&o->cv_exec, NULL);
-  pthread_cond_init(&o->cv_load, NULL);
-  pthread_cond_init(&o->cv_off, NULL);
   pthread_cond_init(&o->cv_mem, NULL);
-  o->busy_since[0] = o->busy_since[1] = -1;
+  for (int k = 0; k < 2; k++) {
+    o->io[k].o = o;
+    o->io[k].writer = k;
+    o->io[k].busy_since = -1;
+    pthread_cond_init(&o->io[k].cv, NULL);
+  }
   int rc = env_hooks(o, err);
   if (rc == 0 && alloc_tables(o) != 0)
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
@@ -1276,16 +1279,15 @@ void nto_offload_free(nto_offload *o) {
   if (!o)
     return;
   pthread_mutex_lock(&o->mu);
-  if (o->n_threads == 2)
+  if (o->io[0].started && o->io[1].started)
     drain_locked(o);
   o->stop = 1;
-  pthread_cond_broadcast(&o->cv_load);
-  pthread_cond_broadcast(&o->cv_off);
+  pthread_cond_broadcast(&o->io[ONLOADER].cv);
+  pthread_cond_broadcast(&o->io[OFFLOADER].cv);
   pthread_mutex_unlock(&o->mu);
-  if (o->n_threads > 0)
-    pthread_join(o->th_load, NULL);
-  if (o->n_threads > 1)
-    pthread_join(o->th_off, NULL);
+  for (int k = 0; k < 2; k++)
+    if (o->io[k].started)
+      pthread_join(o->io[k].th, NULL);
   for (int t = 0; t < o->n_t; t++)
     if (o->t[t].data) {
       o->t[t].data = NULL;
@@ -1308,15 +1310,12 @@ void nto_offload_free(nto_offload *o) {
   free(o->step_writes);
   free(o->upto);
   free(o->step_ms);
-  free(o->jobs[0]);
-  free(o->jobs[1]);
-  free(o->targ[0]);
-  free(o->targ[1]);
-  free(o->load_q.v);
-  free(o->write_q.v);
+  for (int k = 0; k < 2; k++) {
+    free(o->io[k].jobs);
+    free(o->io[k].q.v);
+    pthread_cond_destroy(&o->io[k].cv);
+  }
   pthread_cond_destroy(&o->cv_exec);
-  pthread_cond_destroy(&o->cv_load);
-  pthread_cond_destroy(&o->cv_off);
   pthread_cond_destroy(&o->cv_mem);
   pthread_mutex_destroy(&o->mu);
   pthread_mutex_destroy(&o->dev_mu);
@@ -1333,7 +1332,7 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
     st->ahead = a > st->ahead ? a : st->ahead;
   }
   st->io = nto_io_kind_name(o->io_kind);
-  st->fixed = o->fixed_once[0] && o->fixed_once[1];
+  st->fixed = o->io[0].fixed_once && o->io[1].fixed_once;
   snprintf(st->fixed_note, sizeof st->fixed_note, "%s", o->fixed_note);
   st->direct = nto_swap_is_direct(o->swap);
   st->swap_dir = nto_swap_dir(o->swap);
@@ -1343,9 +1342,9 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   st->prime_ms = o->prime_ms;
   double now = now_ms();
   for (int w = 0; w < 2; w++) {
-    double b = o->busy_ms[w];
-    if (o->busy_since[w] >= 0) /* the open period, up to now */
-      b += now - o->busy_since[w];
+    double b = o->io[w].busy_ms;
+    if (o->io[w].busy_since >= 0) /* the open period, up to now */
+      b += now - o->io[w].busy_since;
     *(w ? &st->write_busy_ms : &st->read_busy_ms) = b;
   }
   pthread_mutex_lock(&o->dev_mu);
@@ -1373,9 +1372,9 @@ void nto_offload_reset_stats(nto_offload *o) {
   o->stall_ms = o->prime_stall_ms = o->prime_ms = 0;
   o->relocated = 0;
   for (int w = 0; w < 2; w++) {
-    o->busy_ms[w] = 0;
-    if (o->busy_since[w] >= 0)
-      o->busy_since[w] = now_ms();
+    o->io[w].busy_ms = 0;
+    if (o->io[w].busy_since >= 0)
+      o->io[w].busy_since = now_ms();
   }
   pthread_mutex_lock(&o->dev_mu);
   o->dev_ms = 0;
