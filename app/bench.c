@@ -54,7 +54,7 @@
 #define MAX_CONFIGS 32
 #define MAX_ROUNDS 16
 #define PATH_LEN (PATH_MAX + 64) /* the temporary directory + a file name */
-#define LABEL_MAX 32             /* "all", "N:room+off@SIZE", ... */
+#define LABEL_MAX 32             /* "all", "N+off@SIZE", ... */
 #define BW_DEPTH 16u             /* requests in flight */
 #define BW_BLOCK (1u << 20)      /* bytes per request */
 #define BW_TOTAL (256ull << 20)  /* bytes written, then read */
@@ -70,13 +70,10 @@ static const char usage[] =
     "checks that the saved weights are identical to the 'all' run's.\n"
     "\n"
     "  --windows LIST        comma list of N (steps), auto and all\n"
-    "                        (default 1,2,4,auto,all); N:time, N:room,\n"
-    "                        N:steps (likewise auto:...) run that window\n"
-    "                        with --prefetch time, room or steps; a\n"
-    "                        suffix @SIZE (N@64M, 1:time@54M, auto@96M)\n"
-    "                        gives that run its own --memory-budget;\n"
-    "                        +MODE before it (4+activations, all+on,\n"
-    "                        1:time+off@54M) its own --recompute\n"
+    "                        (default 1,2,4,auto,all); a suffix @SIZE\n"
+    "                        (N@64M, auto@96M) gives that run its own\n"
+    "                        --memory-budget; +MODE before it (4+off,\n"
+    "                        all+off, 1+off@54M) its own --recompute\n"
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
@@ -93,8 +90,8 @@ static const char usage[] =
     "                        memory_swap_path, else $TMPDIR or /tmp)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
-    "  --recompute MODE      auto, on, activations or off: passed to\n"
-    "                        train (runs without +MODE)\n"
+    "  --recompute MODE      auto or off: passed to train (runs without\n"
+    "                        +MODE)\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
     "\n"
     "exit status: 0 every configuration ran and the weights agree; 1 a\n"
@@ -165,31 +162,18 @@ static double now_s(void) {
 
 /* ---- options ------------------------------------------------------------ */
 
-/* 1 if the n bytes at p are one of the words of list (NULL-terminated). */
-static int word_in(const char *p, size_t n, const char *const *list) {
-  for (; *list; list++)
-    if (strlen(*list) == n && !strncmp(p, *list, n))
-      return 1;
-  return 0;
-}
-
-static const char *const prefetch_modes[] = {"time", "room", "steps", NULL};
-
-/* WINDOW[:PREFETCH][+RECOMPUTE][@SIZE]: the size is checked by train (only
- * its first digit here, so that a typo is not taken for a window). */
+/* WINDOW[+RECOMPUTE][@SIZE]: the size is checked by train (only its first
+ * digit here, so that a typo is not taken for a window). */
 static int valid_label(const char *s) {
-  size_t end = strcspn(s, "@"), plus = strcspn(s, "+@");
-  size_t len = strcspn(s, ":+@");
+  size_t end = strcspn(s, "@"), len = strcspn(s, "+@");
   if (s[end] == '@' && (s[end + 1] < '0' || s[end + 1] > '9'))
     return 0;
-  if (s[len] == ':' && !word_in(s + len + 1, plus - len - 1, prefetch_modes))
-    return 0;
-  if (s[plus] == '+' && cli_recompute_word(s + plus + 1, end - plus - 1) < 0)
+  if (s[len] == '+' && cli_recompute_word(s + len + 1, end - len - 1) < 0)
     return 0;
   if (len == 4 && !strncmp(s, "auto", 4))
     return 1;
-  if (len == 3 && !strncmp(s, "all", 3)) /* nothing is read: no prefetch */
-    return !s[end] && s[len] != ':';     /* and no budget */
+  if (len == 3 && !strncmp(s, "all", 3))
+    return !s[end]; /* no budget */
   if (len == 0)
     return 0;
   for (size_t i = 0; i < len; i++)
@@ -216,10 +200,9 @@ static int parse_windows(bench_opts *o) {
     memcpy(tok, p, len);
     tok[len] = '\0';
     if (!valid_label(tok)) {
-      cli_error("option --windows: expected N, auto or all (N and auto with "
-                "an optional :time, :room or :steps; then an optional "
-                "+auto, +on, +activations or +off; N and auto then an "
-                "optional @SIZE), got '%s' in '%s'",
+      cli_error("option --windows: expected N, auto or all (then an "
+                "optional +auto or +off; N and auto then an optional "
+                "@SIZE), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
     }
@@ -303,14 +286,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     cli_error("bench: missing MODEL.ini (try bench --help)");
     return -1;
   }
-  if (o->io && nto_io_kind_parse(o->io) < 0) {
-    cli_error("option --io: expected uring or psync, got '%s'", o->io);
+  nto_io_kind io;
+  if (o->io && cli_io(o->io, &io) != 0)
     return -1;
-  }
   if (o->recompute &&
       cli_recompute_word(o->recompute, strlen(o->recompute)) < 0) {
-    cli_error("option --recompute: expected auto, on, activations or off, "
-              "got '%s'",
+    cli_error("option --recompute: expected auto or off, got '%s'",
               o->recompute);
     return -1;
   }
@@ -579,9 +560,8 @@ static int run_child(const bench *b, config *c, int k) {
   run_path(b, c->label, k, "bin", save, sizeof save);
   run_path(b, c->label, k, "out", out, sizeof out);
   run_path(b, c->label, k, "err", errf, sizeof errf);
-  /* "N:time+off@SIZE": --window N --prefetch time --recompute off
-   * --memory-budget SIZE (likewise :room, :steps, +auto, +on,
-   * +activations; each part optional) */
+  /* "N+off@SIZE": --window N --recompute off --memory-budget SIZE
+   * (likewise +auto; each part optional) */
   char window[LABEL_MAX];
   snprintf(window, sizeof window, "%s", c->label);
   char *budget = strchr(window, '@');
@@ -590,16 +570,11 @@ static int run_child(const bench *b, config *c, int k) {
   char *recompute = strchr(window, '+');
   if (recompute)
     *recompute++ = '\0';
-  char *prefetch = strchr(window, ':');
-  if (prefetch)
-    *prefetch++ = '\0';
   char *args[40];
   int n = 0;
 #define ARG(s) (args[n++] = (char *)(s))
   ARG("nntrainer-offload"), ARG("train"), ARG(o->model);
   ARG("--window"), ARG(window), ARG("--iterations"), ARG(iters);
-  if (prefetch)
-    ARG("--prefetch"), ARG(prefetch);
   ARG("--warmup"), ARG(warm), ARG("--eval-samples"), ARG("0");
   ARG("--data"), ARG(o->data), ARG("--report-json"), ARG(json);
   ARG("--save"), ARG(save);
@@ -615,9 +590,6 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--recompute"), ARG(recompute ? recompute : o->recompute);
   if (o->no_direct)
     ARG("--no-direct");
-  char bw[64]; /* what measure_bandwidth found: the region floor's */
-  snprintf(bw, sizeof bw, "%.3f,%.3f", b->bw.read_mib_s, b->bw.write_mib_s);
-  ARG("--floor-bandwidth"), ARG(bw);
   args[n] = NULL;
 #undef ARG
   nto_err err = {0};

@@ -20,59 +20,48 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out) {
   return 0;
 }
 
-int cli_chunk_grads(const char *v, nto_chunk_grads *out) {
-  if (!v || !strcmp(v, "auto"))
-    *out = NTO_CHUNK_GRADS_AUTO;
-  else if (!strcmp(v, "on"))
-    *out = NTO_CHUNK_GRADS_ON;
-  else if (!strcmp(v, "off"))
-    *out = NTO_CHUNK_GRADS_OFF;
-  else {
-    cli_error("--chunk-grads: expected auto, on or off, got '%s'", v);
-    return -1;
-  }
-  return 0;
-}
-
-/* "on" (or NULL: the default) -> 1, "off" -> 0; else -1 after an error
- * naming the option. */
-static int on_off(const char *opt, const char *v) {
-  if (!v || !strcmp(v, "on"))
-    return 1;
-  if (!strcmp(v, "off"))
-    return 0;
-  cli_error("%s: expected on or off, got '%s'", opt, v);
-  return -1;
-}
-
-int cli_keep_resident(const char *v, int *no_keep) {
-  int on = on_off("--keep-resident", v);
-  if (on >= 0)
-    *no_keep = !on;
-  return on < 0 ? -1 : 0;
-}
-
 int cli_recompute_word(const char *p, size_t n) {
-  static const char *const names[] = {[NTO_RECOMPUTE_AUTO] = "auto",
-                                      [NTO_RECOMPUTE_ON] = "on",
-                                      [NTO_RECOMPUTE_ACTIVATIONS] =
-                                          "activations",
-                                      [NTO_RECOMPUTE_OFF] = "off"};
-  for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
-    if (strlen(names[k]) == n && !strncmp(p, names[k], n))
-      return k;
+  if (n == 4 && !strncmp(p, "auto", 4))
+    return NTO_RECOMPUTE_AUTO;
+  if (n == 3 && !strncmp(p, "off", 3))
+    return NTO_RECOMPUTE_OFF;
   return -1;
 }
 
 int cli_recompute(const char *v, nto_recompute *out) {
   int k = v ? cli_recompute_word(v, strlen(v)) : NTO_RECOMPUTE_AUTO;
   if (k < 0) {
-    cli_error("--recompute: expected auto, on, activations or off, got '%s'",
-              v);
+    cli_error("--recompute: expected auto or off, got '%s'", v);
     return -1;
   }
   *out = (nto_recompute)k;
   return 0;
+}
+
+int cli_io(const char *v, nto_io_kind *out) {
+  if (!strcmp(v, "uring") || !strcmp(v, "io_uring"))
+    *out = NTO_IO_URING;
+  else if (!strcmp(v, "psync"))
+    *out = NTO_IO_PSYNC;
+  else {
+    cli_error("--io: expected uring or psync, got '%s'", v);
+    return -1;
+  }
+  return 0;
+}
+
+void cli_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
 }
 
 void cli_compute_threads(long threads) {
@@ -98,14 +87,7 @@ int cli_status(int code) {
 }
 
 const char *cli_bytes(size_t bytes, char *buf, size_t len) {
-  double b = (double)bytes;
-  if (b >= 1024.0 * 1024 * 1024)
-    snprintf(buf, len, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024)
-    snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024));
-  else
-    snprintf(buf, len, "%.1f KiB", b / 1024.0);
-  return buf;
+  return nto_format_bytes(bytes, buf, len);
 }
 
 const char *cli_value(int argc, char **argv, int *i) {

@@ -18,23 +18,25 @@ enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
  * naming the option and returns -1 on failure. */
 int cli_int(const char *opt, const char *v, long min, long max, long *out);
 
-/* --chunk-grads's value: "auto", "on" or "off" (NULL: auto) into *out;
- * prints a usage error and returns -1 for anything else. */
-int cli_chunk_grads(const char *v, nto_chunk_grads *out);
-
-/* --keep-resident's value: "on" (NULL too) or "off" into *no_keep (0 or
- * 1, nto_offload_opts.no_keep); prints a usage error naming the option
- * and returns -1 for anything else. */
-int cli_keep_resident(const char *v, int *no_keep);
-
-/* --recompute auto|on|activations|off (NULL: auto) -> *out (model.h
- * nto_recompute). Returns 0, or -1 after printing an error naming the option
- * and the value. */
+/* --recompute auto|off (NULL: auto) -> *out (tensors.h nto_recompute).
+ * Returns 0, or -1 after printing an error naming the option and the
+ * value. */
 int cli_recompute(const char *v, nto_recompute *out);
 
-/* The recompute mode the n bytes at p name ("auto", "on", "activations",
- * "off"), or -1; prints nothing (bench checks its labels' +MODE). */
+/* The recompute mode the n bytes at p name ("auto", "off"), or -1; prints
+ * nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);
+
+/* nto_format_bytes (tensor.h), for bench until its probe moves. */
+const char *cli_bytes(size_t bytes, char *buf, size_t len);
+
+/* --io uring|psync (also io_uring) -> *out; -1 after printing an error
+ * naming the option and the value. */
+int cli_io(const char *v, nto_io_kind *out);
+
+/* s as a JSON string (quotes, backslashes and control characters
+ * escaped) to f. */
+void cli_json_string(FILE *f, const char *s);
 
 /* Start the compute threads (parallel.h) for --threads T, at most
  * NTO_PARALLEL_MAX; a failure is a warning on stderr (fewer threads:
@@ -54,9 +56,6 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Exit status for a core error code: config/shape errors -> 2, else 1. */
 int cli_status(int code);
-
-/* "12.3 MiB" style. buf >= 32 bytes. */
-const char *cli_bytes(size_t bytes, char *buf, size_t len);
 
 int cmd_train(int argc, char **argv);
 int cmd_summary(int argc, char **argv);

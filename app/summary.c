@@ -10,33 +10,24 @@
 static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
-    "                                 [--chunk-grads auto|on|off]\n"
-    "                                 [--keep-resident on|off]\n"
-    "                                 [--recompute auto|on|activations|off]\n"
+    "                                 [--recompute auto|off]\n"
     "\n"
     "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
     "and the bytes it keeps from forward to backward (its saved tensors,\n"
     "plus its inputs or output when its backward reads them and does not\n"
-    "recompute them: --recompute), then totals\n"
-    "and the planned memory of training with everything resident, and,\n"
-    "for offloading with windows 1, 2, 4 and 8, the planned memory of\n"
-    "resident tensors, the estimated peak RSS of `train` and the swap\n"
-    "traffic per iteration.\n"
+    "recompute them), then totals and the planned memory of training with\n"
+    "everything resident, and, for offloading with windows 1, 2, 4 and 8,\n"
+    "the planned memory of resident tensors, the estimated peak RSS of\n"
+    "`train` and the swap traffic per iteration.\n"
     "\n"
     "  --batch-size B   batch size (default: the INI's batch_size)\n"
     "  --threads T      compute threads train will use, for the estimated\n"
     "                   peak RSS (default: online CPUs)\n"
-    "  --chunk-grads auto|on|off\n"
-    "                   as for train: where large weights' gradients are\n"
-    "                   computed (default auto)\n"
-    "  --keep-resident on|off\n"
-    "                   as for train: whether tensors stay in RAM between\n"
-    "                   uses where the window has room (default on)\n"
-    "  --recompute auto|on|activations|off\n"
-    "                   as for train: what backward recomputes (default\n"
-    "                   auto: the table and all-resident memory with\n"
-    "                   activations recomputed, the offloading lines\n"
-    "                   with cheap convolutions' outputs too)\n";
+    "  --recompute auto|off\n"
+    "                   as for train (default auto: the table and the\n"
+    "                   all-resident memory with activations recomputed,\n"
+    "                   the offloading lines with cheap convolutions'\n"
+    "                   outputs too)\n";
 
 /* Bytes layer i keeps from its forward step to its backward step (an
  * output or input that backward recomputes is not kept). */
@@ -68,7 +59,7 @@ static void print_table(const nto_model *m) {
         params += nto_shape_numel(l->w[j].shape);
     printf("%-36.36s %-20s %-14s %12zu %12s\n", l->name, l->ops->type,
            nto_shape_str(l->out_shape, 0, shape, sizeof shape), params,
-           cli_bytes(saved_bytes(m, i), bytes, sizeof bytes));
+           nto_format_bytes(saved_bytes(m, i), bytes, sizeof bytes));
   }
 }
 
@@ -104,7 +95,7 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads) {
   printf("\noffloading (train --window N), with %ld threads: resident "
          "tensors + workspace %s, estimated peak RSS, swap traffic per "
          "iteration\n",
-         threads, cli_bytes(ws, b, sizeof b));
+         threads, nto_format_bytes(ws, b, sizeof b));
   for (int i = 0; i < 4; i++) {
     nto_window_plan wp;
     nto_err err = {0};
@@ -114,20 +105,18 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads) {
     }
     printf("  window %d: %s of tensors; estimated peak RSS %s; %.1f MiB "
            "read, %.1f MiB written\n",
-           windows[i], cli_bytes(wp.need - ws, a, sizeof a),
-           cli_bytes(estimate_rss(wp.need, threads), c, sizeof c),
+           windows[i], nto_format_bytes(wp.need - ws, a, sizeof a),
+           nto_format_bytes(estimate_rss(wp.need, threads), c, sizeof c),
            wp.read_bytes / 1048576.0, wp.written_bytes / 1048576.0);
   }
   printf("  all resident: %s of tensors; estimated peak RSS %s\n",
-         cli_bytes(all.total - all.workspace, a, sizeof a),
-         cli_bytes(estimate_rss(all.total, threads), c, sizeof c));
+         nto_format_bytes(all.total - all.workspace, a, sizeof a),
+         nto_format_bytes(estimate_rss(all.total, threads), c, sizeof c));
 }
 
 int cmd_summary(int argc, char **argv) {
   const char *path = NULL;
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
-  nto_chunk_grads chunk_grads = NTO_CHUNK_GRADS_AUTO;
-  int no_keep = 0;
   nto_recompute recompute = NTO_RECOMPUTE_AUTO;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -137,22 +126,13 @@ int cmd_summary(int argc, char **argv) {
       if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
                   &batch) != 0)
         return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--chunk-grads") ||
-               !strcmp(argv[i], "--keep-resident") ||
-               !strcmp(argv[i], "--recompute")) {
-      const char *opt = argv[i], *v = cli_value(argc, argv, &i);
+    } else if (!strcmp(argv[i], "--recompute")) {
+      const char *v = cli_value(argc, argv, &i);
       if (!v) {
-        cli_error("option %s needs a value", opt);
+        cli_error("option --recompute needs a value");
         return CLI_USAGE;
       }
-      int bad;
-      if (!strcmp(opt, "--chunk-grads"))
-        bad = cli_chunk_grads(v, &chunk_grads);
-      else if (!strcmp(opt, "--keep-resident"))
-        bad = cli_keep_resident(v, &no_keep);
-      else
-        bad = cli_recompute(v, &recompute);
-      if (bad)
+      if (cli_recompute(v, &recompute) != 0)
         return CLI_USAGE;
     } else if (!strcmp(argv[i], "--threads")) {
       if (cli_int("--threads", cli_value(argc, argv, &i), 1, 256, &threads) !=
@@ -178,8 +158,6 @@ int cmd_summary(int argc, char **argv) {
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch,
                       .plan_only = 1,
-                      .offload.no_keep = no_keep,
-                      .chunk_grads = chunk_grads,
                       .recompute = recompute};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
@@ -204,9 +182,9 @@ int cmd_summary(int argc, char **argv) {
          nto_model_graph(m)->n_layers, nto_model_param_count(m));
   printf("planned memory (all resident): %s = weights %s + optimizer state "
          "%s + activations/gradients %s + workspace %s\n",
-         cli_bytes(p.total, a, sizeof a), cli_bytes(p.weights, b, sizeof b),
-         cli_bytes(p.opt_state, d, sizeof d), cli_bytes(p.arena, e, sizeof e),
-         cli_bytes(p.workspace, f, sizeof f));
+         nto_format_bytes(p.total, a, sizeof a), nto_format_bytes(p.weights, b, sizeof b),
+         nto_format_bytes(p.opt_state, d, sizeof d), nto_format_bytes(p.arena, e, sizeof e),
+         nto_format_bytes(p.workspace, f, sizeof f));
   if (recompute == NTO_RECOMPUTE_AUTO) {
     /* offloaded, auto also recomputes convolutions: a plan of its own */
     nto_model_free(m);

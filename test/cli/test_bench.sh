@@ -43,10 +43,10 @@ direct=
 net=test/data/nets/tiny_resnet.ini
 expect help 0 "--windows LIST" -- "$exe" bench --help
 expect run 0 "weights compared with the all run" -- "$exe" bench "$net" \
-  --windows 1,2:time,all --iterations 3 --warmup 1 --csv "$tmp/r.csv" \
+  --windows 1,2,all --iterations 3 --warmup 1 --csv "$tmp/r.csv" \
   --json "$tmp/r.json" --plot "$tmp/r.svg" --swap-dir "$tmp/swap" $direct
 cp "$tmp/out" "$tmp/run.out"
-grep -q "^command: nntrainer-offload bench $net --windows 1,2:time,all" "$tmp/run.out" &&
+grep -q "^command: nntrainer-offload bench $net --windows 1,2,all" "$tmp/run.out" &&
   grep -q "MiB/s" "$tmp/run.out" && pass ||
   fail header "no command or bandwidth line" "$tmp/run.out"
 
@@ -59,8 +59,8 @@ else
     fail csv_header "unexpected header" "$tmp/r.csv"
   [ "$(tail -n +2 "$tmp/r.csv" | wc -l)" -eq 3 ] && pass ||
     fail csv_rows "expected 3 data rows" "$tmp/r.csv"
-  [ "$(tail -n +2 "$tmp/r.csv" | cut -d, -f1 | tr '\n' ' ')" = "1 2:time all " ] &&
-    pass || fail csv_configs "expected configs 1 2:time all" "$tmp/r.csv"
+  [ "$(tail -n +2 "$tmp/r.csv" | cut -d, -f1 | tr '\n' ' ')" = "1 2 all " ] &&
+    pass || fail csv_configs "expected configs 1 2 all" "$tmp/r.csv"
   [ "$(tail -n +2 "$tmp/r.csv" | grep -c ',ok,.*,yes$')" -eq 3 ] && pass ||
     fail csv_identical "every row must be ok with weights identical = yes" "$tmp/r.csv"
 fi
@@ -89,7 +89,7 @@ keys = {"config", "status", "window", "recompute", "peak_rss_mib", "resident_pea
         "weights_identical"}
 c = d["configs"]
 assert isinstance(c, list) and len(c) == 3, c
-assert [x["config"] for x in c] == ["1", "2:time", "all"], c
+assert [x["config"] for x in c] == ["1", "2", "all"], c
 for x in c:
     assert set(x) == keys, sorted(x)
     assert x["status"] == "ok" and x["weights_identical"] == "yes", x
@@ -98,8 +98,8 @@ for x in c:
                      "region_floor_ms", "region_ratio"}:
         assert num(x[k]) and x[k] >= 0, (k, x)
     assert x["ratios"] == [x["ratio"]], x
-# the region floor (train --floor-bandwidth): windowed runs only, and the
-# ratio is the median against it
+# the region floor (from the runs' step times, their plans and the measured
+# bandwidth): windowed runs only, and the ratio is the median against it
 for x in c[:2]:
     assert num(x["region_floor_ms"]) and x["region_floor_ms"] > 0, x
     assert abs(x["region_ratio"] * x["region_floor_ms"] - x["iteration_ms_median"]) < 1e-2 * x["iteration_ms_median"], x
@@ -153,8 +153,7 @@ expect rounds_many 2 "rounds" -- "$exe" bench "$net" --rounds 17
 
 expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
 expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
-expect bad_prefetch 2 "optional :time, :room or :steps" -- "$exe" bench "$net" --windows 1:soon
-expect all_prefetch 2 "option --windows" -- "$exe" bench "$net" --windows all:time
+expect no_prefetch 2 "optional +auto or +off" -- "$exe" bench "$net" --windows 1:time
 expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogus
 expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0
 expect no_model 2 "missing MODEL.ini" -- "$exe" bench
@@ -167,32 +166,31 @@ grep -q "^0 .*failed" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
 # @SIZE: a run's own --memory-budget (a budget below window 1's need fails
 # that run, naming it; the others run, and without a budget `all` is fine).
 expect budget_label 1 "below the minimum" -- "$exe" bench "$net" \
-  --windows 1@8K,1:time@64M,all --iterations 2 --warmup 1 --swap-dir "$tmp/swap" $direct
+  --windows 1@8K,1@64M,all --iterations 2 --warmup 1 --swap-dir "$tmp/swap" $direct
 grep -q "configuration '1@8K' failed" "$tmp/out" &&
-  grep -q "^1:time@64M .* yes$" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
-  fail budget_table "1@8K must fail, 1:time@64M and all run" "$tmp/out"
+  grep -q "^1@64M .* yes$" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
+  fail budget_table "1@8K must fail, 1@64M and all run" "$tmp/out"
 expect all_budget 2 "option --windows" -- "$exe" bench "$net" --windows all@64M
 
 # +MODE: a run's own --recompute, --recompute for the others; what each run
 # used is the recompute its train report names (bench's JSON).
 expect recompute_label 0 "weights compared with the 1+off run" -- "$exe" bench \
-  "$net" --windows 1+off,2,1:steps+on@64M,all+activations --recompute on \
+  "$net" --windows 1+off,2,1+auto@64M,all+off --recompute off \
   --iterations 2 --warmup 0 --json "$tmp/m.json" --swap-dir "$tmp/swap" $direct
 if command -v python3 >/dev/null 2>&1; then
   python3 - "$tmp/m.json" >"$tmp/py" 2>&1 <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))["configs"]
 assert [(x["config"], x["recompute"], x["weights_identical"]) for x in c] == [
-    ("1+off", "off", "yes"), ("2", "on", "yes"), ("1:steps+on@64M", "on", "yes"),
-    ("all+activations", "activations", "yes")], c
+    ("1+off", "off", "yes"), ("2", "off", "yes"), ("1+auto@64M", "auto", "yes"),
+    ("all+off", "off", "yes")], c
 assert [x["window"] for x in c] == [1, 2, 1, "all"], c
 EOF
   [ $? -eq 0 ] && pass || fail recompute_json "recompute per configuration" "$tmp/py"
 fi
-expect bad_recompute_label 2 "+auto, +on, +activations or +off" -- "$exe" bench "$net" --windows 1+sometimes
-expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+on@64M
-expect recompute_prefetch_order 2 "option --windows" -- "$exe" bench "$net" --windows 1+on:time
-expect bad_recompute 2 "option --recompute: expected auto, on, activations or off" -- \
+expect bad_recompute_label 2 "+auto or +off" -- "$exe" bench "$net" --windows 1+on
+expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+off@64M
+expect bad_recompute 2 "option --recompute: expected auto or off" -- \
   "$exe" bench "$net" --recompute sometimes
 expect bad_budget 2 "option --windows" -- "$exe" bench "$net" --windows 1@lots
 

@@ -1,0 +1,74 @@
+/*
+ * run.h - one `train` run: its options and the state the training loop
+ * (train.c) keeps, which the end-of-run report (report.c) reads. Main
+ * thread only.
+ */
+#ifndef NTO_APP_RUN_H
+#define NTO_APP_RUN_H
+
+#include "config.h"
+#include "dataset.h"
+#include "model.h"
+#include "trace.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* train's options (docs/cli.md); 0 / NULL: not given. */
+typedef struct train_opts {
+  const char *model, *data, *save;
+  long epochs, iterations, batch, train_samples, eval_samples, shuffle;
+  long seed, threads, log_every;
+  const char *window;      /* "N", "auto", "all" or NULL (the INI decides) */
+  const char *budget;      /* --memory-budget, NULL: the INI's */
+  const char *swap_dir;    /* NULL: the INI's, else the default */
+  const char *io;          /* NULL: auto */
+  int no_direct;           /* --no-direct */
+  const char *recompute;   /* --recompute auto|off, NULL: auto */
+  const char *report_json; /* NULL: off */
+  const char *trace;       /* --trace, NULL: off */
+  long warmup;             /* iterations left out of the report */
+  const char *checkpoint;  /* --checkpoint, NULL: off */
+  long checkpoint_every;   /* 0: once per epoch */
+  const char *resume;      /* --resume, NULL: a new run */
+} train_opts;
+
+typedef struct run {
+  train_opts o;
+  nto_config c;
+  nto_model *m;
+  nto_dataset *train, *test;
+  trace *tr;    /* --trace, or NULL */
+  float *x, *y; /* one batch: N x c*h*w inputs, N x K targets */
+  int batch, k;
+  size_t sample;
+  int tty;
+  int offload;             /* the model offloads */
+  const char *window_mode; /* "fixed", "auto", "budget" or "all" */
+  size_t budget;           /* bytes, 0: none */
+  char budget_src[256];    /* where the budget came from (errors) */
+  /* the loop */
+  double *step_s; /* per iteration: its wall time, the tuner's turn too */
+  long n_steps, planned;
+  long it0;       /* iterations done before this process (--resume) */
+  long epoch, ie; /* the loop's epoch and iterations in it */
+  double loss_sum;
+  long correct, seen; /* since the last progress line */
+  double last_loss, last_acc;
+  double test_loss, test_acc;
+  long test_n;
+  int stopped; /* a signal stopped the loop */
+  /* checkpoints */
+  long ckpt_it; /* iteration of the last checkpoint in the file, -1: none */
+  int n_ckpt;   /* written */
+  double ckpt_s;
+  /* offloading, over the measured iterations (after the warm-up) */
+  uint64_t io_read, io_written;
+  double stall_ms, device_ms, busy_ms[2]; /* busy: onloader, offloader */
+  long relocated;   /* buffers placed at their second offset */
+  double *step_ms;  /* per training step: compute ms summed over them */
+  double *step_tmp; /* scratch: the last pass's step times */
+  long step_passes; /* passes summed into step_ms */
+} run;
+
+#endif
