@@ -21,11 +21,3 @@ static size_t status_kib(const char *key) {
 
 size_t nto_peak_rss_bytes(void) { return status_kib("VmHWM") * 1024; }
 size_t nto_current_rss_bytes(void) { return status_kib("VmRSS") * 1024; }
-
-int nto_reset_peak_rss(void) {
-  FILE *f = fopen("/proc/self/clear_refs", "w");
-  if (!f)
-    return -1;
-  int ok = fputs("5", f) >= 0;
-  return fclose(f) == 0 && ok ? 0 : -1;
-}

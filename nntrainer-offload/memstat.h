@@ -13,7 +13,5 @@
 size_t nto_peak_rss_bytes(void);
 /* Current resident set size in bytes (VmRSS), or 0 if unavailable. */
 size_t nto_current_rss_bytes(void);
-/* Reset the peak to the current RSS. Returns 0 or -1 (not supported). */
-int nto_reset_peak_rss(void);
 
 #endif /* NTO_MEMSTAT_H */

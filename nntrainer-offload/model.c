@@ -117,7 +117,7 @@ static int start_engine(nto_model *m, const nto_model_opts *o, nto_err *err) {
         return nto_err_set(err, NTO_ENOMEM, "out of memory");
       nto_init_fill(buf, nto_tensor_numel(t), l->w[j].init, l->w[j].fan_in,
                     l->w[j].fan_out, &m->rng);
-      rc = nto_offload_store(m->off, l->w[j].tensor, buf, err);
+      rc = m->res->ops->store(m->res, l->w[j].tensor, buf, err);
       nto_free_aligned(buf);
     }
   }
@@ -502,11 +502,6 @@ int nto_model_offload_stats(nto_model *m, nto_offload_stats *st) {
   }
   nto_offload_get_stats(m->off, st);
   return 0;
-}
-
-void nto_model_reset_offload_stats(nto_model *m) {
-  if (m->off)
-    nto_offload_reset_stats(m->off);
 }
 
 int nto_model_pass_steps(const nto_model *m, int pass) {

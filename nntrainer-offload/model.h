@@ -196,8 +196,6 @@ nto_tuner *nto_model_tuner(const nto_model *m);
 /* The offload engine's counters; returns 0, or NTO_EINVAL (st zeroed)
  * when everything is resident. */
 int nto_model_offload_stats(nto_model *m, nto_offload_stats *st);
-/* Reset the offload counters and peaks (no-op when all resident). */
-void nto_model_reset_offload_stats(nto_model *m);
 /* Compute time of every training step in the last training pass (ms,
  * waits for reads excluded; nto_offload_step_times) into
  * ms[0..nto_model_pass_steps(m, NTO_PASS_TRAIN)). Returns 0, or NTO_EINVAL

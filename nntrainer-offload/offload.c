@@ -10,8 +10,8 @@
  * owners of the region, both job queues, the step states and the
  * counters. Three threads take it:
  *   - the executor (caller) queues the step's begin actions for the
- *     onloader in nto_offload_begin and waits on cv_exec until its step's
- *     tensors are resident and not being written; in nto_offload_end it
+ *     onloader in offload_begin and waits on cv_exec until its step's
+ *     tensors are resident and not being written; in offload_end it
  *     marks what the step wrote dirty, queues writes for the offloader and
  *     releases dropped/freed buffers itself;
  *   - the onloader pops LOAD/ALLOC jobs in queue (step) order, waits until
@@ -740,7 +740,7 @@ static void wait_idle(nto_offload *o, const int *inflight) {
     pthread_cond_wait(&o->cv_exec, &o->mu);
 }
 
-/* Empty the window (see nto_offload_drain). Lock held. */
+/* Empty the window (see offload_drain). Lock held. */
 static void drain_locked(nto_offload *o) {
   if (!o->primed)
     return;
@@ -796,7 +796,7 @@ static void enter_upto(nto_offload *o, int s) {
               sc->begin_first[s + 1] - sc->begin_first[s]);
 }
 
-int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
+static int offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
   pthread_mutex_lock(&o->mu);
   if (!o->failed && mode != o->mode) {
     drain_locked(o);
@@ -830,7 +830,7 @@ int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err) {
   return rc;
 }
 
-int nto_offload_end(nto_offload *o, int s, nto_err *err) {
+static int offload_end(nto_offload *o, int s, nto_err *err) {
   int rc = 0;
   pthread_mutex_lock(&o->mu);
   if (o->failed) {
@@ -856,7 +856,7 @@ int nto_offload_end(nto_offload *o, int s, nto_err *err) {
   return rc;
 }
 
-int nto_offload_drain(nto_offload *o, nto_err *err) {
+static int offload_drain(nto_offload *o, nto_err *err) {
   pthread_mutex_lock(&o->mu);
   drain_locked(o);
   int rc = o->failed ? failure(o, err) : 0;
@@ -903,7 +903,7 @@ static void release_region(nto_offload *o, size_t keep) {
  * the start of the (drained, so empty) region as bounce buffer. */
 static int sync_io(nto_offload *o, int t, int writing, float *data,
                    nto_err *err) {
-  int rc = nto_offload_drain(o, err);
+  int rc = offload_drain(o, err);
   if (rc != 0)
     return rc;
   size_t bytes = o->t[t].bytes, n = nto_tensor_numel(&o->t[t]);
@@ -957,16 +957,17 @@ static int sync_io(nto_offload *o, int t, int writing, float *data,
   return 0;
 }
 
-int nto_offload_store(nto_offload *o, int t, const float *src, nto_err *err) {
+static int offload_store(nto_offload *o, int t, const float *src,
+                         nto_err *err) {
   return sync_io(o, t, 1, (float *)src, err);
 }
 
-int nto_offload_fetch(nto_offload *o, int t, float *dst, nto_err *err) {
+static int offload_fetch(nto_offload *o, int t, float *dst, nto_err *err) {
   return sync_io(o, t, 0, dst, err);
 }
 
-int nto_offload_zero(nto_offload *o, int t, nto_err *err) {
-  int rc = nto_offload_drain(o, err);
+static int offload_zero(nto_offload *o, int t, nto_err *err) {
+  int rc = offload_drain(o, err);
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&o->mu);
@@ -1086,10 +1087,6 @@ int nto_offload_set_frontier(nto_offload *o, int window, const int *upto,
   return rc;
 }
 
-int nto_offload_set_window(nto_offload *o, int window, nto_err *err) {
-  return nto_offload_set_frontier(o, window, NULL, err);
-}
-
 int nto_offload_step_times(nto_offload *o, double *ms) {
   pthread_mutex_lock(&o->mu);
   int S = o->plans[0]->n_steps;
@@ -1192,27 +1189,27 @@ static int start_threads(nto_offload *o, nto_err *err) {
 /* ---- the residency interface (residency.h) ---- */
 
 static int res_begin(nto_residency *r, int pass, int s, nto_err *err) {
-  return nto_offload_begin((nto_offload *)r, pass, s, err);
+  return offload_begin((nto_offload *)r, pass, s, err);
 }
 
 static int res_end(nto_residency *r, int s, nto_err *err) {
-  return nto_offload_end((nto_offload *)r, s, err);
+  return offload_end((nto_offload *)r, s, err);
 }
 
 static int res_drain(nto_residency *r, nto_err *err) {
-  return nto_offload_drain((nto_offload *)r, err);
+  return offload_drain((nto_offload *)r, err);
 }
 
 static int res_fetch(nto_residency *r, int t, float *dst, nto_err *err) {
-  return nto_offload_fetch((nto_offload *)r, t, dst, err);
+  return offload_fetch((nto_offload *)r, t, dst, err);
 }
 
 static int res_store(nto_residency *r, int t, const float *src, nto_err *err) {
-  return nto_offload_store((nto_offload *)r, t, src, err);
+  return offload_store((nto_offload *)r, t, src, err);
 }
 
 static int res_zero(nto_residency *r, int t, nto_err *err) {
-  return nto_offload_zero((nto_offload *)r, t, err);
+  return offload_zero((nto_offload *)r, t, err);
 }
 
 static void res_free(nto_residency *r) { nto_offload_free((nto_offload *)r); }
@@ -1364,25 +1361,5 @@ void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st) {
   st->peak_resident = o->peak;
   st->relocated = o->relocated;
   snprintf(st->note, sizeof st->note, "%s", o->note);
-  pthread_mutex_unlock(&o->mu);
-}
-
-void nto_offload_reset_stats(nto_offload *o) {
-  pthread_mutex_lock(&o->mu);
-  o->stall_ms = o->prime_stall_ms = o->prime_ms = 0;
-  o->relocated = 0;
-  for (int w = 0; w < 2; w++) {
-    o->io[w].busy_ms = 0;
-    if (o->io[w].busy_since >= 0)
-      o->io[w].busy_since = now_ms();
-  }
-  pthread_mutex_lock(&o->dev_mu);
-  o->dev_ms = 0;
-  if (o->dev_inflight > 0)
-    o->dev_since = now_ms();
-  pthread_mutex_unlock(&o->dev_mu);
-  o->read_bytes = o->written_bytes = 0;
-  o->sum_ms = 0;
-  o->peak = o->in_use;
   pthread_mutex_unlock(&o->mu);
 }

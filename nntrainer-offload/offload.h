@@ -18,21 +18,22 @@
  *
  * Any other transition is a programming error (assert).
  *
- * A pass (a training iteration or an inference pass) is driven as
- *   for s in 0..S-1: nto_offload_begin(o, mode, s); run s; nto_offload_end(o,
- * s) While passes of the same mode follow each other, the window runs on into
- * the next pass without a pause; a change of mode first drains the window.
+ * A pass (a training iteration or an inference pass) is driven through
+ * the residency interface (residency.h, nto_offload_residency): begin(s),
+ * run s, end(s) for every step. While passes of the same mode follow each
+ * other, the window runs on into the next pass without a pause; a change
+ * of mode first drains the window.
  *
  * Checksums: every write of a tensor to the swap file records a checksum
  * of its bytes (computed by the offloader before it submits the write, or
- * by nto_offload_store), and every read is verified against it on the
+ * by the residency's store), and every read is verified against it on the
  * onloader before the tensor is published resident. Tensors still "zero"
  * (never written) have none. opts.checksum chooses; NTO_SWAP_CHECKSUM=0|1
  * in the environment overrides it (a debugging knob).
  *
  * Errors: the first I/O error (a failed or short-ended transfer, or a
  * checksum mismatch) is recorded by the I/O thread and returned by the
- * next nto_offload_begin/end/drain as NTO_EIO with a message naming the
+ * next begin, end or drain as NTO_EIO with a message naming the
  * tensor, its layer, size and offset, e.g. "swap read of tensor
  * conv1:weight (layer conv1, 4096 bytes at offset 0): checksum mismatch
  * (stored 0x..., read 0x...)"; the engine then refuses further steps.
@@ -112,7 +113,7 @@ typedef struct nto_offload_opts {
                    iobackend.h nto_io_register_buffer) */
 } nto_offload_opts;
 
-/* Counters since creation (or the last nto_offload_reset_stats). */
+/* Counters since creation. */
 typedef struct nto_offload_stats {
   int window;               /* N in use (clamped to the plan) */
   int ahead;                /* training frontier: the most steps entered
@@ -164,8 +165,8 @@ typedef struct nto_offload_stats {
  * Create the engine over the model's tensor table t[0..n_tensors) (borrowed;
  * the engine sets t[i].data and t[i].state). plans[0] is the training plan,
  * plans[1] the inference plan (both borrowed, same tensors). Every tensor
- * starts without content: persistent ones as zeros until nto_offload_store
- * gives them a value. Sizes the swap file from the window's simulation
+ * starts without content: persistent ones as zeros until the residency's
+ * store gives them a value. Sizes the swap file from the window's simulation
  * (every persistent tensor, plus every transient one the window may
  * write), opens it (io/swap.h) and starts the two I/O threads. Returns 0,
  * NTO_EIO / NTO_EUNSUPPORTED (swap file, io_uring asked for explicitly
@@ -175,9 +176,24 @@ int nto_offload_create(nto_offload **out, nto_tensor *t, int n_tensors,
                        const nto_plan *plans[2], const nto_offload_opts *o,
                        nto_err *err);
 
-/* The engine as the executor's residency (residency.h): begin, end,
- * drain, fetch, store and zero are the functions below; free is
- * nto_offload_free. Owned by the engine. */
+/*
+ * The engine as the executor's residency (residency.h). Owned by the
+ * engine; its free is nto_offload_free. Executor thread.
+ *   begin(pass, s): extends the window (the steps up to the frontier
+ *     enter: s + N, or upto[s] of nto_offload_set_frontier), then waits
+ *     until every tensor of step s is resident;
+ *   end(s): evicts what the window no longer holds (writes go to the
+ *     offloader);
+ *   drain: waits for in-flight reads, writes every dirty persistent
+ *     tensor, frees the rest, waits for the writes; afterwards no tensor
+ *     is resident (also the way out of a pass abandoned midway);
+ *   store, fetch, zero: synchronous access to a persistent tensor's
+ *     content (they drain first): store writes it to the swap file with
+ *     its checksum, fetch reads it back (verified against the checksum),
+ *     zero makes it zeros without I/O.
+ * Each returns 0, the recorded I/O error (NTO_EIO naming the tensor: a
+ * failed transfer or a checksum mismatch) or NTO_ENOMEM.
+ */
 nto_residency *nto_offload_residency(nto_offload *o);
 
 /* Drain, stop the threads, close the swap file (nothing is left on disk),
@@ -185,64 +201,25 @@ nto_residency *nto_offload_residency(nto_offload *o);
 void nto_offload_free(nto_offload *o);
 
 /*
- * Before step s of a pass of plan `mode`: extends the window (the steps up
- * to the frontier enter: s + N, or upto[s] of nto_offload_set_frontier),
- * then waits until every tensor of step s is resident. Returns 0, or the
- * recorded I/O error. Executor thread.
- */
-int nto_offload_begin(nto_offload *o, int mode, int s, nto_err *err);
-
-/* After step s ran: evicts what the window no longer holds (writes go to
- * the offloader). Returns 0 or the recorded I/O error. Executor thread. */
-int nto_offload_end(nto_offload *o, int s, nto_err *err);
-
-/*
- * Empty the window: waits for in-flight reads, writes every dirty
- * persistent tensor, frees the rest, waits for the writes. Afterwards no
- * tensor is resident. Also the way out of a pass abandoned midway (e.g. a
- * non-finite loss). Returns 0 or the recorded I/O error. Executor thread.
- */
-int nto_offload_drain(nto_offload *o, nto_err *err);
-
-/*
- * Synchronous access to a persistent tensor's content while the engine is
- * drained (they drain first): store writes n floats from src to the swap
- * file (with its checksum); fetch reads them into dst (verified against
- * the checksum); zero makes the content zeros without I/O. Returns 0,
- * NTO_EIO (a failed transfer or a checksum mismatch, the message naming
- * the tensor) or NTO_ENOMEM. Executor thread.
- */
-int nto_offload_store(nto_offload *o, int t, const float *src, nto_err *err);
-int nto_offload_fetch(nto_offload *o, int t, float *dst, nto_err *err);
-int nto_offload_zero(nto_offload *o, int t, nto_err *err);
-
-/*
- * Change the window to N (>= 1; clamped to the plan like the window at
- * creation; the window in use: nothing happens): drains, builds both
- * schedules for N, gives the tensors the
- * new schedules may write a swap slot (the file grows; slots never move)
- * and remaps the tensor region at its new size. The next pass primes the
- * new window (its first reads are not hidden). Results stay bit-identical:
- * only residency changes. Returns 0; NTO_EIO (the recorded I/O error, or
- * the disk has no room for the larger file: the message names the size);
- * NTO_ENOMEM. On error the old window stays in force. Executor thread,
- * between passes.
- */
-int nto_offload_set_window(nto_offload *o, int window, nto_err *err);
-
-/*
- * As nto_offload_set_window, with a read frontier for the training plan
- * (schedule.h, lookahead.h): upto[0..S) (copied; S the training plan's
- * steps), or NULL for s + N. The inference plan keeps s + N. Nothing
- * happens when both the window and the frontier are the ones in force.
- * Same returns; executor thread, between passes.
+ * Put window N (>= 1; clamped to the plan like the window at creation)
+ * and a read frontier for the training plan (schedule.h, lookahead.h:
+ * upto[0..S), copied, S the training plan's steps; NULL for s + N) in
+ * force; the inference plan keeps s + N. Nothing happens when both are
+ * the ones in force. Else drains, builds both schedules, gives the
+ * tensors the new schedules may write a swap slot (the file grows; slots
+ * never move) and remaps the tensor region at its new size; the next pass
+ * primes the new window (its first reads are not hidden). Results stay
+ * bit-identical: only residency changes. Returns 0; NTO_EIO (the recorded
+ * I/O error, or the disk has no room for the larger file: the message
+ * names the size); NTO_ENOMEM. On error the old window stays in force.
+ * Executor thread, between passes.
  */
 int nto_offload_set_frontier(nto_offload *o, int window, const int *upto,
                              nto_err *err);
 
 /*
  * Compute time of every step of the training plan in its last pass (ms,
- * from the moment the step was ready to nto_offload_end: waits for reads
+ * from the moment the step was ready to its end: waits for reads
  * excluded; 0 for steps not run yet) into ms[0..S); returns S. Executor
  * thread.
  */
@@ -250,7 +227,5 @@ int nto_offload_step_times(nto_offload *o, double *ms);
 
 /* Counters; any thread that owns the engine (executor). */
 void nto_offload_get_stats(nto_offload *o, nto_offload_stats *st);
-/* Reset counters and the resident peak (between measured phases). */
-void nto_offload_reset_stats(nto_offload *o);
 
 #endif /* NTO_OFFLOAD_H */

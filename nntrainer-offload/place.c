@@ -15,10 +15,6 @@ static int segs_overlap(const long (*a)[2], int na, const long (*b)[2],
   return 0;
 }
 
-int nto_place_overlap(const nto_place_item *a, const nto_place_item *b) {
-  return segs_overlap(a->seg, a->n_seg, b->seg, b->n_seg);
-}
-
 /* Largest first, then earliest first instant. ctx: the items (qsort_r). */
 static int by_size(const void *x, const void *y, void *ctx) {
   const nto_place_item *v = ctx;

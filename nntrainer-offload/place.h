@@ -41,7 +41,4 @@ typedef struct nto_place_item {
  */
 size_t nto_place(nto_place_item *v, int n, long T, size_t fit);
 
-/* Do the segments of a and b share an instant? */
-int nto_place_overlap(const nto_place_item *a, const nto_place_item *b);
-
 #endif /* NTO_PLACE_H */

@@ -183,10 +183,6 @@ int nto_parse_initializer(const char *v, nto_init_kind *out, nto_err *err) {
   return rc;
 }
 
-const char *nto_initializer_name(nto_init_kind k) {
-  return (unsigned)k < NTO_INIT_COUNT ? init_names[k] : "?";
-}
-
 static void fill_uniform(float *x, size_t n, double a, nto_rng *rng) {
   for (size_t i = 0; i < n; i++)
     x[i] = (float)((2.0 * nto_rng_uniform(rng) - 1.0) * a);

@@ -59,7 +59,6 @@ typedef enum {
 
 /* Parses "zeros", "ones", "xavier_uniform", ..., "lecun_normal". */
 int nto_parse_initializer(const char *v, nto_init_kind *out, nto_err *err);
-const char *nto_initializer_name(nto_init_kind k);
 
 /*
  * The keys every layer with a weight and a bias shares: weight_initializer,

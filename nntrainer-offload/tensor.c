@@ -43,12 +43,6 @@ char *nto_format_bytes(uint64_t bytes, char *buf, size_t len) {
   return buf;
 }
 
-const char *nto_role_name(nto_role r) {
-  static const char *const names[NTO_ROLE_COUNT] = {
-      "weight", "opt_state", "activation", "grad", "param_grad", "workspace"};
-  return (unsigned)r < NTO_ROLE_COUNT ? names[r] : "?";
-}
-
 float *nto_alloc_aligned(size_t bytes) {
   size_t sz = nto_round_page(bytes ? bytes : 1);
   void *p = NULL;

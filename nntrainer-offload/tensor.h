@@ -47,9 +47,6 @@ typedef enum {
   NTO_ROLE_COUNT
 } nto_role;
 
-/* Short lowercase name of a role ("weight", "activation", ...). */
-const char *nto_role_name(nto_role r);
-
 /* Where a tensor's bytes are. */
 typedef enum {
   NTO_RES_NONE,     /* no content (not yet produced, or dead) */
@@ -59,14 +56,14 @@ typedef enum {
 
 /* Descriptor of one tensor of the model. Owned by the model's tensor table. */
 typedef struct nto_tensor {
-  char name[96];        /* "<layer>:<what>", for messages */
-  nto_shape shape;      /* NCHW */
+  char name[96];   /* "<layer>:<what>", for messages */
+  nto_shape shape; /* NCHW */
   nto_role role;
-  size_t bytes;         /* numel * 4, rounded up to NTO_PAGE */
-  int64_t swap_offset;  /* byte offset in the swap file, -1 if none */
+  size_t bytes;        /* numel * 4, rounded up to NTO_PAGE */
+  int64_t swap_offset; /* byte offset in the swap file, -1 if none */
   nto_res_state state;
-  float *data;          /* valid only while state == NTO_RES_RESIDENT */
-  int layer;            /* owning layer index, -1 for shared tensors */
+  float *data; /* valid only while state == NTO_RES_RESIDENT */
+  int layer;   /* owning layer index, -1 for shared tensors */
 } nto_tensor;
 
 /* Element count of a tensor's shape. */

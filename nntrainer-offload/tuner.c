@@ -227,7 +227,10 @@ void nto_tuner_attach(nto_tuner *t, nto_offload *engine) { t->off = engine; }
 
 nto_prefetch nto_tuner_prefetch(const nto_tuner *t) { return t->o.prefetch; }
 
-size_t nto_tuner_budget(const nto_tuner *t) { return t->o.memory_budget; }
+const char *nto_prefetch_name(nto_prefetch p) {
+  static const char *const name[] = {"auto", "steps", "time", "room"};
+  return p >= NTO_PREFETCH_AUTO && p <= NTO_PREFETCH_ROOM ? name[p] : "?";
+}
 
 int nto_tuner_room_declined(const nto_tuner *t) { return t->room_declined; }
 

@@ -226,8 +226,10 @@ int nto_tuner_room_declined(const nto_tuner *t);
  * nto_tuner_after_pass. */
 const nto_window_sample *nto_tuner_window_trace(const nto_tuner *t, int *n);
 
-/* The read-ahead in use (never AUTO) and the memory budget (bytes, 0). */
+/* "steps", "time", "room" (AUTO: "auto"). */
+const char *nto_prefetch_name(nto_prefetch p);
+
+/* The read-ahead in use (never AUTO). */
 nto_prefetch nto_tuner_prefetch(const nto_tuner *t);
-size_t nto_tuner_budget(const nto_tuner *t);
 
 #endif /* NTO_TUNER_H */

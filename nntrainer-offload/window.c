@@ -125,16 +125,3 @@ int nto_window_written(nto_window *w, int t) {
   w->state[t] = NTO_WS_SWAPPED;
   return 0;
 }
-
-int nto_window_drain(nto_window *w, nto_act *acts) {
-  const nto_plan *p = w->plan;
-  int n = 0;
-  for (int t = 0; t < p->n_tensors; t++) {
-    w->refcnt[t] = 0;
-    if (w->state[t] != NTO_WS_RESIDENT)
-      continue;
-    /* the last step of a pass: only persistent content is needed later */
-    acts[n++] = evict(w, t, p->n_steps - 1);
-  }
-  return n;
-}

@@ -103,12 +103,4 @@ void nto_window_loaded(nto_window *w, int t, nto_act_kind kind);
  * clean), 0 if its buffer must be released (t is SWAPPED). */
 int nto_window_written(nto_window *w, int t);
 
-/*
- * Empty the window (before switching plans, or at the end): every tensor
- * still resident is written (persistent and dirty), dropped (persistent,
- * clean) or freed (transient). No LOAD/ALLOC/WRITE may be in flight.
- * acts must hold n_tensors entries; returns the number of actions.
- */
-int nto_window_drain(nto_window *w, nto_act *acts);
-
 #endif /* NTO_WINDOW_H */

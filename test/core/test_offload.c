@@ -696,7 +696,7 @@ static void test_checksum_flip(void **state) {
   }
 }
 
-/* The synchronous path: a weight stored with nto_offload_store and
+/* The synchronous path: a weight stored through the residency and
  * fetched with a byte flipped is refused the same way. */
 static void test_checksum_fetch(void **state) {
   (void)state;
