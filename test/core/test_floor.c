@@ -34,12 +34,11 @@ static void make_plan(nto_plan *p, int S, int T, const size_t *bytes,
     fail_msg("%s", err.msg);
 }
 
-static nto_region_floor floor_of(const nto_plan *p, const double *ms,
-                                 size_t region, double rbw, double wbw,
-                                 nto_io_channels ch) {
-  nto_region_floor f;
+static region_floor floor_of(const nto_plan *p, const double *ms, size_t region,
+                             double rbw, double wbw, floor_channels ch) {
+  region_floor f;
   nto_err err = {0};
-  if (nto_region_floor_compute(p, ms, region, rbw, wbw, ch, &f, &err) != 0)
+  if (floor_compute(p, ms, region, rbw, wbw, ch, &f, &err) != 0)
     fail_msg("%s", err.msg);
   return f;
 }
@@ -56,7 +55,7 @@ static void test_read_bound(void **state) {
   double ms[] = {1, 1, 1};
   nto_plan p;
   make_plan(&p, 3, 1, bytes, pers, acc, 1);
-  nto_region_floor f = floor_of(&p, ms, 40, 10, 10, NTO_IO_SHARED);
+  region_floor f = floor_of(&p, ms, 40, 10, 10, FLOOR_SHARED);
   assert_float_equal(f.floor_ms, 8, 1e-9);
   assert_float_equal(f.compute_ms, 3, 1e-9);
   assert_int_equal(f.first, 1);
@@ -64,7 +63,7 @@ static void test_read_bound(void **state) {
   assert_float_equal(f.excess_ms, 5, 1e-9);
   assert_float_equal(f.read_bytes, 60, 1e-9);
   assert_float_equal(f.written_bytes, 0, 1e-9);
-  f = floor_of(&p, ms, 100, 10, 10, NTO_IO_SHARED);
+  f = floor_of(&p, ms, 100, 10, 10, FLOOR_SHARED);
   assert_float_equal(f.floor_ms, 3, 1e-9);
   assert_int_equal(f.first, -1);
   assert_float_equal(f.excess_ms, 0, 1e-9);
@@ -82,11 +81,11 @@ static void test_update_shared_or_separate(void **state) {
   double ms[] = {1, 1, 1};
   nto_plan p;
   make_plan(&p, 3, 1, bytes, pers, acc, 1);
-  assert_float_equal(floor_of(&p, ms, 40, 10, 10, NTO_IO_SHARED).floor_ms,
+  assert_float_equal(floor_of(&p, ms, 40, 10, 10, FLOOR_SHARED).floor_ms,
                      1 + 12 + 1, 1e-9);
-  assert_float_equal(floor_of(&p, ms, 40, 10, 10, NTO_IO_SEPARATE).floor_ms,
+  assert_float_equal(floor_of(&p, ms, 40, 10, 10, FLOOR_SEPARATE).floor_ms,
                      1 + 6 + 1, 1e-9);
-  nto_region_floor f = floor_of(&p, ms, 40, 10, 20, NTO_IO_SHARED);
+  region_floor f = floor_of(&p, ms, 40, 10, 20, FLOOR_SHARED);
   assert_float_equal(f.floor_ms, 1 + 9 + 1, 1e-9);
   assert_float_equal(f.written_bytes, 60, 1e-9);
   nto_plan_free(&p);
@@ -107,7 +106,7 @@ static void test_transient(void **state) {
   double ms[] = {1, 1, 1};
   nto_plan p;
   make_plan(&p, 3, 2, bytes, pers, acc, 5);
-  nto_region_floor f = floor_of(&p, ms, 40, 10, 10, NTO_IO_SHARED);
+  region_floor f = floor_of(&p, ms, 40, 10, 10, FLOOR_SHARED);
   assert_float_equal(f.floor_ms, 6 + 1 + 6, 1e-9);
   assert_float_equal(f.excess_ms, 5, 1e-9);
   nto_plan_free(&p);
@@ -122,15 +121,13 @@ static void test_bad_input(void **state) {
   double ms[] = {1}, bad[] = {-1};
   nto_plan p;
   make_plan(&p, 1, 1, bytes, pers, acc, 1);
-  nto_region_floor f;
+  region_floor f;
   nto_err err = {0};
-  assert_int_equal(
-      nto_region_floor_compute(&p, ms, 0, 0, 1, NTO_IO_SHARED, &f, &err),
-      NTO_EINVAL);
+  assert_int_equal(floor_compute(&p, ms, 0, 0, 1, FLOOR_SHARED, &f, &err),
+                   NTO_EINVAL);
   assert_non_null(strstr(err.msg, "bandwidth"));
-  assert_int_equal(
-      nto_region_floor_compute(&p, bad, 0, 1, 1, NTO_IO_SHARED, &f, &err),
-      NTO_EINVAL);
+  assert_int_equal(floor_compute(&p, bad, 0, 1, 1, FLOOR_SHARED, &f, &err),
+                   NTO_EINVAL);
   assert_non_null(strstr(err.msg, "step 0"));
   nto_plan_free(&p);
 }
@@ -164,7 +161,7 @@ static void phase_bytes(const nto_plan *p, int s, int e, double *need,
  * programming over phase ends, each phase's bytes counted from scratch. */
 static double floor_by_definition(const nto_plan *p, const double *ms,
                                   size_t region, double rbw, double wbw,
-                                  nto_io_channels ch) {
+                                  floor_channels ch) {
   int S = p->n_steps;
   double *best = calloc((size_t)S + 1, sizeof *best);
   assert_non_null(best);
@@ -177,7 +174,7 @@ static double floor_by_definition(const nto_plan *p, const double *ms,
         compute += ms[k];
       double rd = need > (double)region ? (need - (double)region) / rbw : 0;
       double wr = dirty > (double)region ? (dirty - (double)region) / wbw : 0;
-      double io = ch == NTO_IO_SHARED ? rd + wr : (rd > wr ? rd : wr);
+      double io = ch == FLOOR_SHARED ? rd + wr : (rd > wr ? rd : wr);
       double b = best[s] + (io > compute ? io : compute);
       if (b > best[e + 1])
         best[e + 1] = b;
@@ -228,7 +225,7 @@ static void test_real_plans(void **state) {
     for (int k = 0; k <= 8; k++) {
       size_t region = (size_t)(total * k / 8);
       for (int ch = 0; ch < 2; ch++) {
-        nto_region_floor f = floor_of(p, ms, region, bw, 2 * bw, ch);
+        region_floor f = floor_of(p, ms, region, bw, 2 * bw, ch);
         double want = floor_by_definition(p, ms, region, bw, 2 * bw, ch);
         if (f.floor_ms < want - 1e-6 * want || f.floor_ms > want + 1e-6 * want)
           fail_msg("%s region %zu channels %d: floor %.6f ms, the definition "
@@ -236,11 +233,11 @@ static void test_real_plans(void **state) {
                    nets[n].ini, region, ch, f.floor_ms, want);
         assert_true(f.floor_ms >= compute - 1e-9 * compute);
         assert_float_equal(f.compute_ms, compute, 1e-9 * compute);
-        if (ch == NTO_IO_SHARED) {
+        if (ch == FLOOR_SHARED) {
           assert_true(f.floor_ms <= prev + 1e-9 * prev);
           prev = f.floor_ms;
         }
-        if (k == 0 && ch == NTO_IO_SHARED && f.floor_ms <= compute * 1.01)
+        if (k == 0 && ch == FLOOR_SHARED && f.floor_ms <= compute * 1.01)
           fail_msg("%s: no I/O-bound phase without a region", nets[n].ini);
         if (k == 8)
           assert_float_equal(f.floor_ms, compute, 1e-9 * compute);

@@ -15,11 +15,11 @@ typedef struct phase_marks {
 /* The I/O time a phase cannot avoid (ms), from the bytes it must read and
  * write beyond what a region of `region` bytes can hold. */
 static double phase_io(double need, double dirty, size_t region, double rbw,
-                       double wbw, nto_io_channels ch, double *rd, double *wr) {
+                       double wbw, floor_channels ch, double *rd, double *wr) {
   *rd = need > (double)region ? need - (double)region : 0;
   *wr = dirty > (double)region ? dirty - (double)region : 0;
   double r = *rd / rbw, w = *wr / wbw;
-  return ch == NTO_IO_SHARED ? r + w : (r > w ? r : w);
+  return ch == FLOOR_SHARED ? r + w : (r > w ? r : w);
 }
 
 /* Add step e to the phase starting at s: update need (bytes read before
@@ -45,11 +45,9 @@ static void extend(const nto_plan *p, int s, int e, phase_marks *mk,
   }
 }
 
-int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
-                             size_t region, double read_bytes_per_ms,
-                             double write_bytes_per_ms,
-                             nto_io_channels channels, nto_region_floor *out,
-                             nto_err *err) {
+int floor_compute(const nto_plan *p, const double *step_ms, size_t region,
+                  double read_bytes_per_ms, double write_bytes_per_ms,
+                  floor_channels channels, region_floor *out, nto_err *err) {
   int S = p->n_steps, T = p->n_tensors;
   if (S < 1 || !(read_bytes_per_ms > 0) || !(write_bytes_per_ms > 0) ||
       !isfinite(read_bytes_per_ms) || !isfinite(write_bytes_per_ms))
@@ -97,7 +95,7 @@ int nto_region_floor_compute(const nto_plan *p, const double *step_ms,
     }
   }
   if (rc == 0) {
-    *out = (nto_region_floor){best[S], 0, -1, -1, 0, 0, 0};
+    *out = (region_floor){best[S], 0, -1, -1, 0, 0, 0};
     for (int s = 0; s < S; s++)
       out->compute_ms += step_ms[s];
     for (int e = S; e > 0; e = from[e])
