@@ -33,10 +33,9 @@ static const char usage[] =
  * raises its mmap threshold after a large block is freed (up to 32 MiB),
  * and then the per-tensor buffers of weight initialization and saving
  * come from the heap, which keeps their pages: ResNet-18 b10 at window 1
- * peaked at 38.7-41.1 MiB RSS with the dynamic threshold, 34.4-34.7 MiB
- * with a fixed 128 KiB one (glibc's default start value; setting it turns
- * the adjustment off; docs/benchmarks.md, "Keeping tensors in the
- * region's room, and malloc's mmap threshold", has the command).
+ * peaked about 4 MiB higher with the dynamic threshold than with a fixed
+ * 128 KiB one (glibc's default start value; setting it turns the
+ * adjustment off).
  * Training steps allocate nothing, so iterations see no extra faults.
  */
 static void fixed_mmap_threshold(void) {

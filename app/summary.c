@@ -66,11 +66,7 @@ static void print_table(const nto_model *m) {
 /* What train holds beyond summary's own RSS, per compute thread: the
  * OpenBLAS packing buffer of each thread that calls BLAS, the data
  * pipeline, the I/O rings and threads. Calibrated against `train`'s peak
- * RSS (docs/benchmarks.md, "summary's estimate against bench", and its
- * re-measure when the compute threads took over the GEMMs): 3 MiB while
- * OpenBLAS ran its own threads, 5 MiB before the CLI fixed malloc's mmap
- * threshold (app/main.c), which stopped the heap from keeping about 4 MiB
- * of freed buffers. */
+ * RSS with ResNet-18 and MobileNetV2 (docs/design.md). */
 #define BLAS_THREAD_BYTES ((size_t)2 << 20)
 
 /* Estimated peak RSS of `train` holding `tensors` bytes of tensors and

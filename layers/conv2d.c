@@ -141,10 +141,9 @@
 /* Largest filter transform (16 x filters x channels floats, in the
  * workspace during forward and dX) of a convolution that runs by Winograd
  * F(2x2, 3x3), and the bound of a Winograd block's V and M (see the top).
- * Measured (docs/benchmarks.md, "Winograd F(2x2, 3x3)"): at ResNet-18 b32
- * a 4 MiB filter bound (its 256-channel stage too) and 2 MiB blocks ran
- * 2-4% faster than these but grew the workspace from 4.5 to 8 MiB; b10
- * gained nothing from them. */
+ * Larger bounds (4 MiB filters: ResNet-18's 256-channel stage too; 2 MiB
+ * blocks) ran ResNet-18 b32 2-4% faster but grew the workspace from 4.5
+ * to 8 MiB, and b10 gained nothing. */
 #define CONV_WINO_FILTER_BYTES ((size_t)1 << 20)
 #define CONV_WINO_BLOCK_BYTES ((size_t)1 << 20)
 /* Fewer input channels keep im2col: the GEMMs' depth would be tiny (the

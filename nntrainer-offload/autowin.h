@@ -31,19 +31,16 @@
  *     probe that stalls before it finds a good window smaller than the
  *     one it started from goes straight back to that window and doubles
  *     the age (up to NTO_AUTOWIN_REPROBE_MAX); one that finds it resets
- *     it. The stall at small windows need not come from a busy disk:
- *     ResNet-18 b32 within 64 MiB stalls 8-12% at N = 2-3 with the I/O
- *     threads busy 25%, and at the good N = 5-6 they are busy 20%,
- *     "idle"; before the backoff, every tenth iteration started a probe
- *     that bisected down to 2 or 3 and walked back up one window at a
- *     time: 4-6 iterations of such stalls. Otherwise stay.
+ *     it. (The stall at small windows need not come from a busy disk: a
+ *     window can stall while the I/O threads count as idle, and without
+ *     the backoff every probe would walk down into it again.) Otherwise
+ *     stay.
  *   - at max and still stalled (storage slower than compute at any
  *     window): settle on the window with the shortest iteration measured
  *     so far and stay there; windows within NTO_AUTOWIN_TIE of that time
  *     count as tied and the largest of them wins (it stalls least and
  *     moves the fewest bytes, and one iteration on a shared host varies
- *     by that much: the README's run measured 1919 ms at N = 4 and 2166 ms
- *     at N = 8 with 15.8% and 7.7% stall).
+ *     by that much).
  * Growing geometrically then bisecting reaches the smallest good N in
  * O(log max) iterations.
  * With read-ahead by time (`by_time`), the window is not what reads ahead:
@@ -56,8 +53,8 @@
  * good iteration ends it). And an iteration that primed a new window is
  * never judged: after a drain the read-ahead catches up with the whole
  * frontier, so the part after the priming stalls more than the steady
- * state, not less (ResNet-18 b10 within 64 MiB: 24% there, 12-17% after;
- * growths judged there climbed 1, 4, 16, 20 without the stall falling).
+ * state, not less (growths judged there climb without the stall
+ * falling).
  * The first N steps after a window change wait for the
  * reads that prime the new window, which no window hides: the caller judges the
  * rest of that iteration (offload.h prime_ms, prime_stall_ms), but since

@@ -6,13 +6,9 @@
  * when the library loads, from the CPU's family and model; the environment
  * variable OPENBLAS_CORETYPE overrides that choice and is read at the same
  * time. On an AVX-512 CPU, an AVX2 family (Haswell, Zen) runs sgemm at
- * about half the speed of the AVX-512 ones: on this project's AMD EPYC
- * (Zen 5), 111 against 204 GFLOP/s on one thread (bench/gemm_split at
- * ResNet-18's last stage), ResNet-18 b10 at 236 against 160 ms per
- * all-resident iteration (docs/benchmarks.md, "OpenBLAS's kernel
- * family", which has the commands). The trainer keeps the family the library
- * and the environment chose, and reports it (nto_blas_core) with a note
- * when nto_blas_avx512_unused holds.
+ * about half the speed of the AVX-512 ones (docs/results.md). The trainer
+ * keeps the family the library and the environment chose, and reports it
+ * (nto_blas_core) with a note when nto_blas_avx512_unused holds.
  *
  * Results depend on the kernel family (another blocking, another order of
  * the sums), not on the window, the I/O backend or the thread count: runs

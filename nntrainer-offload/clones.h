@@ -15,10 +15,6 @@
  * depend on the x86-64 CPU's vector width. tools/test.sh checks it: its
  * sanitizer build has no clones, and small nets trained by both builds
  * must save the same bytes.
- *
- * Measured (docs/benchmarks.md, "Our kernels for AVX2 and AVX-512"):
- * MobileNetV2 224 b10 all resident 317 -> 297 ms per iteration, ResNet-18
- * b10 236 -> 229 ms (the GEMMs, OpenBLAS's, dominate it).
  */
 #ifndef NTO_CLONES_H
 #define NTO_CLONES_H

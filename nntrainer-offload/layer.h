@@ -118,7 +118,7 @@ typedef struct nto_layer_ops {
    * f->out may equal f->in[0] when l->replay_macs is 0 (an element-wise
    * replay). f->training is 1. The model uses it to recompute a cheap
    * activation, or a convolution's output, in backward instead of keeping
-   * it from the forward (model.h nto_recompute).
+   * it from the forward (tensors.h nto_recompute).
    */
   void (*replay)(nto_layer *l, const nto_fwd *f);
   /*
@@ -181,7 +181,7 @@ struct nto_layer {
                       convolution: input channels per group x kernel
                       height x width); 0: an element-wise pass. Set by
                       plan; the model recomputes a convolution's output
-                      only when this is small (model.h nto_recompute) */
+                      only when this is small (tensors.h nto_recompute) */
   int trainable;   /* INI `trainable` (default 1): 0 freezes all weights */
 };
 

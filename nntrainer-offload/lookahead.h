@@ -1,6 +1,7 @@
 /*
  * lookahead.h - how far ahead the offload engine reads: a frontier per
- * step, weighted by measured compute time (--prefetch time and room), and
+ * step, weighted by measured compute time (the tuner's read-ahead by time
+ * and room, tuner.h), and
  * its fit into a memory limit.
  *
  * A window of N steps reads step s+N's tensors at the start of step s, so
@@ -63,7 +64,7 @@ int nto_lookahead_frontier(int S, int n, const double *step_ms,
  * of the plain window's steady-state pass (schedule.h nto_schedule.live);
  * enter_bytes[j]: bytes read when step j enters in that schedule
  * (nto_schedule.enter_read); gain[j] >= 0: what an earlier entry of step
- * j is worth (the caller's choice; model.c: the stall the plain window
+ * j is worth (the caller's choice; tuner.c: the stall the plain window
  * leaves before j, ms); target: bytes the resident set must stay within.
  *
  * Model: step j entering at step e instead of e' > e holds enter_bytes[j]
@@ -74,7 +75,7 @@ int nto_lookahead_frontier(int S, int n, const double *step_ms,
  * where the model stays within target at every instant, and the profile
  * is updated before the next. The model is an estimate (placement can
  * fragment, a tensor read earlier may change what others share): the
- * caller builds the schedule and checks its region (model.c retries with
+ * caller builds the schedule and checks its region (tuner.c retries with
  * a lower target).
  *
  * Writes upto[0..S) (valid; s + n where nothing moved). Returns the number

@@ -88,8 +88,8 @@ typedef void (*nto_trace_fn)(void *user, nto_trace_kind kind, int id,
                              double t0_ms, double t1_ms);
 
 /* Whether swapped tensors carry a checksum when opts.checksum is 0: off,
- * because hashing every transfer costs about 5% of a ResNet-18 iteration
- * at window 1 (docs/design-offload.md, "Checksums and I/O faults"). */
+ * because hashing every transfer costs a few percent of an iteration at
+ * small windows (docs/design.md). */
 #define NTO_OFFLOAD_CHECKSUM_DEFAULT 0
 
 typedef struct nto_offload_opts {
@@ -104,7 +104,7 @@ typedef struct nto_offload_opts {
   void *trace_user;
   int no_keep;  /* 1: evict a tensor as soon as it leaves the window,
                    even where the region has room to keep it until its
-                   next use (default 0: keep there; nto_schedule_keep) */
+                   next use (default 0: keep there; schedule.h keep) */
   int checksum; /* checksums of swapped tensors: 1 on, -1 off, 0 the
                    default (NTO_OFFLOAD_CHECKSUM_DEFAULT); the environment
                    variable NTO_SWAP_CHECKSUM=0|1 overrides this */

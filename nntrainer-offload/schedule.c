@@ -569,7 +569,7 @@ static void model_free(model *m) {
   free(m->acts);
 }
 
-/* A valid frontier for window n (see nto_schedule_build) into out. */
+/* A valid frontier for window n (see nto_schedule_req) into out. */
 static void make_frontier(int S, int n, const int *upto, int *out) {
   for (int s = 0; s < S; s++) {
     int u = upto && upto[s] > s + n ? upto[s] : s + n;
@@ -582,7 +582,7 @@ static void make_frontier(int S, int n, const int *upto, int *out) {
     out[s] = out[S - 1] - S;
 }
 
-/* nto_schedule_build, the placement spread when `spread`; fit: as for
+/* The plain schedule, the placement spread when `spread`; fit: as for
  * place (0: the smallest region of every order). */
 static int build(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
                  int spread, size_t fit, nto_err *err) {
@@ -662,7 +662,7 @@ void nto_schedule_free(nto_schedule *sc) {
   memset(sc, 0, sizeof *sc);
 }
 
-/* ---- keeping tensors resident through gaps (nto_schedule_keep) ---- */
+/* ---- keeping tensors resident through gaps (nto_schedule_req keep) ---- */
 
 /* Tensor t between its uses a and b (b >= S: in the next pass). */
 typedef struct gap {
@@ -818,7 +818,7 @@ static int respread(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
   return rc;
 }
 
-/* nto_schedule_keep, the final placement spread when `spread`. */
+/* The kept schedule, the final placement spread when `spread`. */
 static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
                 int spread, nto_err *err) {
   int rc = build(sc, p, n, upto, 0, 0, err);

@@ -27,19 +27,17 @@
  * Spreading. The greedy placement puts each buffer at the lowest free
  * offset, often in pages the model has a write release one instant
  * before; on the device that write is still running and the step that
- * needs the buffer waits for it. The engine's schedule (nto_schedule_final)
- * then moves each interval, in order, to the offset within the region whose
+ * needs the buffer waits for it. The engine's schedule (spread) then
+ * moves each interval, in order, to the offset within the region whose
  * pages are free longest before it starts and after it ends (the largest
  * smallest gap to the intervals sharing its bytes, counted up to 24
  * instants). Offsets only: the region, the actions and the bytes stay.
- * ResNet-18 b32 within 64 MiB: stall 58 -> 27 ms per iteration
- * (docs/benchmarks.md, "Spreading the placement"). Then each interval
+ * Then each interval
  * whose pages another one leaves or takes within those 24 instants gets a
  * second offset (nto_sched_act alt), chosen the same way among the offsets
  * that do not overlap its own and that no other interval overlapping it in
  * time takes: where the planned pages are still held by a write, the
- * engine may put the buffer there (docs/design-offload.md, "Second
- * offsets").
+ * engine may put the buffer there.
  *
  * Time within a pass: step s has three instants, 3s (its start: the
  * lookahead's reads, and the buffers of its own tensors that have no
@@ -93,7 +91,7 @@ typedef struct nto_schedule {
   size_t peak;            /* resident bytes at the busiest instant */
   size_t *live;           /* 3S: resident bytes at each instant 3s, 3s+1,
                              3s+2 of the steady-state cycle */
-  int n_kept;             /* nto_schedule_keep: gaps kept resident */
+  int n_kept;             /* keep: gaps kept resident */
   uint64_t read_bytes;    /* per steady-state pass */
   uint64_t written_bytes; /* per steady-state pass */
   unsigned char *written; /* per tensor: some pass writes it (swap slot) */
@@ -136,11 +134,9 @@ typedef struct nto_schedule_req {
  * Results of training cannot change: only residency does. The action
  * lists are those of the plan with holds; the engine runs them against p
  * unchanged. sc->n_kept counts the gaps kept. Cost: a plain build per
- * batch plus one per half tried (ResNet-18: ~0.06-0.1 s per window;
- * MobileNetV2 224: 0.15-0.6 s).
+ * batch of 32 gaps plus one per half tried.
  *
- * Spreading costs one more build and O(intervals^2) (about 12 ms for
- * ResNet-18 b32 window 1's 2000 intervals).
+ * Spreading costs one more build and O(intervals^2).
  *
  * Returns 0, NTO_ENOMEM, or NTO_EINVAL if the modelled passes are not
  * periodic (a programming error). sc is zeroed first; free with

@@ -91,10 +91,8 @@ void nto_free_aligned(float *p);
  * (madvise MADV_HUGEPAGE; honoured where
  * /sys/kernel/mm/transparent_hugepage/enabled is [always] or [madvise],
  * ignored where it is [never] or THP is not built in). A 9 MiB request
- * then pins and maps 5 pages instead of 2304: ResNet-18 b10 at window 1
- * read the same bytes with 18-39% less onloader busy time on this
- * VM's virtio disk (docs/benchmarks.md, "Huge pages for the tensor
- * region"). Returns NULL (errno set) if the mapping fails. Release with
+ * then pins and maps 5 pages instead of 2304 (docs/design.md). Returns
+ * NULL (errno set) if the mapping fails. Release with
  * nto_unmap_buffers(p, bytes) with the same bytes. Any thread.
  */
 void *nto_map_buffers(size_t bytes);

@@ -81,9 +81,10 @@ typedef enum {
 
 /* Multiply-adds per output element up to which a convolution's output is
  * recomputed. Recomputing one element costs 2 x this many flops; keeping
- * it offloaded costs writing and reading 4 bytes: at ~100 GFLOP/s for
- * small-K GEMMs and ~1.3 GB/s of swap each way, 256 multiply-adds (5 ns)
- * cost less than the 8 bytes of I/O (6 ns), and on flash far less. */
+ * it offloaded costs writing and reading 4 bytes: at 100 GFLOP/s of
+ * small-K GEMM and 1.3 GB/s of swap each way (an x86-64 server core and
+ * SSD), 256 multiply-adds (5 ns) cost less than the 8 bytes of I/O
+ * (6 ns), and on flash far less. */
 #define NTO_RECOMPUTE_MACS 256
 
 /* Layers from a recomputed convolution to the first backward reader of

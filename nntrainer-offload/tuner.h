@@ -16,7 +16,7 @@
  *    lookahead.h), fitted into the budget; or within the window's own
  *    region ("room"), kept only while the device has idle time for the
  *    traffic it adds. The default: by time under a budget and for auto,
- *    room for a fixed window without a budget (docs/results.md);
+ *    room for a fixed window without a budget (docs/design.md);
  *  - whether tensors stay resident between uses where the region has room
  *    (schedule.h keep; on by default);
  *  - whether cheap convolutions' outputs are recomputed (tensors.h
@@ -199,9 +199,8 @@ int nto_tuner_frontier(const nto_tuner *t, int n, const double *step_ms,
                        int *moved, nto_err *err);
 
 /* The share of a pass's wall time the device may be busy with room's
- * traffic: room's bytes kept this machine's disk busy 0.42-0.74 of an
- * iteration (ResNet-18, MobileNetV2), a 45/25 MB/s throttled device 0.995
- * of it. */
+ * traffic: an SSD with room's bytes stays well below it, a 45/25 MB/s
+ * flash device is busy the whole pass (docs/design.md). */
 #define NTO_ROOM_DEVICE_SHARE 0.9
 
 /*
