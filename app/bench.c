@@ -35,6 +35,7 @@
  * up to cmd_bench, which alone decides the exit status. Main thread only.
  */
 #include "cli.h"
+#include "fileio.h"
 #include "iobackend.h"
 #include "swap.h"
 #include "tensor.h"
@@ -60,7 +61,7 @@
 #define BW_TOTAL (256ull << 20)  /* bytes written, then read */
 #define BW_MIN (16ull << 20)     /* less free space than this: refuse */
 #define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
-#define REPORT_MAX (64L << 20)   /* larger --report-json files: refused */
+#define REPORT_MAX ((size_t)64 << 20) /* larger --report-json: refused */
 
 static const char usage[] =
     "usage: nntrainer-offload bench MODEL.ini [options]\n"
@@ -944,27 +945,6 @@ static int jr_object(jreader *j, field *fields) {
   }
 }
 
-/* The whole file into a NUL-terminated buffer (free it). */
-static int slurp(const char *path, char **buf, size_t *len, nto_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", path,
-                       strerror(errno));
-  char *b = malloc((size_t)REPORT_MAX + 1);
-  size_t n = b ? fread(b, 1, (size_t)REPORT_MAX + 1, f) : 0;
-  int bad = ferror(f);
-  fclose(f);
-  if (!b || bad || n > (size_t)REPORT_MAX) {
-    free(b);
-    return nto_err_set(err, b ? NTO_EIO : NTO_ENOMEM, "cannot read %s%s", path,
-                       n > (size_t)REPORT_MAX ? ": too large" : "");
-  }
-  b[n] = '\0';
-  *buf = b;
-  *len = n;
-  return 0;
-}
-
 /* Read a train --report-json file into r. Every key bench uses must be
  * present; the error names the file and the key. */
 static int read_report(const char *path, report *r, nto_err *err) {
@@ -990,7 +970,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
   char *buf = NULL;
   size_t len = 0;
   memset(r, 0, sizeof *r);
-  int rc = slurp(path, &buf, &len, err);
+  int rc = nto_file_read_all(path, REPORT_MAX, &buf, &len, err);
   if (rc != 0)
     return rc;
   jreader j = {buf, buf, buf + len, path, NULL, err};

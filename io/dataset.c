@@ -47,6 +47,7 @@
  */
 #include "dataset.h"
 
+#include "fileio.h"
 #include "rng.h"
 
 #include <errno.h>
@@ -702,23 +703,28 @@ static size_t slot_bytes(const nto_dataset *ds) {
   return sizeof(uint64_t);
 }
 
+/* A read of a raw file met its end: the file shrank after it was opened
+ * (its size was checked then). Appends the hint to err's message. */
+static int raw_changed(nto_err *err) {
+  if (err) {
+    size_t n = strlen(err->msg);
+    snprintf(err->msg + n, sizeof err->msg - n, " (file changed since open?)");
+  }
+  return NTO_EDATA;
+}
+
 /* Raw sample i read with pread (the shuffle buffer's random access). */
 static int raw_pread(const nto_dataset *ds, uint64_t i, float *x, float *y,
                      nto_err *err) {
   uint64_t off = i * raw_record(ds);
   size_t nx = ds->feat * sizeof *x, ny = (size_t)ds->num_classes * sizeof *y;
   int fd = fileno(ds->raw);
-  ssize_t a = pread(fd, x, nx, (off_t)off);
-  ssize_t b = a == (ssize_t)nx ? pread(fd, y, ny, (off_t)(off + nx)) : 0;
-  if (a == (ssize_t)nx && b == (ssize_t)ny)
-    return raw_check(ds, i, x, y, err);
-  if (a < 0 || b < 0)
-    return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
-                       ds->raw_path, off, strerror(errno));
-  return nto_err_set(err, NTO_EDATA,
-                     "%s: truncated at byte offset %" PRIu64
-                     " (file changed since open?)",
-                     ds->raw_path, off + (uint64_t)a + (uint64_t)b);
+  int rc = nto_file_pread_full(fd, x, nx, off, ds->raw_path, err);
+  if (rc == 0)
+    rc = nto_file_pread_full(fd, y, ny, off + nx, ds->raw_path, err);
+  if (rc == NTO_EDATA)
+    return raw_changed(err);
+  return rc ? rc : raw_check(ds, i, x, y, err);
 }
 
 /* Read the next source sample (index ds->pos) into slot s; advance pos. */

@@ -2,11 +2,9 @@
  * weights.c - nntrainer .bin and safetensors weight files. See weights.h.
  *
  * DESIGN
- * Saving goes through atomic_save(): the content is written to
- * "<path>.tmp.<pid>" (created exclusively), flushed and fsync'ed, renamed
- * over <path>, and the directory is fsync'ed so the rename itself is
- * durable. On any failure before the rename the temporary file is removed
- * and an existing <path> is untouched.
+ * Saving goes through the atomic save of io/fileio.h with the temp file
+ * "<path>.tmp.<pid>": on any failure the temp file is removed and an
+ * existing <path> is untouched.
  *
  * Loading a safetensors file reads the 8-byte header length, then the JSON
  * header only (at most SAFETENSORS_MAX_HEADER bytes), and parses it with a
@@ -23,18 +21,18 @@
  * writes it (values_for_write); loading reads into it and stores it
  * (read_tensor). A callback's error is returned as is, with the path and
  * tensor name prefixed to its message; for a save that happens inside
- * atomic_save's writer, so the temp file is removed like on a write error.
+ * the atomic save's writer, so the temp file is removed like on a write
+ * error.
  */
 #include "weights.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "fileio.h"
+
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define SAFETENSORS_MAX_HEADER (100u << 20) /* same cap as the reference */
@@ -46,23 +44,6 @@ size_t nto_named_numel(const nto_named_tensor *t) {
   for (int i = 0; i < t->ndim && i < 4; i++)
     n *= t->dims[i] > 0 ? (size_t)t->dims[i] : 0;
   return n;
-}
-
-static int host_is_le(void) {
-  const uint16_t one = 1;
-  return *(const unsigned char *)&one == 1;
-}
-
-/* Reverse the bytes of each of n 32-bit words in place. */
-static void swap32(void *p, size_t n) {
-  unsigned char *b = p;
-  for (size_t i = 0; i < n; i++, b += 4) {
-    unsigned char t0 = b[0], t1 = b[1];
-    b[0] = b[3];
-    b[1] = b[2];
-    b[2] = t1;
-    b[3] = t0;
-  }
 }
 
 /* Check one tensor description for saving (saving = 1) or loading. */
@@ -82,6 +63,27 @@ static int check_tensor(const nto_named_tensor *t, int i, int saving,
     return nto_err_set(err, NTO_EINVAL, "weights: %s: NULL data and no %s",
                        t->name, saving ? "fetch callback" : "store callback");
   return 0;
+}
+
+/* The arguments of a save (saving = 1) or a load of ts[0..n) at path,
+ * each tensor checked by check_tensor. what ("weights", "safetensors")
+ * starts the message of bad arguments. Returns 0 or NTO_EINVAL. */
+static int check_args(const char *path, const nto_named_tensor *ts, int n,
+                      int saving, const char *what, nto_err *err) {
+  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
+    return nto_err_set(err, NTO_EINVAL, "%s: invalid arguments", what);
+  for (int i = 0; i < n; i++) {
+    int rc = check_tensor(&ts[i], i, saving, err);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* The temp file suffix of a save, ".tmp.<pid>", in buf. */
+static const char *tmp_suffix(char *buf, size_t len) {
+  snprintf(buf, len, ".tmp.%ld", (long)getpid());
+  return buf;
 }
 
 /*
@@ -154,110 +156,22 @@ static void shape_str(const int64_t *dims, int ndim, char *buf, size_t len) {
     snprintf(buf + o, len - o, "]");
 }
 
-/* ------------------------------------------------------- atomic writing */
-
-typedef int (*writer_fn)(FILE *f, const void *ctx, const char *path,
-                         nto_err *err);
-
-static int write_all(FILE *f, const void *p, size_t bytes, const char *path,
-                     nto_err *err) {
-  if (bytes && fwrite(p, 1, bytes, f) != bytes)
-    return nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
-                       strerror(errno));
-  return 0;
-}
-
-/* Directory part of path into buf ("." when there is none). */
-static void dir_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) {
-    snprintf(buf, len, ".");
-    return;
-  }
-  size_t n = (size_t)(slash - path);
-  if (n == 0)
-    n = 1; /* "/file" */
-  if (n >= len)
-    n = len - 1;
-  memcpy(buf, path, n);
-  buf[n] = '\0';
-}
-
-/*
- * Write path atomically with write(): temp file, fsync, rename, fsync of
- * the directory. Returns 0 or NTO_EIO (or the writer's code) naming path.
- */
-static int atomic_save(const char *path, writer_fn write, const void *ctx,
-                       nto_err *err) {
-  char tmp[4200];
-  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp)
-    return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) { /* stale temp file of this pid */
-    unlink(tmp);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  }
-  if (fd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot create %s: %s", path, tmp,
-                       strerror(errno));
-  FILE *f = fdopen(fd, "wb");
-  if (f == NULL) {
-    int e = errno;
-    close(fd);
-    unlink(tmp);
-    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
-  }
-  int rc = write(f, ctx, path, err);
-  if (rc == 0 && fflush(f) != 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
-                     strerror(errno));
-  if (rc == 0 && fsync(fileno(f)) != 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: fsync failed: %s", path,
-                     strerror(errno));
-  if (fclose(f) != 0 && rc == 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: close failed: %s", path,
-                     strerror(errno));
-  if (rc == 0 && rename(tmp, path) != 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: cannot rename %s over it: %s", path,
-                     tmp, strerror(errno));
-  if (rc) {
-    unlink(tmp);
-    return rc;
-  }
-  char dir[4200];
-  dir_name(path, dir, sizeof dir);
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot open directory %s: %s", path,
-                       dir, strerror(errno));
-  /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
-  if (fsync(dfd) != 0 && errno != EINVAL) {
-    int e = errno;
-    close(dfd);
-    return nto_err_set(err, NTO_EIO, "%s: fsync of directory %s failed: %s",
-                       path, dir, strerror(e));
-  }
-  close(dfd);
-  return 0;
-}
-
 /* --------------------------------------------------------- nntrainer .bin */
 
 typedef struct {
+  const char *path;
   const nto_named_tensor *ts;
   int n;
 } bin_ctx;
 
-static int bin_write(FILE *f, const void *vctx, const char *path,
-                     nto_err *err) {
+static int bin_write(nto_file_out *f, const void *vctx, nto_err *err) {
   const bin_ctx *c = vctx;
   for (int i = 0; i < c->n; i++) {
     const float *vals;
     float *bounce;
-    int rc = values_for_write(&c->ts[i], path, &vals, &bounce, err);
+    int rc = values_for_write(&c->ts[i], c->path, &vals, &bounce, err);
     if (rc == 0)
-      rc = write_all(f, vals, nto_named_numel(&c->ts[i]) * 4, path, err);
+      rc = nto_file_put(f, vals, nto_named_numel(&c->ts[i]) * 4, err);
     free(bounce);
     if (rc)
       return rc;
@@ -267,61 +181,23 @@ static int bin_write(FILE *f, const void *vctx, const char *path,
 
 int nto_weights_save_bin(const char *path, const nto_named_tensor *ts, int n,
                          nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
-  for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 1, err);
-    if (rc)
-      return rc;
-  }
-  bin_ctx c = {ts, n};
-  return atomic_save(path, bin_write, &c, err);
-}
-
-/* Read exactly bytes at offset off of fd. NTO_EIO / NTO_EDATA (short). */
-static int pread_full(int fd, void *buf, size_t bytes, uint64_t off,
-                      const char *path, nto_err *err) {
-  size_t got = 0;
-  while (got < bytes) {
-    ssize_t r = pread(fd, (char *)buf + got, bytes - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return nto_err_set(err, NTO_EIO,
-                         "%s: read at byte offset %" PRIu64 ": %s", path,
-                         off + got, strerror(errno));
-    if (r == 0)
-      return nto_err_set(err, NTO_EDATA,
-                         "%s: truncated at byte offset %" PRIu64, path,
-                         off + got);
-    got += (size_t)r;
-  }
-  return 0;
-}
-
-static int open_read(const char *path, int *fd, uint64_t *size, nto_err *err) {
-  *fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (*fd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
-                       strerror(errno));
-  struct stat st;
-  if (fstat(*fd, &st) != 0) {
-    int e = errno;
-    close(*fd);
-    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
-  }
-  *size = (uint64_t)st.st_size;
-  return 0;
+  char suffix[32];
+  int rc = check_args(path, ts, n, 1, "weights", err);
+  if (rc)
+    return rc;
+  bin_ctx c = {path, ts, n};
+  return nto_file_save(path, tmp_suffix(suffix, sizeof suffix), bin_write, &c,
+                       err);
 }
 
 /*
  * Read t's product(dims) floats at byte offset off of fd into t->data, or,
- * when data is NULL, into a bounce buffer handed to t->store. swap: the
- * file is little-endian and the host is not. Returns 0, NTO_ENOMEM, the
- * codes of pread_full, or the store's error (see callback_error).
+ * when data is NULL, into a bounce buffer handed to t->store. le: the file
+ * is little-endian (else native). Returns 0, NTO_ENOMEM, the codes of
+ * nto_file_pread_full, or the store's error (see callback_error).
  */
-static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
-                       int swap, const char *path, nto_err *err) {
+static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t, int le,
+                       const char *path, nto_err *err) {
   size_t count = nto_named_numel(t);
   if (count == 0)
     return 0;
@@ -331,9 +207,9 @@ static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
     return rc;
   if (bounce)
     dst = bounce;
-  rc = pread_full(fd, dst, count * 4, off, path, err);
-  if (rc == 0 && swap)
-    swap32(dst, count);
+  rc = nto_file_pread_full(fd, dst, count * 4, off, path, err);
+  if (rc == 0 && le)
+    nto_file_le32(dst, count);
   if (rc == 0 && bounce) {
     nto_err_clear(err);
     rc = t->store(t->ctx, t->index, bounce, err);
@@ -346,18 +222,15 @@ static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
 
 int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
+  int rc = check_args(path, ts, n, 0, "weights", err);
+  if (rc)
+    return rc;
   uint64_t expect = 0;
-  for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 0, err);
-    if (rc)
-      return rc;
+  for (int i = 0; i < n; i++)
     expect += (uint64_t)nto_named_numel(&ts[i]) * 4;
-  }
   int fd;
   uint64_t size;
-  int rc = open_read(path, &fd, &size, err);
+  rc = nto_file_open_read(path, &fd, &size, err);
   if (rc)
     return rc;
   if (size != expect) {
@@ -482,33 +355,35 @@ static int sb_json_str(sbuf *b, const char *s) {
 /* ------------------------------------------------------- safetensors save */
 
 typedef struct {
+  const char *path;
   const nto_named_tensor *ts;
   int n;
   const char *header; /* padded JSON */
   uint64_t header_len;
 } st_ctx;
 
-static int st_write(FILE *f, const void *vctx, const char *path, nto_err *err) {
+static int st_write(nto_file_out *f, const void *vctx, nto_err *err) {
   const st_ctx *c = vctx;
   unsigned char len8[8];
   for (int i = 0; i < 8; i++)
     len8[i] = (unsigned char)(c->header_len >> (8 * i));
-  int rc = write_all(f, len8, 8, path, err);
+  int rc = nto_file_put(f, len8, 8, err);
   if (rc == 0)
-    rc = write_all(f, c->header, c->header_len, path, err);
+    rc = nto_file_put(f, c->header, c->header_len, err);
   float chunk[1024];
+  int le = nto_file_host_le();
   for (int i = 0; i < c->n && rc == 0; i++) {
     size_t total = nto_named_numel(&c->ts[i]);
     const float *vals;
     float *bounce;
-    rc = values_for_write(&c->ts[i], path, &vals, &bounce, err);
-    if (rc == 0 && host_is_le())
-      rc = write_all(f, vals, total * 4, path, err);
-    for (size_t o = 0; rc == 0 && !host_is_le() && o < total; o += 1024) {
+    rc = values_for_write(&c->ts[i], c->path, &vals, &bounce, err);
+    if (rc == 0 && le)
+      rc = nto_file_put(f, vals, total * 4, err);
+    for (size_t o = 0; rc == 0 && !le && o < total; o += 1024) {
       size_t m = total - o < 1024 ? total - o : 1024;
       memcpy(chunk, vals + o, m * 4);
-      swap32(chunk, m);
-      rc = write_all(f, chunk, m * 4, path, err);
+      nto_file_le32(chunk, m);
+      rc = nto_file_put(f, chunk, m * 4, err);
     }
     free(bounce);
   }
@@ -517,12 +392,10 @@ static int st_write(FILE *f, const void *vctx, const char *path, nto_err *err) {
 
 int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
                          const char *const *meta, nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
+  int rc = check_args(path, ts, n, 1, "safetensors", err);
+  if (rc)
+    return rc;
   for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 1, err);
-    if (rc)
-      return rc;
     if (strcmp(ts[i].name, "__metadata__") == 0)
       return nto_err_set(err, NTO_EINVAL,
                          "safetensors: %s: reserved tensor name", path);
@@ -587,8 +460,10 @@ int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
                        "not valid UTF-8",
                        path);
   }
-  st_ctx c = {ts, n, b.p, b.len};
-  int rc = atomic_save(path, st_write, &c, err);
+  st_ctx c = {path, ts, n, b.p, b.len};
+  char suffix[32];
+  rc =
+      nto_file_save(path, tmp_suffix(suffix, sizeof suffix), st_write, &c, err);
   free(b.p);
   return rc;
 }
@@ -1165,16 +1040,12 @@ static int st_validate(const char *path, st_entry *e, int n, uint64_t data_len,
 
 int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
-  for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 0, err);
-    if (rc)
-      return rc;
-  }
+  int rc = check_args(path, ts, n, 0, "safetensors", err);
+  if (rc)
+    return rc;
   int fd;
   uint64_t size;
-  int rc = open_read(path, &fd, &size, err);
+  rc = nto_file_open_read(path, &fd, &size, err);
   if (rc)
     return rc;
   char *hdr = NULL;
@@ -1186,7 +1057,7 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
                      size);
     goto out;
   }
-  if ((rc = pread_full(fd, len8, 8, 0, path, err)))
+  if ((rc = nto_file_pread_full(fd, len8, 8, 0, path, err)))
     goto out;
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--)
@@ -1203,7 +1074,7 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
     rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
     goto out;
   }
-  if ((rc = pread_full(fd, hdr, (size_t)hlen, 8, path, err)))
+  if ((rc = nto_file_pread_full(fd, hdr, (size_t)hlen, 8, path, err)))
     goto out;
   hdr[hlen] = '\0';
   p.s = hdr;
@@ -1249,8 +1120,7 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
     }
   }
   for (int i = 0; i < n && rc == 0; i++)
-    rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], !host_is_le(),
-                     path, err);
+    rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], 1, path, err);
   free(found);
 out:
   free(hdr);
