@@ -19,16 +19,16 @@
  * runs' backend; O_DIRECT unless refused; depth 16, 1 MiB requests, up to
  * 256 MiB).
  *
- * How: each child's --report-json file is read by a small strict reader of
- * that flat format (numbers, strings, booleans, arrays; unknown keys,
- * including arrays of objects, are skipped). Per configuration: the
- * report's figures; a floor, the larger of the compute time (the `all`
- * run's median, else the run's median minus its stall) and the swap
+ * How: each child's --report-json file is read with the strict JSON reader of
+ * io/json.h (known keys of that flat format: numbers, strings, booleans, arrays
+ * of numbers; unknown keys, including arrays of objects, are skipped). Per
+ * configuration: the report's figures; a floor, the larger of the compute time
+ * (the `all` run's median, else the run's median minus its stall) and the swap
  * traffic at the measured bandwidth; median / floor; and whether the saved
- * weights of every round are byte-identical to the first round's `all`
- * run's (else to the first configuration's). Output: a table on stdout,
- * optionally CSV, JSON and an SVG plot of peak RSS against median iteration
- * time (drawn by gnuplot).
+ * weights of every round are byte-identical to the first round's `all` run's
+ * (else to the first configuration's). Output: a table on stdout, optionally
+ * CSV, JSON and an SVG plot of peak RSS against median iteration time (drawn by
+ * gnuplot).
  *
  * Child stdout and stderr go to TMP/CFG.out and TMP/CFG.err in a mkdtemp
  * directory under $TMPDIR or /tmp, removed at the end. Errors are returned
@@ -37,6 +37,7 @@
 #include "cli.h"
 #include "fileio.h"
 #include "iobackend.h"
+#include "json.h"
 #include "swap.h"
 #include "tensor.h"
 
@@ -61,7 +62,8 @@
 #define BW_TOTAL (256ull << 20)  /* bytes written, then read */
 #define BW_MIN (16ull << 20)     /* less free space than this: refuse */
 #define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
-#define REPORT_MAX ((size_t)64 << 20) /* larger --report-json: refused */
+#define REPORT_MAX (64u << 20)   /* larger --report-json files: refused */
+#define REPORT_DEPTH 33          /* its object, 32 levels of values in it */
 
 static const char usage[] =
     "usage: nntrainer-offload bench MODEL.ini [options]\n"
@@ -674,275 +676,63 @@ typedef struct field {
   int seen;
 } field;
 
-typedef struct jreader {
-  const char *start, *p, *end, *file;
-  const char *key; /* the known key being read, for messages; or NULL */
-  nto_err *err;
-} jreader;
-
-static int jr_fail(jreader *j, const char *what) {
-  long at = (long)(j->p - j->start);
-  if (j->key)
-    return nto_err_set(j->err, NTO_EDATA, "%s: key '%s': %s (byte %ld)",
-                       j->file, j->key, what, at);
-  return nto_err_set(j->err, NTO_EDATA, "%s: byte %ld: %s", j->file, at, what);
-}
-
-static void jr_ws(jreader *j) {
-  while (j->p < j->end &&
-         (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n'))
-    j->p++;
-}
-
-static int jr_peek(jreader *j) {
-  jr_ws(j);
-  return j->p < j->end ? (unsigned char)*j->p : -1;
-}
-
-static int jr_expect(jreader *j, char ch) {
-  if (jr_peek(j) != ch) {
-    char what[32];
-    snprintf(what, sizeof what, "expected '%c'", ch);
-    return jr_fail(j, what);
-  }
-  j->p++;
-  return 0;
-}
-
-static int hexval(int c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  c |= 0x20;
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* One escape after the backslash; *ch: the byte stored ('?' for \u beyond
- * ASCII). */
-static int jr_escape(jreader *j, char *ch) {
-  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-  const char *k = j->p < j->end && *j->p ? strchr(from, *j->p) : NULL;
-  if (k) {
-    *ch = to[k - from];
-    j->p++;
-    return 0;
-  }
-  if (j->p >= j->end || *j->p != 'u' || j->end - j->p < 5)
-    return jr_fail(j, "bad escape in a string");
-  int v = 0;
-  for (int i = 1; i <= 4; i++) {
-    int h = hexval((unsigned char)j->p[i]);
-    if (h < 0)
-      return jr_fail(j, "bad \\u escape in a string");
-    v = v * 16 + h;
-  }
-  *ch = v > 0 && v < 0x80 ? (char)v : '?';
-  j->p += 5;
-  return 0;
-}
-
-/* A string into buf (len bytes; NULL: skipped). *over: it did not fit. */
-static int jr_string(jreader *j, char *buf, size_t len, int *over) {
-  size_t n = 0;
-  *over = 0;
-  if (jr_expect(j, '"') != 0)
-    return j->err->code;
-  for (;;) {
-    if (j->p >= j->end)
-      return jr_fail(j, "unterminated string");
-    char ch = *j->p++;
-    if (ch == '"')
-      break;
-    if ((unsigned char)ch < 0x20)
-      return jr_fail(j, "control character in a string");
-    if (ch == '\\' && jr_escape(j, &ch) != 0)
-      return j->err->code;
-    if (buf && n + 1 < len)
-      buf[n++] = ch;
-    else
-      *over = 1;
-  }
-  if (buf)
-    buf[n] = '\0';
-  return 0;
-}
-
-static size_t span_digits(const char *p, const char *end) {
-  size_t n = 0;
-  while (p + n < end && p[n] >= '0' && p[n] <= '9')
-    n++;
-  return n;
-}
-
-/* A number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int jr_number(jreader *j, double *out) {
-  jr_ws(j);
-  const char *s = j->p, *q = s;
-  if (q < j->end && *q == '-')
-    q++;
-  size_t d = span_digits(q, j->end);
-  if (d == 0 || (d > 1 && *q == '0'))
-    return jr_fail(j, "expected a number");
-  q += d;
-  if (q < j->end && *q == '.') {
-    if ((d = span_digits(++q, j->end)) == 0)
-      return jr_fail(j, "expected digits after '.'");
-    q += d;
-  }
-  if (q < j->end && (*q == 'e' || *q == 'E')) {
-    q++;
-    if (q < j->end && (*q == '+' || *q == '-'))
-      q++;
-    if ((d = span_digits(q, j->end)) == 0)
-      return jr_fail(j, "expected digits in an exponent");
-    q += d;
-  }
-  char tmp[64];
-  if (q - s >= (long)sizeof tmp)
-    return jr_fail(j, "number too long");
-  memcpy(tmp, s, (size_t)(q - s));
-  tmp[q - s] = '\0';
-  *out = strtod(tmp, NULL);
-  j->p = q;
-  return 0;
-}
-
-static int jr_literal(jreader *j, const char *word) {
-  size_t n = strlen(word);
-  jr_ws(j);
-  if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0)
-    return jr_fail(j, "expected a value");
-  j->p += n;
-  return 0;
-}
-
-static int jr_skip(jreader *j, int depth);
-
-/* The elements of an array or the members of an object after its opening
- * bracket, each passed to jr_skip. */
-static int jr_skip_items(jreader *j, char close, int depth) {
-  if (jr_peek(j) == close) {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    int over;
-    if (close == '}' &&
-        (jr_string(j, NULL, 0, &over) != 0 || jr_expect(j, ':') != 0))
-      return j->err->code;
-    if (jr_skip(j, depth + 1) != 0)
-      return j->err->code;
-    if (jr_peek(j) == close) {
-      j->p++;
-      return 0;
-    }
-    if (jr_expect(j, ',') != 0)
-      return j->err->code;
-  }
-}
-
-/* Skip any value (nested up to 32 levels). */
-static int jr_skip(jreader *j, int depth) {
-  int c = jr_peek(j), over;
-  double x;
-  if (depth > 32)
-    return jr_fail(j, "nested too deeply");
-  if (c == '{' || c == '[') {
-    j->p++;
-    return jr_skip_items(j, c == '{' ? '}' : ']', depth);
-  }
-  if (c == '"')
-    return jr_string(j, NULL, 0, &over);
-  if (c == 't')
-    return jr_literal(j, "true");
-  if (c == 'f')
-    return jr_literal(j, "false");
-  if (c == 'n')
-    return jr_literal(j, "null");
-  return jr_number(j, &x);
-}
-
 /* An array of numbers; *count: its length. */
-static int jr_numbers(jreader *j, long *count) {
-  double x;
+static int jr_numbers(nto_json *j, long *count) {
+  int more, rc = nto_json_array(j);
   *count = 0;
-  if (jr_expect(j, '[') != 0)
-    return j->err->code;
-  if (jr_peek(j) == ']') {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    if (jr_number(j, &x) != 0)
-      return j->err->code;
-    ++*count;
-    if (jr_peek(j) == ']') {
-      j->p++;
-      return 0;
-    }
-    if (jr_expect(j, ',') != 0)
-      return j->err->code;
-  }
+  while (rc == 0 && (rc = nto_json_next(j, &more)) == 0 && more)
+    if ((rc = nto_json_number(j, NULL)) == 0)
+      ++*count;
+  return rc;
 }
 
 /* The value of known key f, of the kind it must have. */
-static int jr_field(jreader *j, field *f) {
-  int c = jr_peek(j), over = 0, rc;
+static int jr_field(nto_json *j, field *f) {
   double x;
-  if (f->kind == F_WINDOW && c != '"') {
-    rc = jr_number(j, &x);
-    if (rc == 0)
-      snprintf(f->dst, f->len, "%.0f", x);
-    return rc;
-  }
+  int rc;
   switch (f->kind) {
   case F_NUM:
   case F_OPT_NUM:
-    return jr_number(j, f->dst);
+    return nto_json_number(j, f->dst);
   case F_BOOL:
-    *(int *)f->dst = c == 't';
-    return jr_literal(j, c == 't' ? "true" : "false");
+    return nto_json_bool(j, f->dst);
   case F_NUMS:
     return jr_numbers(j, f->dst);
-  default: /* F_STR, F_WINDOW */
-    rc = jr_string(j, f->dst, f->len, &over);
-    return rc == 0 && over ? jr_fail(j, "string too long") : rc;
+  case F_WINDOW:
+    if (nto_json_peek(j) == NTO_JSON_STRING)
+      break;
+    rc = nto_json_number(j, &x);
+    if (rc == 0)
+      snprintf(f->dst, f->len, "%.0f", x);
+    return rc;
+  case F_STR:
+    break;
   }
+  return nto_json_string_buf(j, f->dst, f->len);
 }
 
-/* The top-level object: known keys into fields, others skipped. */
-static int jr_object(jreader *j, field *fields) {
-  if (jr_expect(j, '{') != 0)
-    return j->err->code;
-  if (jr_peek(j) == '}') {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    char key[64];
-    int over;
-    if (jr_string(j, key, sizeof key, &over) != 0 || jr_expect(j, ':') != 0)
-      return j->err->code;
+/* The top-level object of file: known keys into fields, others skipped.
+ * *key: the known key whose value failed to read (for the message), else
+ * left NULL. */
+static int jr_object(nto_json *j, field *fields, const char **key,
+                     const char *file, nto_err *err) {
+  int more, rc = nto_json_object(j, 0);
+  char *k;
+  while (rc == 0 && (rc = nto_json_key(j, &k, &more)) == 0 && more) {
     field *f = fields;
-    while (f->key && (over || strcmp(f->key, key) != 0))
+    while (f->key && strcmp(f->key, k) != 0)
       f++;
     if (f->key && f->seen)
-      return nto_err_set(j->err, NTO_EDATA, "%s: key '%s' given twice", j->file,
-                         key);
-    j->key = f->key;
-    if (f->key && jr_field(j, f) != 0)
-      return j->err->code;
-    j->key = NULL;
-    if (!f->key && jr_skip(j, 1) != 0)
-      return j->err->code;
+      rc = nto_err_set(err, NTO_EDATA, "%s: key '%s' given twice", file, k);
+    else if (f->key && (rc = jr_field(j, f)) != 0)
+      *key = f->key;
+    else if (!f->key)
+      rc = nto_json_skip(j);
     if (f->key)
       f->seen = 1;
-    if (jr_peek(j) == '}') {
-      j->p++;
-      return 0;
-    }
-    if (jr_expect(j, ',') != 0)
-      return j->err->code;
+    free(k);
   }
+  return rc;
 }
 
 /* Read a train --report-json file into r. Every key bench uses must be
@@ -973,10 +763,21 @@ static int read_report(const char *path, report *r, nto_err *err) {
   int rc = nto_file_read_all(path, REPORT_MAX, &buf, &len, err);
   if (rc != 0)
     return rc;
-  jreader j = {buf, buf, buf + len, path, NULL, err};
-  rc = jr_object(&j, fields);
-  if (rc == 0 && jr_peek(&j) != -1)
-    rc = jr_fail(&j, "text after the object");
+  nto_json j;
+  const char *key = NULL;
+  uint64_t at = 0;
+  nto_json_init(&j, buf, len, 0, REPORT_DEPTH, err);
+  rc = jr_object(&j, fields, &key, path, err);
+  if (rc == 0 && !nto_json_eof(&j))
+    rc = nto_json_fail(&j, "text after the object");
+  const char *what = nto_json_error(&j, &at);
+  if (rc == NTO_EDATA && what && key)
+    nto_err_set(err, rc, "%s: key '%s': %s (byte %llu)", path, key, what,
+                (unsigned long long)at);
+  else if (rc == NTO_EDATA && what)
+    nto_err_set(err, rc, "%s: byte %llu: %s", path, (unsigned long long)at,
+                what);
+  nto_json_free(&j);
   free(buf);
   if (rc != 0)
     return rc;
