@@ -2,10 +2,13 @@
  * checkpoint.c - training checkpoints. See checkpoint.h for the format.
  *
  * DESIGN
- * Saving streams the file through the atomic save of io/fileio.h into
- * FILE.tmp: the header, then one record per persistent tensor (an
- * offloading model's tensors are fetched from the swap file one at a time
- * into a bounce buffer of that tensor's size), the values, the trailer.
+ * The checkpoint knows no model: the caller describes the state
+ * (nto_ckpt_state), tensors reached in RAM or through fetch/store
+ * callbacks. Saving streams the file through the atomic save of
+ * io/fileio.h into FILE.tmp: the header, then one record per persistent
+ * tensor (a tensor without data, e.g. an offloading model's, is fetched
+ * one at a time into a bounce buffer of its size), the values, the
+ * trailer.
  * Every record carries its own CRC-32 and the trailer one over the whole
  * file, computed while writing. Then fsync, rename over FILE, fsync of the
  * directory.
@@ -16,13 +19,14 @@
  * directory (names, shapes, data offsets) and the values; a corrupt or
  * truncated file is refused here, with the byte offset and, for a record
  * that fails its CRC, the tensor's name. Then the directory is compared
- * with the model's tensors (names and shapes, the optimizer, the update
+ * with the state's tensors (names and shapes, the optimizer, the update
  * chunk, the batch size), and the data position is restored. Only then
  * does the second pass read each tensor's data with pread (again checking
- * its CRC) into the model's tensor, or into a bounce buffer handed to the
- * engine's store. A file that changes between the passes can still fail
- * in the second pass, after some tensors were restored; the caller then
- * discards the model.
+ * its CRC) into the tensor's data, or into a bounce buffer handed to its
+ * store. A file that changes between the passes can still fail in the
+ * second pass, after some tensors were restored; the caller then discards
+ * the model. The update count and the generator come back in the state
+ * for the caller to apply.
  */
 #include "checkpoint.h"
 
@@ -154,9 +158,11 @@ static int reserved(const char *name) {
   return !strncmp(name, "model.", 6) || !strncmp(name, "data.", 5);
 }
 
-/* Fingerprint of a model's state tensors. */
-static int model_fingerprint(const nto_model *m, const nto_named_tensor *ts,
-                             int n, uint64_t *out, nto_err *err) {
+/* Fingerprint of a state's tensors, optimizer and update chunk. */
+static int state_fingerprint(const nto_ckpt_state *s, uint64_t *out,
+                             nto_err *err) {
+  const nto_named_tensor *ts = s->tensors;
+  int n = s->n_tensors;
   const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
   uint32_t *dims = malloc((size_t)(n ? n : 1) * 4 * sizeof *dims);
   if (!names || !dims) {
@@ -168,8 +174,7 @@ static int model_fingerprint(const nto_model *m, const nto_named_tensor *ts,
     names[i] = ts[i].name;
     dims4(&ts[i], dims + 4 * i);
   }
-  *out = fingerprint(nto_model_optimizer_name(m), nto_model_update_chunk(m),
-                     names, dims, n);
+  *out = fingerprint(s->optimizer, s->update_chunk, names, dims, n);
   free(names);
   free(dims);
   return 0;
@@ -342,15 +347,13 @@ static int write_file(nto_file_out *f, const void *vctx, nto_err *err) {
 }
 
 /* The library's values (model.*, data.*) into v; returns their count. */
-static int lib_values(nto_model *m, const nto_dataset *data,
+static int lib_values(const nto_ckpt_state *s, const nto_dataset *data,
                       nto_ckpt_value *v) {
-  nto_model_train_state s;
-  nto_model_get_train_state(m, &s);
   int n = 0;
-  nto_ckpt_set(&v[n++], "model.iteration", (uint64_t)s.iteration);
-  nto_ckpt_set(&v[n++], "model.rng0", s.rng[0]);
-  nto_ckpt_set(&v[n++], "model.rng1", s.rng[1]);
-  nto_ckpt_set(&v[n++], "model.batch", (uint64_t)nto_model_batch(m));
+  nto_ckpt_set(&v[n++], "model.iteration", (uint64_t)s->iteration);
+  nto_ckpt_set(&v[n++], "model.rng0", s->rng[0]);
+  nto_ckpt_set(&v[n++], "model.rng1", s->rng[1]);
+  nto_ckpt_set(&v[n++], "model.batch", (uint64_t)s->batch);
   if (data) {
     nto_dataset_pos p;
     nto_dataset_tell(data, &p);
@@ -367,9 +370,10 @@ static int lib_values(nto_model *m, const nto_dataset *data,
 }
 
 int nto_checkpoint_save(const char *path, const char *model_path,
-                        nto_model *m, const nto_dataset *data,
+                        const nto_ckpt_state *s, const nto_dataset *data,
                         const nto_ckpt_value *vals, int n_vals, nto_err *err) {
-  if (!path || !path[0] || n_vals < 0 || (n_vals && !vals) ||
+  if (!path || !path[0] || !s || !s->optimizer || s->n_tensors < 0 ||
+      (s->n_tensors && !s->tensors) || n_vals < 0 || (n_vals && !vals) ||
       n_vals > (int)MAX_VALUES - LIB_VALUES)
     return nto_err_set(err, NTO_EINVAL, "checkpoint: invalid arguments");
   for (int i = 0; i < n_vals; i++)
@@ -382,30 +386,24 @@ int nto_checkpoint_save(const char *path, const char *model_path,
   nto_ckpt_value *all = malloc((size_t)(LIB_VALUES + n_vals) * sizeof *all);
   if (!all)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
-  int n_all = lib_values(m, data, all);
+  int n_all = lib_values(s, data, all);
   if (n_vals)
     memcpy(all + n_all, vals, (size_t)n_vals * sizeof *vals);
   n_all += n_vals;
-
-  nto_named_tensor *ts = NULL;
-  int n_t = 0;
   uint64_t fp = 0;
-  int rc = nto_model_state_tensors(m, &ts, &n_t, err);
-  if (rc == 0)
-    rc = model_fingerprint(m, ts, n_t, &fp, err);
+  int rc = state_fingerprint(s, &fp, err);
   if (rc == 0) {
-    ckpt_content c = {path,
-                      model_path,
-                      nto_model_optimizer_name(m),
-                      nto_model_update_chunk(m),
-                      fp,
-                      ts,
-                      n_t,
-                      all,
-                      n_all};
+    ckpt_content c = {.path = path,
+                      .model_path = model_path,
+                      .opt = s->optimizer,
+                      .chunk = s->update_chunk,
+                      .fp = fp,
+                      .ts = s->tensors,
+                      .n_t = s->n_tensors,
+                      .v = all,
+                      .n_v = n_all};
     rc = nto_file_save(path, ".tmp", write_file, &c, err);
   }
-  nto_model_weights_free(ts, n_t);
   free(all);
   return rc;
 }
@@ -688,11 +686,12 @@ static int ckpt_read(ckpt *c, const char *path, nto_err *err) {
   return rc;
 }
 
-/* Is the file for this model? NTO_ECONFIG naming the first difference. */
-static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
-                       int n, nto_err *err) {
+/* Is the file for this state? NTO_ECONFIG naming the first difference. */
+static int check_state(const ckpt *c, const nto_ckpt_state *s, nto_err *err) {
+  const nto_named_tensor *ts = s->tensors;
+  int n = s->n_tensors;
   char here[64], there[64];
-  const char *opt = nto_model_optimizer_name(m);
+  const char *opt = s->optimizer;
   char written[MAX_MODEL_PATH + 32] = "";
   if (c->model[0])
     snprintf(written, sizeof written, " (for %s)", c->model);
@@ -701,12 +700,12 @@ static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
                        "checkpoint %s was written for a different optimizer"
                        "%s: %s in the file, %s here",
                        c->path, written, c->opt, opt);
-  if (nto_model_update_chunk(m) != c->chunk)
+  if (s->update_chunk != c->chunk)
     return nto_err_set(err, NTO_ECONFIG,
                        "checkpoint %s was written with update chunks of "
                        "%" PRIu64 " bytes%s, this model uses %zu: its "
                        "optimizer state is split differently",
-                       c->path, c->chunk, written, nto_model_update_chunk(m));
+                       c->path, c->chunk, written, s->update_chunk);
   for (int i = 0; i < n; i++) {
     uint32_t d[4];
     dims4(&ts[i], d);
@@ -745,7 +744,7 @@ static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
     }
   }
   uint64_t fp;
-  int rc = model_fingerprint(m, ts, n, &fp, err);
+  int rc = state_fingerprint(s, &fp, err);
   if (rc == 0 && (fp != c->fp || (uint32_t)n != c->n_t))
     return nto_err_set(err, NTO_ECONFIG,
                        "checkpoint %s was written for a different model%s: "
@@ -755,11 +754,11 @@ static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
   if (rc)
     return rc;
   uint64_t batch = nto_ckpt_get(c->v, (int)c->n_v, "model.batch", 0);
-  if (batch != (uint64_t)nto_model_batch(m))
+  if (batch != (uint64_t)s->batch)
     return nto_err_set(err, NTO_ECONFIG,
                        "checkpoint %s was written at batch size %" PRIu64
                        "%s, this run has batch size %d",
-                       c->path, batch, written, nto_model_batch(m));
+                       c->path, batch, written, s->batch);
   return 0;
 }
 
@@ -835,36 +834,32 @@ static int restore_data(const ckpt *c, nto_dataset *data, nto_err *err) {
   return rc;
 }
 
-int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
+int nto_checkpoint_load(const char *path, nto_ckpt_state *s, nto_dataset *data,
                         nto_ckpt_value *vals, int max_vals, int *n_vals,
                         nto_err *err) {
   if (n_vals)
     *n_vals = 0;
-  if (!path || !m)
+  if (!path || !s || !s->optimizer || s->n_tensors < 0 ||
+      (s->n_tensors && !s->tensors))
     return nto_err_set(err, NTO_EINVAL, "checkpoint: invalid arguments");
   ckpt c;
   int rc = ckpt_read(&c, path, err);
-  nto_named_tensor *ts = NULL;
-  int n = 0;
   if (rc == 0)
-    rc = nto_model_state_tensors(m, &ts, &n, err);
-  if (rc == 0)
-    rc = check_model(&c, m, ts, n, err);
-  nto_model_train_state s;
-  uint64_t it = 0;
+    rc = check_state(&c, s, err);
+  uint64_t it = 0, rng[2] = {0, 0};
   if (rc == 0)
     rc = need_value(&c, "model.iteration", &it, err);
   if (rc == 0)
-    rc = need_value(&c, "model.rng0", &s.rng[0], err);
+    rc = need_value(&c, "model.rng0", &rng[0], err);
   if (rc == 0)
-    rc = need_value(&c, "model.rng1", &s.rng[1], err);
+    rc = need_value(&c, "model.rng1", &rng[1], err);
   if (rc == 0 && it > (uint64_t)LONG_MAX)
     rc = nto_err_set(err, NTO_EDATA, "%s: iteration %" PRIu64 " is invalid",
                      path, it);
-  s.iteration = (long)it;
   if (rc == 0 && data)
     rc = restore_data(&c, data, err);
-  for (int i = 0; rc == 0 && i < n; i++) {
+  const nto_named_tensor *ts = s->tensors;
+  for (int i = 0; rc == 0 && i < s->n_tensors; i++) {
     const entry *e = NULL;
     for (uint32_t k = (uint32_t)i; !e && k < c.n_t; k++)
       if (!strcmp(c.t[k].name, ts[i].name))
@@ -875,7 +870,9 @@ int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
     rc = load_tensor(&c, e, &ts[i], err);
   }
   if (rc == 0) {
-    nto_model_set_train_state(m, &s);
+    s->iteration = (long)it;
+    s->rng[0] = rng[0];
+    s->rng[1] = rng[1];
     int k = 0;
     for (uint32_t i = 0; i < c.n_v; i++)
       if (!reserved(c.v[i].name) && k < max_vals && vals)
@@ -883,7 +880,6 @@ int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
     if (n_vals)
       *n_vals = k;
   }
-  nto_model_weights_free(ts, n);
   ckpt_close(&c);
   return rc;
 }
