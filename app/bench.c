@@ -15,9 +15,9 @@
  * RSS and resident peak: the largest), and the ratio the median of the
  * per-round ratios, each against the same round's `all` run. Before the runs,
  * the swap directory's sequential write then read bandwidth is measured once
- * through our own I/O layer (io/swap.h file, io/iobackend.h queue with the
- * runs' backend; O_DIRECT unless refused; depth 16, 1 MiB requests, up to
- * 256 MiB).
+ * through our own I/O layer (nto_swap_probe, io/probe.h: a swap file and a
+ * queue with the runs' backend; O_DIRECT unless refused; depth 16, 1 MiB
+ * requests, up to 256 MiB).
  *
  * How: each child's --report-json file is read with the strict JSON reader of
  * io/json.h (known keys of that flat format: numbers, strings, booleans, arrays
@@ -38,8 +38,7 @@
 #include "fileio.h"
 #include "iobackend.h"
 #include "json.h"
-#include "swap.h"
-#include "tensor.h"
+#include "probe.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,7 +47,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,10 +55,6 @@
 #define MAX_ROUNDS 16
 #define PATH_LEN (PATH_MAX + 64) /* the temporary directory + a file name */
 #define LABEL_MAX 32             /* "all", "N:room+off@SIZE", ... */
-#define BW_DEPTH 16u             /* requests in flight */
-#define BW_BLOCK (1u << 20)      /* bytes per request */
-#define BW_TOTAL (256ull << 20)  /* bytes written, then read */
-#define BW_MIN (16ull << 20)     /* less free space than this: refuse */
 #define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
 #define REPORT_MAX (64u << 20)   /* larger --report-json files: refused */
 #define REPORT_DEPTH 33          /* its object, 32 levels of values in it */
@@ -141,11 +135,7 @@ typedef struct config {
 } config;
 
 typedef struct bandwidth {
-  double read_mib_s, write_mib_s;
-  uint64_t total;
-  int direct;
-  int fixed; /* io_uring with the buffers registered */
-  char io[32];
+  nto_swap_probe_result p; /* measure_bandwidth's */
   char dir[PATH_MAX];
 } bandwidth;
 
@@ -376,148 +366,11 @@ static void remove_tmpdir(const char *dir) {
 
 /* ---- swap directory bandwidth ------------------------------------------ */
 
-/* Bytes to measure with: BW_TOTAL, or half the free space when that is
- * less (rounded down to whole requests). */
-static int bandwidth_bytes(const char *dir, uint64_t *out, nto_err *err) {
-  struct statvfs s;
-  if (statvfs(dir, &s) != 0)
-    return nto_err_set(err, NTO_EIO, "swap dir %s: %s", dir, strerror(errno));
-  uint64_t total = BW_TOTAL;
-  uint64_t half = (uint64_t)s.f_bavail * s.f_frsize / 2;
-  if (s.f_blocks > 0 && half < total)
-    total = half / BW_BLOCK * BW_BLOCK;
-  if (total < BW_MIN) {
-    char a[32];
-    return nto_err_set(err, NTO_EIO,
-                       "swap dir %s: only %s free, too little to measure "
-                       "its bandwidth",
-                       dir, cli_bytes((size_t)half * 2, a, sizeof a));
-  }
-  *out = total;
-  return 0;
-}
-
-/* Submit request r for the block at offset off. */
-static int submit_block(nto_io *io, nto_io_req *r, nto_io_op op, void *buf,
-                        uint64_t off) {
-  memset(r, 0, sizeof *r);
-  r->op = op;
-  r->buf = buf;
-  r->len = BW_BLOCK;
-  r->offset = (int64_t)off;
-  return nto_io_submit(io, r);
-}
-
-/* One sequential pass over total bytes with BW_DEPTH requests in flight.
- * On a request's error, what is in flight is still reaped before returning;
- * the requests are static so that they outlive a broken queue until
- * nto_io_destroy. */
-static int io_pass(nto_io *io, nto_io_op op, float **bufs, uint64_t total,
-                   double *secs, nto_err *err) {
-  static nto_io_req req[BW_DEPTH];
-  uint64_t next = 0;
-  unsigned inflight = 0;
-  int rc = 0;
-  double t0 = now_s();
-  for (unsigned i = 0; i < BW_DEPTH && next < total; i++, next += BW_BLOCK) {
-    if (submit_block(io, &req[i], op, bufs[i], next) != 0)
-      return nto_err_set(err, NTO_ENOMEM, "out of memory");
-    inflight++;
-  }
-  while (inflight > 0) {
-    nto_io_req *done[BW_DEPTH];
-    int n = nto_io_reap(io, done, (int)BW_DEPTH, 1);
-    if (n < 0)
-      return nto_err_set(err, NTO_EIO, "I/O queue failed: %s", strerror(-n));
-    for (int i = 0; i < n; i++) {
-      nto_io_req *r = done[i];
-      inflight--;
-      if (rc == 0 && r->result != 0)
-        rc = nto_err_set(err, NTO_EIO, "%s at offset %lld: %s",
-                         op == NTO_IO_READ ? "read" : "write",
-                         (long long)r->offset, strerror(-r->result));
-      if (rc != 0 || next >= total)
-        continue;
-      if (submit_block(io, r, op, r->buf, next) != 0)
-        rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-      else
-        inflight++, next += BW_BLOCK;
-    }
-  }
-  *secs = now_s() - t0;
-  return rc;
-}
-
-/* Open the swap file: O_DIRECT unless --no-direct or refused (then
- * buffered, and bw->direct says so). */
-static int bandwidth_swap(const bench_opts *o, bandwidth *bw, nto_swap **sw,
-                          nto_err *err) {
-  nto_swap_opts so = {
-      .dir = bw->dir, .bytes = bw->total, .direct = !o->no_direct};
-  int rc = nto_swap_open(sw, &so, err);
-  if (rc == NTO_EUNSUPPORTED && so.direct) {
-    so.direct = 0;
-    rc = nto_swap_open(sw, &so, err);
-  }
-  if (rc == 0)
-    bw->direct = nto_swap_is_direct(*sw);
-  return rc;
-}
-
-/* Write then read the whole file; MiB/s into bw. Buffered: the write is
- * timed up to fdatasync, and the cache is dropped before reading. */
-static int bandwidth_passes(nto_io *io, int fd, float **bufs, bandwidth *bw,
-                            nto_err *err) {
-  double w = 0, r = 0, mib = (double)bw->total / 1048576.0;
-  double t0 = now_s();
-  int rc = io_pass(io, NTO_IO_WRITE, bufs, bw->total, &w, err);
-  if (rc == 0 && !bw->direct) {
-    if (fdatasync(fd) != 0)
-      return nto_err_set(err, NTO_EIO, "swap dir %s: fdatasync: %s", bw->dir,
-                         strerror(errno));
-    w = now_s() - t0;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  }
-  if (rc == 0)
-    rc = io_pass(io, NTO_IO_READ, bufs, bw->total, &r, err);
-  if (rc == 0) {
-    bw->write_mib_s = mib / (w > 1e-9 ? w : 1e-9);
-    bw->read_mib_s = mib / (r > 1e-9 ? r : 1e-9);
-  }
-  return rc;
-}
-
-/* Measure the swap directory's sequential write and read bandwidth. */
+/* Measure the swap directory's sequential write and read bandwidth with
+ * the runs' backend (io/probe.h). */
 static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
-  float *bufs[BW_DEPTH] = {0};
-  nto_swap *sw = NULL;
-  nto_io *io = NULL;
   int kind = o->io ? nto_io_kind_parse(o->io) : NTO_IO_AUTO;
-  int rc = bandwidth_bytes(bw->dir, &bw->total, err);
-  if (rc == 0)
-    rc = bandwidth_swap(o, bw, &sw, err);
-  if (rc == 0)
-    rc = nto_io_create(&io, (nto_io_kind)kind, nto_swap_fd(sw), BW_DEPTH, err);
-  /* one arena, registered like the runs' tensor region (where allowed) */
-  char *arena = rc == 0 ? nto_map_buffers(BW_DEPTH * BW_BLOCK) : NULL;
-  if (rc == 0 && !arena)
-    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-  for (unsigned i = 0; rc == 0 && i < BW_DEPTH; i++) {
-    bufs[i] = (float *)(arena + (size_t)i * BW_BLOCK);
-    memset(bufs[i], 0x5a + (int)i, BW_BLOCK);
-  }
-  if (rc == 0) {
-    nto_err e = {0};
-    bw->fixed =
-        nto_io_register_buffer(io, arena, BW_DEPTH * BW_BLOCK, &e) == 0 &&
-        nto_io_kind_of(io) == NTO_IO_URING;
-    snprintf(bw->io, sizeof bw->io, "%s", nto_io_kind_name(nto_io_kind_of(io)));
-    rc = bandwidth_passes(io, nto_swap_fd(sw), bufs, bw, err);
-  }
-  nto_io_destroy(io);
-  nto_swap_close(sw);
-  nto_unmap_buffers(arena, BW_DEPTH * BW_BLOCK);
-  return rc;
+  return nto_swap_probe(bw->dir, (nto_io_kind)kind, !o->no_direct, &bw->p, err);
 }
 
 /* ---- one configuration in a child process ------------------------------ */
@@ -619,7 +472,7 @@ static int run_child(const bench *b, config *c, int k) {
   if (o->no_direct)
     ARG("--no-direct");
   char bw[64]; /* what measure_bandwidth found: the region floor's */
-  snprintf(bw, sizeof bw, "%.3f,%.3f", b->bw.read_mib_s, b->bw.write_mib_s);
+  snprintf(bw, sizeof bw, "%.3f,%.3f", b->bw.p.read_mib_s, b->bw.p.write_mib_s);
   ARG("--floor-bandwidth"), ARG(bw);
   args[n] = NULL;
 #undef ARG
@@ -908,8 +761,8 @@ static void derive_floors(bench *b) {
       const report *r = &c->runs[k];
       double compute =
           all ? all->runs[k].median_ms : r->median_ms - r->stall_ms;
-      double io = 1e3 * (r->read_mib / b->bw.read_mib_s +
-                         r->written_mib / b->bw.write_mib_s);
+      double io = 1e3 * (r->read_mib / b->bw.p.read_mib_s +
+                         r->written_mib / b->bw.p.write_mib_s);
       floors[k] = compute > io ? compute : io;
       c->ratios[k] = floors[k] > 0 ? r->median_ms / floors[k] : 0;
       c->region_ratios[k] =
@@ -948,13 +801,13 @@ static void print_header(const bench *b) {
            "ratios\n",
            b->o.rounds);
   printf("swap %s: write %.0f MiB/s, read %.0f MiB/s (%s, %s%s, depth %u, "
-         "%u MiB requests, %llu MiB)\n",
-         bw->dir, bw->write_mib_s, bw->read_mib_s,
-         bw->direct       ? "O_DIRECT"
+         "%zu MiB requests, %llu MiB)\n",
+         bw->dir, bw->p.write_mib_s, bw->p.read_mib_s,
+         bw->p.direct     ? "O_DIRECT"
          : b->o.no_direct ? "buffered (--no-direct)"
                           : "buffered: O_DIRECT refused by the filesystem",
-         bw->io, bw->fixed ? " with registered buffers" : "", BW_DEPTH,
-         BW_BLOCK >> 20, (unsigned long long)(bw->total >> 20));
+         bw->p.io, bw->p.fixed ? " with registered buffers" : "", bw->p.depth,
+         bw->p.block >> 20, (unsigned long long)(bw->p.bytes >> 20));
   cli_print_blas();
   printf("command: %s\n\n", b->cmdline);
 }
@@ -1124,13 +977,13 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
           b->batch, b->o.iterations, b->o.warmup, b->o.rounds);
   fprintf(f,
           "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
-          "\"block_bytes\": %u, \"depth\": %u, \"direct\": %s, "
+          "\"block_bytes\": %zu, \"depth\": %u, \"direct\": %s, "
           "\"io\": ",
-          bw->read_mib_s, bw->write_mib_s, BW_BLOCK, BW_DEPTH,
-          bw->direct ? "true" : "false");
-  json_string(f, bw->io);
+          bw->p.read_mib_s, bw->p.write_mib_s, bw->p.block, bw->p.depth,
+          bw->p.direct ? "true" : "false");
+  json_string(f, bw->p.io);
   fprintf(f, ", \"total_bytes\": %llu, \"swap_dir\": ",
-          (unsigned long long)bw->total);
+          (unsigned long long)bw->p.bytes);
   json_string(f, bw->dir);
   fprintf(f, "},\n  \"configs\": [\n");
   for (int i = 0; i < b->o.n; i++) {
