@@ -291,9 +291,9 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
  * synthetic data its seed, for IDX its image size (FNV-1a over the
  * values). */
 static uint64_t source_id(const nto_dataset *ds) {
-  uint64_t v[6] = {ds->ops->kind,      (uint64_t)ds->count,
-                   (uint64_t)ds->feat, (uint64_t)ds->num_classes,
-                   ds->id[0],          ds->id[1]};
+  const uint64_t v[6] = {ds->ops->kind,      (uint64_t)ds->count,
+                         (uint64_t)ds->feat, (uint64_t)ds->num_classes,
+                         ds->id[0],          ds->id[1]};
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < 6; i++)
     for (int b = 0; b < 8; b++) {

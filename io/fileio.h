@@ -61,18 +61,21 @@ typedef int (*nto_file_writer)(nto_file_out *out, const void *ctx,
                                nto_err *err);
 
 /*
- * Write path atomically: fill(out, ctx, err) writes the content into
- * "<path><tmp_suffix>" in the same directory (created exclusively; a stale temp
- * file of that name, left by a crash, is removed first), the buffer is flushed,
- * the file fsync'ed and closed, renamed over path, and the directory fsync'ed
- * so that the rename is durable (file systems that cannot fsync a directory,
- * EINVAL, are fine). On any failure before the rename the temp file is removed
- * and an existing path is untouched. tmp_suffix: e.g. ".tmp" (checkpoints:
- * "FILE.tmp"), or ".tmp.<pid>". Returns 0; NTO_EINVAL "<path>: path too long";
- * NTO_ENOMEM; NTO_EIO naming path ("cannot create <tmp>", "write failed at byte
- * offset", "fsync failed", "close failed", "cannot rename <tmp> over it", the
- * directory's open or fsync); or the code fill() returned, its message
- * kept.
+ * Write path atomically. fill(out, ctx, err) writes the content into
+ * "<path><tmp_suffix>" in path's directory (created exclusively, mode
+ * 0644 less the umask; a stale temp file of that name, left by a crash,
+ * is removed first); then the buffer is flushed, the file fsync'ed and
+ * closed, renamed over path, and the directory fsync'ed so that the rename
+ * is durable (file systems that cannot fsync a directory, EINVAL, are
+ * fine). out belongs to the save: valid only during fill.
+ * tmp_suffix: e.g. ".tmp" (checkpoints: "FILE.tmp") or ".tmp.<pid>".
+ * Returns 0; NTO_EINVAL "<path>: path too long"; NTO_ENOMEM; NTO_EIO
+ * naming path ("cannot create <tmp>", "write failed at byte offset N",
+ * "fsync failed", "close failed", "cannot rename <tmp> over it"); or the
+ * code fill() returned, its message kept. On any of these the temp file
+ * is removed and an existing path is untouched. Only a failure to open or
+ * fsync the directory (NTO_EIO, after the rename) leaves the new file in
+ * place.
  */
 int nto_file_save(const char *path, const char *tmp_suffix,
                   nto_file_writer fill, const void *ctx, nto_err *err);

@@ -717,7 +717,6 @@ static int st_match(const st_list *l, const nto_named_tensor *ts, int n,
     int64_t want[4];
     for (int d = 0; d < ts[i].ndim; d++)
       want[d] = ts[i].dims[d];
-    char ws[96], fs[96];
     if (e == NULL)
       return nto_err_set(err, NTO_EDATA, "%s: no tensor named \"%s\"", path,
                          ts[i].name);
@@ -727,6 +726,7 @@ static int st_match(const st_list *l, const nto_named_tensor *ts, int n,
                          ts[i].name, e->dtype);
     if (e->ndim != ts[i].ndim ||
         memcmp(e->dims, want, (size_t)e->ndim * sizeof *want) != 0) {
+      char ws[96], fs[96];
       shape_str(e->dims, e->ndim, fs, sizeof fs);
       shape_str(want, ts[i].ndim, ws, sizeof ws);
       return nto_err_set(err, NTO_EDATA,
