@@ -15,29 +15,30 @@
  * RSS and resident peak: the largest), and the ratio the median of the
  * per-round ratios, each against the same round's `all` run. Before the runs,
  * the swap directory's sequential write then read bandwidth is measured once
- * through our own I/O layer (io/swap.h file, io/iobackend.h queue with the
- * runs' backend; O_DIRECT unless refused; depth 16, 1 MiB requests, up to
- * 256 MiB).
+ * through our own I/O layer (nto_swap_probe, io/probe.h: a swap file and a
+ * queue with the runs' backend; O_DIRECT unless refused; depth 16, 1 MiB
+ * requests, up to 256 MiB).
  *
- * How: each child's --report-json file is read by a small strict reader of
- * that flat format (numbers, strings, booleans, arrays; unknown keys,
- * including arrays of objects, are skipped). Per configuration: the
- * report's figures; a floor, the larger of the compute time (the `all`
- * run's median, else the run's median minus its stall) and the swap
+ * How: each child's --report-json file is read with the strict JSON reader of
+ * io/json.h (known keys of that flat format: numbers, strings, booleans, arrays
+ * of numbers; unknown keys, including arrays of objects, are skipped). Per
+ * configuration: the report's figures; a floor, the larger of the compute time
+ * (the `all` run's median, else the run's median minus its stall) and the swap
  * traffic at the measured bandwidth; median / floor; and whether the saved
- * weights of every round are byte-identical to the first round's `all`
- * run's (else to the first configuration's). Output: a table on stdout,
- * optionally CSV, JSON and an SVG plot of peak RSS against median iteration
- * time (drawn by gnuplot).
+ * weights of every round are byte-identical to the first round's `all` run's
+ * (else to the first configuration's). Output: a table on stdout, optionally
+ * CSV, JSON and an SVG plot of peak RSS against median iteration time (drawn by
+ * gnuplot).
  *
  * Child stdout and stderr go to TMP/CFG.out and TMP/CFG.err in a mkdtemp
  * directory under $TMPDIR or /tmp, removed at the end. Errors are returned
  * up to cmd_bench, which alone decides the exit status. Main thread only.
  */
 #include "cli.h"
+#include "fileio.h"
 #include "iobackend.h"
-#include "swap.h"
-#include "tensor.h"
+#include "json.h"
+#include "probe.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -46,7 +47,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,12 +55,9 @@
 #define MAX_ROUNDS 16
 #define PATH_LEN (PATH_MAX + 64) /* the temporary directory + a file name */
 #define LABEL_MAX 32             /* "all", "N+off@SIZE", ... */
-#define BW_DEPTH 16u             /* requests in flight */
-#define BW_BLOCK (1u << 20)      /* bytes per request */
-#define BW_TOTAL (256ull << 20)  /* bytes written, then read */
-#define BW_MIN (16ull << 20)     /* less free space than this: refuse */
 #define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
-#define REPORT_MAX (64L << 20)   /* larger --report-json files: refused */
+#define REPORT_MAX (64u << 20)   /* larger --report-json files: refused */
+#define REPORT_DEPTH 33          /* its object, 32 levels of values in it */
 
 static const char usage[] =
     "usage: nntrainer-offload bench MODEL.ini [options]\n"
@@ -135,11 +132,7 @@ typedef struct config {
 } config;
 
 typedef struct bandwidth {
-  double read_mib_s, write_mib_s;
-  uint64_t total;
-  int direct;
-  int fixed; /* io_uring with the buffers registered */
-  char io[32];
+  nto_swap_probe_result p; /* measure_bandwidth's */
   char dir[PATH_MAX];
 } bandwidth;
 
@@ -354,148 +347,13 @@ static void remove_tmpdir(const char *dir) {
 
 /* ---- swap directory bandwidth ------------------------------------------ */
 
-/* Bytes to measure with: BW_TOTAL, or half the free space when that is
- * less (rounded down to whole requests). */
-static int bandwidth_bytes(const char *dir, uint64_t *out, nto_err *err) {
-  struct statvfs s;
-  if (statvfs(dir, &s) != 0)
-    return nto_err_set(err, NTO_EIO, "swap dir %s: %s", dir, strerror(errno));
-  uint64_t total = BW_TOTAL;
-  uint64_t half = (uint64_t)s.f_bavail * s.f_frsize / 2;
-  if (s.f_blocks > 0 && half < total)
-    total = half / BW_BLOCK * BW_BLOCK;
-  if (total < BW_MIN) {
-    char a[32];
-    return nto_err_set(err, NTO_EIO,
-                       "swap dir %s: only %s free, too little to measure "
-                       "its bandwidth",
-                       dir, cli_bytes((size_t)half * 2, a, sizeof a));
-  }
-  *out = total;
-  return 0;
-}
-
-/* Submit request r for the block at offset off. */
-static int submit_block(nto_io *io, nto_io_req *r, nto_io_op op, void *buf,
-                        uint64_t off) {
-  memset(r, 0, sizeof *r);
-  r->op = op;
-  r->buf = buf;
-  r->len = BW_BLOCK;
-  r->offset = (int64_t)off;
-  return nto_io_submit(io, r);
-}
-
-/* One sequential pass over total bytes with BW_DEPTH requests in flight.
- * On a request's error, what is in flight is still reaped before returning;
- * the requests are static so that they outlive a broken queue until
- * nto_io_destroy. */
-static int io_pass(nto_io *io, nto_io_op op, float **bufs, uint64_t total,
-                   double *secs, nto_err *err) {
-  static nto_io_req req[BW_DEPTH];
-  uint64_t next = 0;
-  unsigned inflight = 0;
-  int rc = 0;
-  double t0 = now_s();
-  for (unsigned i = 0; i < BW_DEPTH && next < total; i++, next += BW_BLOCK) {
-    if (submit_block(io, &req[i], op, bufs[i], next) != 0)
-      return nto_err_set(err, NTO_ENOMEM, "out of memory");
-    inflight++;
-  }
-  while (inflight > 0) {
-    nto_io_req *done[BW_DEPTH];
-    int n = nto_io_reap(io, done, (int)BW_DEPTH, 1);
-    if (n < 0)
-      return nto_err_set(err, NTO_EIO, "I/O queue failed: %s", strerror(-n));
-    for (int i = 0; i < n; i++) {
-      nto_io_req *r = done[i];
-      inflight--;
-      if (rc == 0 && r->result != 0)
-        rc = nto_err_set(err, NTO_EIO, "%s at offset %lld: %s",
-                         op == NTO_IO_READ ? "read" : "write",
-                         (long long)r->offset, strerror(-r->result));
-      if (rc != 0 || next >= total)
-        continue;
-      if (submit_block(io, r, op, r->buf, next) != 0)
-        rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-      else
-        inflight++, next += BW_BLOCK;
-    }
-  }
-  *secs = now_s() - t0;
-  return rc;
-}
-
-/* Open the swap file: O_DIRECT unless --no-direct or refused (then
- * buffered, and bw->direct says so). */
-static int bandwidth_swap(const bench_opts *o, bandwidth *bw, nto_swap **sw,
-                          nto_err *err) {
-  nto_swap_opts so = {
-      .dir = bw->dir, .bytes = bw->total, .direct = !o->no_direct};
-  int rc = nto_swap_open(sw, &so, err);
-  if (rc == NTO_EUNSUPPORTED && so.direct) {
-    so.direct = 0;
-    rc = nto_swap_open(sw, &so, err);
-  }
-  if (rc == 0)
-    bw->direct = nto_swap_is_direct(*sw);
-  return rc;
-}
-
-/* Write then read the whole file; MiB/s into bw. Buffered: the write is
- * timed up to fdatasync, and the cache is dropped before reading. */
-static int bandwidth_passes(nto_io *io, int fd, float **bufs, bandwidth *bw,
-                            nto_err *err) {
-  double w = 0, r = 0, mib = (double)bw->total / 1048576.0;
-  double t0 = now_s();
-  int rc = io_pass(io, NTO_IO_WRITE, bufs, bw->total, &w, err);
-  if (rc == 0 && !bw->direct) {
-    if (fdatasync(fd) != 0)
-      return nto_err_set(err, NTO_EIO, "swap dir %s: fdatasync: %s", bw->dir,
-                         strerror(errno));
-    w = now_s() - t0;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  }
-  if (rc == 0)
-    rc = io_pass(io, NTO_IO_READ, bufs, bw->total, &r, err);
-  if (rc == 0) {
-    bw->write_mib_s = mib / (w > 1e-9 ? w : 1e-9);
-    bw->read_mib_s = mib / (r > 1e-9 ? r : 1e-9);
-  }
-  return rc;
-}
-
-/* Measure the swap directory's sequential write and read bandwidth. */
+/* Measure the swap directory's sequential write and read bandwidth with
+ * the runs' backend (io/probe.h). */
 static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
-  float *bufs[BW_DEPTH] = {0};
-  nto_swap *sw = NULL;
-  nto_io *io = NULL;
-  int kind = o->io ? nto_io_kind_parse(o->io) : NTO_IO_AUTO;
-  int rc = bandwidth_bytes(bw->dir, &bw->total, err);
-  if (rc == 0)
-    rc = bandwidth_swap(o, bw, &sw, err);
-  if (rc == 0)
-    rc = nto_io_create(&io, (nto_io_kind)kind, nto_swap_fd(sw), BW_DEPTH, err);
-  /* one arena, registered like the runs' tensor region (where allowed) */
-  char *arena = rc == 0 ? nto_map_buffers(BW_DEPTH * BW_BLOCK) : NULL;
-  if (rc == 0 && !arena)
-    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-  for (unsigned i = 0; rc == 0 && i < BW_DEPTH; i++) {
-    bufs[i] = (float *)(arena + (size_t)i * BW_BLOCK);
-    memset(bufs[i], 0x5a + (int)i, BW_BLOCK);
-  }
-  if (rc == 0) {
-    nto_err e = {0};
-    bw->fixed =
-        nto_io_register_buffer(io, arena, BW_DEPTH * BW_BLOCK, &e) == 0 &&
-        nto_io_kind_of(io) == NTO_IO_URING;
-    snprintf(bw->io, sizeof bw->io, "%s", nto_io_kind_name(nto_io_kind_of(io)));
-    rc = bandwidth_passes(io, nto_swap_fd(sw), bufs, bw, err);
-  }
-  nto_io_destroy(io);
-  nto_swap_close(sw);
-  nto_unmap_buffers(arena, BW_DEPTH * BW_BLOCK);
-  return rc;
+  nto_io_kind kind = NTO_IO_AUTO;
+  if (o->io && cli_io(o->io, &kind) != 0) /* checked by parse_opts */
+    return nto_err_set(err, NTO_EINVAL, "--io %s", o->io);
+  return nto_swap_probe(bw->dir, kind, !o->no_direct, &bw->p, err);
 }
 
 /* ---- one configuration in a child process ------------------------------ */
@@ -645,296 +503,63 @@ typedef struct field {
   int seen;
 } field;
 
-typedef struct jreader {
-  const char *start, *p, *end, *file;
-  const char *key; /* the known key being read, for messages; or NULL */
-  nto_err *err;
-} jreader;
-
-static int jr_fail(jreader *j, const char *what) {
-  long at = (long)(j->p - j->start);
-  if (j->key)
-    return nto_err_set(j->err, NTO_EDATA, "%s: key '%s': %s (byte %ld)",
-                       j->file, j->key, what, at);
-  return nto_err_set(j->err, NTO_EDATA, "%s: byte %ld: %s", j->file, at, what);
-}
-
-static void jr_ws(jreader *j) {
-  while (j->p < j->end &&
-         (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n'))
-    j->p++;
-}
-
-static int jr_peek(jreader *j) {
-  jr_ws(j);
-  return j->p < j->end ? (unsigned char)*j->p : -1;
-}
-
-static int jr_expect(jreader *j, char ch) {
-  if (jr_peek(j) != ch) {
-    char what[32];
-    snprintf(what, sizeof what, "expected '%c'", ch);
-    return jr_fail(j, what);
-  }
-  j->p++;
-  return 0;
-}
-
-static int hexval(int c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  c |= 0x20;
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* One escape after the backslash; *ch: the byte stored ('?' for \u beyond
- * ASCII). */
-static int jr_escape(jreader *j, char *ch) {
-  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-  const char *k = j->p < j->end && *j->p ? strchr(from, *j->p) : NULL;
-  if (k) {
-    *ch = to[k - from];
-    j->p++;
-    return 0;
-  }
-  if (j->p >= j->end || *j->p != 'u' || j->end - j->p < 5)
-    return jr_fail(j, "bad escape in a string");
-  int v = 0;
-  for (int i = 1; i <= 4; i++) {
-    int h = hexval((unsigned char)j->p[i]);
-    if (h < 0)
-      return jr_fail(j, "bad \\u escape in a string");
-    v = v * 16 + h;
-  }
-  *ch = v > 0 && v < 0x80 ? (char)v : '?';
-  j->p += 5;
-  return 0;
-}
-
-/* A string into buf (len bytes; NULL: skipped). *over: it did not fit. */
-static int jr_string(jreader *j, char *buf, size_t len, int *over) {
-  size_t n = 0;
-  *over = 0;
-  if (jr_expect(j, '"') != 0)
-    return j->err->code;
-  for (;;) {
-    if (j->p >= j->end)
-      return jr_fail(j, "unterminated string");
-    char ch = *j->p++;
-    if (ch == '"')
-      break;
-    if ((unsigned char)ch < 0x20)
-      return jr_fail(j, "control character in a string");
-    if (ch == '\\' && jr_escape(j, &ch) != 0)
-      return j->err->code;
-    if (buf && n + 1 < len)
-      buf[n++] = ch;
-    else
-      *over = 1;
-  }
-  if (buf)
-    buf[n] = '\0';
-  return 0;
-}
-
-static size_t span_digits(const char *p, const char *end) {
-  size_t n = 0;
-  while (p + n < end && p[n] >= '0' && p[n] <= '9')
-    n++;
-  return n;
-}
-
-/* A number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int jr_number(jreader *j, double *out) {
-  jr_ws(j);
-  const char *s = j->p, *q = s;
-  if (q < j->end && *q == '-')
-    q++;
-  size_t d = span_digits(q, j->end);
-  if (d == 0 || (d > 1 && *q == '0'))
-    return jr_fail(j, "expected a number");
-  q += d;
-  if (q < j->end && *q == '.') {
-    if ((d = span_digits(++q, j->end)) == 0)
-      return jr_fail(j, "expected digits after '.'");
-    q += d;
-  }
-  if (q < j->end && (*q == 'e' || *q == 'E')) {
-    q++;
-    if (q < j->end && (*q == '+' || *q == '-'))
-      q++;
-    if ((d = span_digits(q, j->end)) == 0)
-      return jr_fail(j, "expected digits in an exponent");
-    q += d;
-  }
-  char tmp[64];
-  if (q - s >= (long)sizeof tmp)
-    return jr_fail(j, "number too long");
-  memcpy(tmp, s, (size_t)(q - s));
-  tmp[q - s] = '\0';
-  *out = strtod(tmp, NULL);
-  j->p = q;
-  return 0;
-}
-
-static int jr_literal(jreader *j, const char *word) {
-  size_t n = strlen(word);
-  jr_ws(j);
-  if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0)
-    return jr_fail(j, "expected a value");
-  j->p += n;
-  return 0;
-}
-
-static int jr_skip(jreader *j, int depth);
-
-/* The elements of an array or the members of an object after its opening
- * bracket, each passed to jr_skip. */
-static int jr_skip_items(jreader *j, char close, int depth) {
-  if (jr_peek(j) == close) {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    int over;
-    if (close == '}' &&
-        (jr_string(j, NULL, 0, &over) != 0 || jr_expect(j, ':') != 0))
-      return j->err->code;
-    if (jr_skip(j, depth + 1) != 0)
-      return j->err->code;
-    if (jr_peek(j) == close) {
-      j->p++;
-      return 0;
-    }
-    if (jr_expect(j, ',') != 0)
-      return j->err->code;
-  }
-}
-
-/* Skip any value (nested up to 32 levels). */
-static int jr_skip(jreader *j, int depth) {
-  int c = jr_peek(j), over;
-  double x;
-  if (depth > 32)
-    return jr_fail(j, "nested too deeply");
-  if (c == '{' || c == '[') {
-    j->p++;
-    return jr_skip_items(j, c == '{' ? '}' : ']', depth);
-  }
-  if (c == '"')
-    return jr_string(j, NULL, 0, &over);
-  if (c == 't')
-    return jr_literal(j, "true");
-  if (c == 'f')
-    return jr_literal(j, "false");
-  if (c == 'n')
-    return jr_literal(j, "null");
-  return jr_number(j, &x);
-}
-
 /* An array of numbers; *count: its length. */
-static int jr_numbers(jreader *j, long *count) {
-  double x;
+static int jr_numbers(nto_json *j, long *count) {
+  int more, rc = nto_json_array(j);
   *count = 0;
-  if (jr_expect(j, '[') != 0)
-    return j->err->code;
-  if (jr_peek(j) == ']') {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    if (jr_number(j, &x) != 0)
-      return j->err->code;
-    ++*count;
-    if (jr_peek(j) == ']') {
-      j->p++;
-      return 0;
-    }
-    if (jr_expect(j, ',') != 0)
-      return j->err->code;
-  }
+  while (rc == 0 && (rc = nto_json_next(j, &more)) == 0 && more)
+    if ((rc = nto_json_number(j, NULL)) == 0)
+      ++*count;
+  return rc;
 }
 
 /* The value of known key f, of the kind it must have. */
-static int jr_field(jreader *j, field *f) {
-  int c = jr_peek(j), over = 0, rc;
+static int jr_field(nto_json *j, field *f) {
   double x;
-  if (f->kind == F_WINDOW && c != '"') {
-    rc = jr_number(j, &x);
-    if (rc == 0)
-      snprintf(f->dst, f->len, "%.0f", x);
-    return rc;
-  }
+  int rc;
   switch (f->kind) {
   case F_NUM:
   case F_OPT_NUM:
-    return jr_number(j, f->dst);
+    return nto_json_number(j, f->dst);
   case F_BOOL:
-    *(int *)f->dst = c == 't';
-    return jr_literal(j, c == 't' ? "true" : "false");
+    return nto_json_bool(j, f->dst);
   case F_NUMS:
     return jr_numbers(j, f->dst);
-  default: /* F_STR, F_WINDOW */
-    rc = jr_string(j, f->dst, f->len, &over);
-    return rc == 0 && over ? jr_fail(j, "string too long") : rc;
+  case F_WINDOW:
+    if (nto_json_peek(j) == NTO_JSON_STRING)
+      break;
+    rc = nto_json_number(j, &x);
+    if (rc == 0)
+      snprintf(f->dst, f->len, "%.0f", x);
+    return rc;
+  case F_STR:
+    break;
   }
+  return nto_json_string_buf(j, f->dst, f->len);
 }
 
-/* The top-level object: known keys into fields, others skipped. */
-static int jr_object(jreader *j, field *fields) {
-  if (jr_expect(j, '{') != 0)
-    return j->err->code;
-  if (jr_peek(j) == '}') {
-    j->p++;
-    return 0;
-  }
-  for (;;) {
-    char key[64];
-    int over;
-    if (jr_string(j, key, sizeof key, &over) != 0 || jr_expect(j, ':') != 0)
-      return j->err->code;
+/* The top-level object of file: known keys into fields, others skipped.
+ * *key: the known key whose value failed to read (for the message), else
+ * left NULL. */
+static int jr_object(nto_json *j, field *fields, const char **key,
+                     const char *file, nto_err *err) {
+  int more, rc = nto_json_object(j, 0);
+  char *k;
+  while (rc == 0 && (rc = nto_json_key(j, &k, &more)) == 0 && more) {
     field *f = fields;
-    while (f->key && (over || strcmp(f->key, key) != 0))
+    while (f->key && strcmp(f->key, k) != 0)
       f++;
     if (f->key && f->seen)
-      return nto_err_set(j->err, NTO_EDATA, "%s: key '%s' given twice", j->file,
-                         key);
-    j->key = f->key;
-    if (f->key && jr_field(j, f) != 0)
-      return j->err->code;
-    j->key = NULL;
-    if (!f->key && jr_skip(j, 1) != 0)
-      return j->err->code;
+      rc = nto_err_set(err, NTO_EDATA, "%s: key '%s' given twice", file, k);
+    else if (f->key && (rc = jr_field(j, f)) != 0)
+      *key = f->key;
+    else if (!f->key)
+      rc = nto_json_skip(j);
     if (f->key)
       f->seen = 1;
-    if (jr_peek(j) == '}') {
-      j->p++;
-      return 0;
-    }
-    if (jr_expect(j, ',') != 0)
-      return j->err->code;
+    free(k);
   }
-}
-
-/* The whole file into a NUL-terminated buffer (free it). */
-static int slurp(const char *path, char **buf, size_t *len, nto_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return nto_err_set(err, NTO_EIO, "cannot open %s: %s", path,
-                       strerror(errno));
-  char *b = malloc((size_t)REPORT_MAX + 1);
-  size_t n = b ? fread(b, 1, (size_t)REPORT_MAX + 1, f) : 0;
-  int bad = ferror(f);
-  fclose(f);
-  if (!b || bad || n > (size_t)REPORT_MAX) {
-    free(b);
-    return nto_err_set(err, b ? NTO_EIO : NTO_ENOMEM, "cannot read %s%s", path,
-                       n > (size_t)REPORT_MAX ? ": too large" : "");
-  }
-  b[n] = '\0';
-  *buf = b;
-  *len = n;
-  return 0;
+  return rc;
 }
 
 /* Read a train --report-json file into r. Every key bench uses must be
@@ -962,13 +587,24 @@ static int read_report(const char *path, report *r, nto_err *err) {
   char *buf = NULL;
   size_t len = 0;
   memset(r, 0, sizeof *r);
-  int rc = slurp(path, &buf, &len, err);
+  int rc = nto_file_read_all(path, REPORT_MAX, &buf, &len, err);
   if (rc != 0)
     return rc;
-  jreader j = {buf, buf, buf + len, path, NULL, err};
-  rc = jr_object(&j, fields);
-  if (rc == 0 && jr_peek(&j) != -1)
-    rc = jr_fail(&j, "text after the object");
+  nto_json j;
+  const char *key = NULL;
+  uint64_t at = 0;
+  nto_json_init(&j, buf, len, 0, REPORT_DEPTH, err);
+  rc = jr_object(&j, fields, &key, path, err);
+  if (rc == 0 && !nto_json_eof(&j))
+    rc = nto_json_fail(&j, "text after the object");
+  const char *what = nto_json_error(&j, &at);
+  if (rc == NTO_EDATA && what && key)
+    nto_err_set(err, rc, "%s: key '%s': %s (byte %llu)", path, key, what,
+                (unsigned long long)at);
+  else if (rc == NTO_EDATA && what)
+    nto_err_set(err, rc, "%s: byte %llu: %s", path, (unsigned long long)at,
+                what);
+  nto_json_free(&j);
   free(buf);
   if (rc != 0)
     return rc;
@@ -1099,8 +735,8 @@ static void derive_floors(bench *b) {
       const report *r = &c->runs[k];
       double compute =
           all ? all->runs[k].median_ms : r->median_ms - r->stall_ms;
-      double io = 1e3 * (r->read_mib / b->bw.read_mib_s +
-                         r->written_mib / b->bw.write_mib_s);
+      double io = 1e3 * (r->read_mib / b->bw.p.read_mib_s +
+                         r->written_mib / b->bw.p.write_mib_s);
       floors[k] = compute > io ? compute : io;
       c->ratios[k] = floors[k] > 0 ? r->median_ms / floors[k] : 0;
       c->region_ratios[k] =
@@ -1139,13 +775,13 @@ static void print_header(const bench *b) {
            "ratios\n",
            b->o.rounds);
   printf("swap %s: write %.0f MiB/s, read %.0f MiB/s (%s, %s%s, depth %u, "
-         "%u MiB requests, %llu MiB)\n",
-         bw->dir, bw->write_mib_s, bw->read_mib_s,
-         bw->direct       ? "O_DIRECT"
+         "%zu MiB requests, %llu MiB)\n",
+         bw->dir, bw->p.write_mib_s, bw->p.read_mib_s,
+         bw->p.direct     ? "O_DIRECT"
          : b->o.no_direct ? "buffered (--no-direct)"
                           : "buffered: O_DIRECT refused by the filesystem",
-         bw->io, bw->fixed ? " with registered buffers" : "", BW_DEPTH,
-         BW_BLOCK >> 20, (unsigned long long)(bw->total >> 20));
+         bw->p.io, bw->p.fixed ? " with registered buffers" : "", bw->p.depth,
+         bw->p.block >> 20, (unsigned long long)(bw->p.bytes >> 20));
   cli_print_blas();
   printf("command: %s\n\n", b->cmdline);
 }
@@ -1315,13 +951,13 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
           b->batch, b->o.iterations, b->o.warmup, b->o.rounds);
   fprintf(f,
           "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
-          "\"block_bytes\": %u, \"depth\": %u, \"direct\": %s, "
+          "\"block_bytes\": %zu, \"depth\": %u, \"direct\": %s, "
           "\"io\": ",
-          bw->read_mib_s, bw->write_mib_s, BW_BLOCK, BW_DEPTH,
-          bw->direct ? "true" : "false");
-  json_string(f, bw->io);
+          bw->p.read_mib_s, bw->p.write_mib_s, bw->p.block, bw->p.depth,
+          bw->p.direct ? "true" : "false");
+  json_string(f, bw->p.io);
   fprintf(f, ", \"total_bytes\": %llu, \"swap_dir\": ",
-          (unsigned long long)bw->total);
+          (unsigned long long)bw->p.bytes);
   json_string(f, bw->dir);
   fprintf(f, "},\n  \"configs\": [\n");
   for (int i = 0; i < b->o.n; i++) {

@@ -86,10 +86,6 @@ int cli_status(int code) {
              : CLI_RUNTIME;
 }
 
-const char *cli_bytes(size_t bytes, char *buf, size_t len) {
-  return nto_format_bytes(bytes, buf, len);
-}
-
 const char *cli_value(int argc, char **argv, int *i) {
   if (*i + 1 >= argc)
     return NULL;

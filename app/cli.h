@@ -27,9 +27,6 @@ int cli_recompute(const char *v, nto_recompute *out);
  * nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);
 
-/* nto_format_bytes (tensor.h), for bench until its probe moves. */
-const char *cli_bytes(size_t bytes, char *buf, size_t len);
-
 /* --io uring|psync (also io_uring) -> *out; -1 after printing an error
  * naming the option and the value. */
 int cli_io(const char *v, nto_io_kind *out);

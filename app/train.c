@@ -306,6 +306,25 @@ static double bitsd(uint64_t u) {
   return d;
 }
 
+/* The model's training state as io/checkpoint.h describes it into *s;
+ * its tensors are the model's list *ts (nto_model_state_tensors; the
+ * caller frees it with nto_model_weights_free, also after an error).
+ * Returns 0 or that list's error. */
+static int model_ckpt_state(nto_model *m, nto_ckpt_state *s,
+                            nto_named_tensor **ts, nto_err *err) {
+  nto_model_train_state t;
+  nto_model_get_train_state(m, &t);
+  *s = (nto_ckpt_state){.optimizer = nto_model_optimizer_name(m),
+                        .update_chunk = nto_model_update_chunk(m),
+                        .batch = nto_model_batch(m),
+                        .iteration = t.iteration,
+                        .rng = {t.rng[0], t.rng[1]}};
+  *ts = NULL;
+  int rc = nto_model_state_tensors(m, ts, &s->n_tensors, err);
+  s->tensors = *ts;
+  return rc;
+}
+
 /* Write --checkpoint (unless it already holds this iteration): the model
  * and data state (io/checkpoint.h) plus the loop's position and the
  * progress window's sums, so that a resumed run reports the same. */
@@ -322,8 +341,13 @@ static int write_checkpoint(run *r, nto_err *err) {
   nto_ckpt_set(&v[n++], "loop.last_loss", dbits(r->last_loss));
   nto_ckpt_set(&v[n++], "loop.last_acc", dbits(r->last_acc));
   double t = now_s();
-  int rc = nto_checkpoint_save(r->o.checkpoint, r->o.model, r->m, r->train, v,
-                               n, err);
+  nto_ckpt_state st;
+  nto_named_tensor *ts;
+  int rc = model_ckpt_state(r->m, &st, &ts, err);
+  if (rc == 0)
+    rc = nto_checkpoint_save(r->o.checkpoint, r->o.model, &st, r->train, v, n,
+                             err);
+  nto_model_weights_free(ts, st.n_tensors);
   if (rc != 0)
     return rc;
   t = now_s() - t;
@@ -343,9 +367,16 @@ static int write_checkpoint(run *r, nto_err *err) {
 static int resume(run *r, nto_err *err) {
   nto_ckpt_value v[32];
   int n = 0;
-  int rc = nto_checkpoint_load(r->o.resume, r->m, r->train, v, 32, &n, err);
+  nto_ckpt_state st;
+  nto_named_tensor *ts;
+  int rc = model_ckpt_state(r->m, &st, &ts, err);
+  if (rc == 0)
+    rc = nto_checkpoint_load(r->o.resume, &st, r->train, v, 32, &n, err);
+  nto_model_weights_free(ts, st.n_tensors);
   if (rc != 0)
     return rc;
+  nto_model_train_state t = {st.iteration, {st.rng[0], st.rng[1]}};
+  nto_model_set_train_state(r->m, &t);
   static const char *const need[] = {"loop.epoch", "loop.iter_in_epoch"};
   for (int i = 0; i < 2; i++)
     if (nto_ckpt_get(v, n, need[i], UINT64_MAX) == UINT64_MAX)

@@ -2,12 +2,16 @@
  * checkpoint.c - training checkpoints. See checkpoint.h for the format.
  *
  * DESIGN
- * Saving streams the file through stdio into FILE.tmp: the header, then one
- * record per persistent tensor (an offloading model's tensors are fetched
- * from the swap file one at a time into a bounce buffer of that tensor's
- * size), the values, the trailer. Every record carries its own CRC-32 and
- * the trailer one over the whole file, computed while writing. Then fsync,
- * rename over FILE, fsync of the directory (as io/weights.c does).
+ * The checkpoint knows no model: the caller describes the state
+ * (nto_ckpt_state), tensors reached in RAM or through fetch/store
+ * callbacks. Saving streams the file through the atomic save of
+ * io/fileio.h into FILE.tmp: the header, then one record per persistent
+ * tensor (a tensor without data, e.g. an offloading model's, is fetched
+ * one at a time into a bounce buffer of its size), the values, the
+ * trailer.
+ * Every record carries its own CRC-32 and the trailer one over the whole
+ * file, computed while writing. Then fsync, rename over FILE, fsync of the
+ * directory.
  *
  * Loading reads the file twice. The first pass streams it whole through a
  * 64 KiB buffer: it parses the structure, checks every length against the
@@ -15,24 +19,25 @@
  * directory (names, shapes, data offsets) and the values; a corrupt or
  * truncated file is refused here, with the byte offset and, for a record
  * that fails its CRC, the tensor's name. Then the directory is compared
- * with the model's tensors (names and shapes, the optimizer, the update
+ * with the state's tensors (names and shapes, the optimizer, the update
  * chunk, the batch size), and the data position is restored. Only then
  * does the second pass read each tensor's data with pread (again checking
- * its CRC) into the model's tensor, or into a bounce buffer handed to the
- * engine's store. A file that changes between the passes can still fail
- * in the second pass, after some tensors were restored; the caller then
- * discards the model.
+ * its CRC) into the tensor's data, or into a bounce buffer handed to its
+ * store. A file that changes between the passes can still fail in the
+ * second pass, after some tensors were restored; the caller then discards
+ * the model. The update count and the generator come back in the state
+ * for the caller to apply.
  */
 #include "checkpoint.h"
 
+#include "fileio.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -73,23 +78,6 @@ static uint64_t get64(const unsigned char *p) {
   for (int i = 0; i < 8; i++)
     v |= (uint64_t)p[i] << (8 * i);
   return v;
-}
-
-static int host_little_endian(void) {
-  const uint32_t one = 1;
-  return *(const unsigned char *)&one == 1;
-}
-
-/* Swap the bytes of n 4-byte words in place (big-endian hosts). */
-static void swap32(void *p, size_t n) {
-  unsigned char *b = p;
-  for (size_t i = 0; i < n; i++, b += 4) {
-    unsigned char t0 = b[0], t1 = b[1];
-    b[0] = b[3];
-    b[1] = b[2];
-    b[2] = t1;
-    b[3] = t0;
-  }
 }
 
 static uLong crc_update(uLong crc, const void *p, size_t n) {
@@ -170,9 +158,11 @@ static int reserved(const char *name) {
   return !strncmp(name, "model.", 6) || !strncmp(name, "data.", 5);
 }
 
-/* Fingerprint of a model's state tensors. */
-static int model_fingerprint(const nto_model *m, const nto_named_tensor *ts,
-                             int n, uint64_t *out, nto_err *err) {
+/* Fingerprint of a state's tensors, optimizer and update chunk. */
+static int state_fingerprint(const nto_ckpt_state *s, uint64_t *out,
+                             nto_err *err) {
+  const nto_named_tensor *ts = s->tensors;
+  int n = s->n_tensors;
   const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
   uint32_t *dims = malloc((size_t)(n ? n : 1) * 4 * sizeof *dims);
   if (!names || !dims) {
@@ -184,8 +174,7 @@ static int model_fingerprint(const nto_model *m, const nto_named_tensor *ts,
     names[i] = ts[i].name;
     dims4(&ts[i], dims + 4 * i);
   }
-  *out = fingerprint(nto_model_optimizer_name(m), nto_model_update_chunk(m),
-                     names, dims, n);
+  *out = fingerprint(s->optimizer, s->update_chunk, names, dims, n);
   free(names);
   free(dims);
   return 0;
@@ -194,7 +183,7 @@ static int model_fingerprint(const nto_model *m, const nto_named_tensor *ts,
 /* ---------------------------------------------------------------- writing */
 
 typedef struct writer {
-  FILE *f;
+  nto_file_out *f;
   const char *path;
   uLong crc; /* whole file */
   uLong rec; /* current record or section */
@@ -202,9 +191,9 @@ typedef struct writer {
 } writer;
 
 static int w_put(writer *w, const void *p, size_t n, nto_err *err) {
-  if (n && fwrite(p, 1, n, w->f) != n)
-    return nto_err_set(err, NTO_EIO, "%s: write failed: %s", w->path,
-                       strerror(errno));
+  int rc = nto_file_put(w->f, p, n, err);
+  if (rc)
+    return rc;
   w->crc = crc_update(w->crc, p, n);
   w->rec = crc_update(w->rec, p, n);
   w->off += n;
@@ -227,13 +216,13 @@ static int w_end_record(writer *w, nto_err *err) {
 
 /* Float data (native) as little-endian. */
 static int w_floats(writer *w, const float *p, size_t n, nto_err *err) {
-  if (host_little_endian())
+  if (nto_file_host_le())
     return w_put(w, p, n * sizeof *p, err);
   float buf[IO_CHUNK / sizeof(float)];
   while (n > 0) {
     size_t k = n < IO_CHUNK / sizeof(float) ? n : IO_CHUNK / sizeof(float);
     memcpy(buf, p, k * sizeof *p);
-    swap32(buf, k);
+    nto_file_le32(buf, k);
     int rc = w_put(w, buf, k * sizeof *p, err);
     if (rc)
       return rc;
@@ -333,32 +322,38 @@ static int write_trailer(writer *w, nto_err *err) {
   return w_u32(w, c, err);
 }
 
-/* Directory part of path into buf ("." when there is none). */
-static void dir_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) {
-    snprintf(buf, len, ".");
-    return;
-  }
-  size_t n = (size_t)(slash - path);
-  if (n == 0)
-    n = 1; /* "/file" */
-  if (n >= len)
-    n = len - 1;
-  memcpy(buf, path, n);
-  buf[n] = '\0';
+/* What a save writes (nto_checkpoint_save). */
+typedef struct ckpt_content {
+  const char *path, *model_path, *opt;
+  uint64_t chunk, fp;
+  const nto_named_tensor *ts;
+  int n_t;
+  const nto_ckpt_value *v;
+  int n_v;
+} ckpt_content;
+
+/* The whole file, through the atomic save's writer. */
+static int write_file(nto_file_out *f, const void *vctx, nto_err *err) {
+  const ckpt_content *c = vctx;
+  writer w = {.f = f, .path = c->path};
+  w.crc = w.rec = crc32(0L, Z_NULL, 0);
+  int rc = write_header(&w, c->model_path, c->opt, c->chunk, c->fp, c->n_t,
+                        c->n_v, err);
+  for (int i = 0; rc == 0 && i < c->n_t; i++)
+    rc = write_tensor(&w, &c->ts[i], err);
+  if (rc == 0)
+    rc = write_values(&w, c->v, c->n_v, err);
+  return rc ? rc : write_trailer(&w, err);
 }
 
 /* The library's values (model.*, data.*) into v; returns their count. */
-static int lib_values(nto_model *m, const nto_dataset *data,
+static int lib_values(const nto_ckpt_state *s, const nto_dataset *data,
                       nto_ckpt_value *v) {
-  nto_model_train_state s;
-  nto_model_get_train_state(m, &s);
   int n = 0;
-  nto_ckpt_set(&v[n++], "model.iteration", (uint64_t)s.iteration);
-  nto_ckpt_set(&v[n++], "model.rng0", s.rng[0]);
-  nto_ckpt_set(&v[n++], "model.rng1", s.rng[1]);
-  nto_ckpt_set(&v[n++], "model.batch", (uint64_t)nto_model_batch(m));
+  nto_ckpt_set(&v[n++], "model.iteration", (uint64_t)s->iteration);
+  nto_ckpt_set(&v[n++], "model.rng0", s->rng[0]);
+  nto_ckpt_set(&v[n++], "model.rng1", s->rng[1]);
+  nto_ckpt_set(&v[n++], "model.batch", (uint64_t)s->batch);
   if (data) {
     nto_dataset_pos p;
     nto_dataset_tell(data, &p);
@@ -375,9 +370,10 @@ static int lib_values(nto_model *m, const nto_dataset *data,
 }
 
 int nto_checkpoint_save(const char *path, const char *model_path,
-                        nto_model *m, const nto_dataset *data,
+                        const nto_ckpt_state *s, const nto_dataset *data,
                         const nto_ckpt_value *vals, int n_vals, nto_err *err) {
-  if (!path || !path[0] || n_vals < 0 || (n_vals && !vals) ||
+  if (!path || !path[0] || !s || !s->optimizer || s->n_tensors < 0 ||
+      (s->n_tensors && !s->tensors) || n_vals < 0 || (n_vals && !vals) ||
       n_vals > (int)MAX_VALUES - LIB_VALUES)
     return nto_err_set(err, NTO_EINVAL, "checkpoint: invalid arguments");
   for (int i = 0; i < n_vals; i++)
@@ -390,78 +386,26 @@ int nto_checkpoint_save(const char *path, const char *model_path,
   nto_ckpt_value *all = malloc((size_t)(LIB_VALUES + n_vals) * sizeof *all);
   if (!all)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
-  int n_all = lib_values(m, data, all);
+  int n_all = lib_values(s, data, all);
   if (n_vals)
     memcpy(all + n_all, vals, (size_t)n_vals * sizeof *vals);
   n_all += n_vals;
-
-  nto_named_tensor *ts = NULL;
-  int n_t = 0;
   uint64_t fp = 0;
-  int rc = nto_model_state_tensors(m, &ts, &n_t, err);
-  if (rc == 0)
-    rc = model_fingerprint(m, ts, n_t, &fp, err);
-  char tmp[4200];
-  if (rc == 0 &&
-      (size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-    rc = nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
-  FILE *f = NULL;
+  int rc = state_fingerprint(s, &fp, err);
   if (rc == 0) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-      rc = nto_err_set(err, NTO_EIO, "%s: cannot create %s: %s", path, tmp,
-                       strerror(errno));
-    else if (!(f = fdopen(fd, "wb"))) {
-      rc = nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(errno));
-      close(fd);
-      unlink(tmp);
-    }
+    ckpt_content c = {.path = path,
+                      .model_path = model_path,
+                      .opt = s->optimizer,
+                      .chunk = s->update_chunk,
+                      .fp = fp,
+                      .ts = s->tensors,
+                      .n_t = s->n_tensors,
+                      .v = all,
+                      .n_v = n_all};
+    rc = nto_file_save(path, ".tmp", write_file, &c, err);
   }
-  if (rc == 0) {
-    writer w = {.f = f, .path = path};
-    w.crc = w.rec = crc32(0L, Z_NULL, 0);
-    rc = write_header(&w, model_path, nto_model_optimizer_name(m),
-                      nto_model_update_chunk(m), fp, n_t, n_all, err);
-    for (int i = 0; rc == 0 && i < n_t; i++)
-      rc = write_tensor(&w, &ts[i], err);
-    if (rc == 0)
-      rc = write_values(&w, all, n_all, err);
-    if (rc == 0)
-      rc = write_trailer(&w, err);
-    if (rc == 0 && fflush(f) != 0)
-      rc = nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
-                       strerror(errno));
-    if (rc == 0 && fsync(fileno(f)) != 0)
-      rc = nto_err_set(err, NTO_EIO, "%s: fsync failed: %s", path,
-                       strerror(errno));
-    if (fclose(f) != 0 && rc == 0)
-      rc = nto_err_set(err, NTO_EIO, "%s: close failed: %s", path,
-                       strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-      rc = nto_err_set(err, NTO_EIO, "%s: cannot rename %s over it: %s",
-                       path, tmp, strerror(errno));
-    if (rc)
-      unlink(tmp);
-  }
-  nto_model_weights_free(ts, n_t);
   free(all);
-  if (rc)
-    return rc;
-  char dir[4200];
-  dir_name(path, dir, sizeof dir);
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot open directory %s: %s", path,
-                       dir, strerror(errno));
-  /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
-  if (fsync(dfd) != 0 && errno != EINVAL) {
-    int e = errno;
-    close(dfd);
-    return nto_err_set(err, NTO_EIO, "%s: fsync of directory %s failed: %s",
-                       path, dir, strerror(e));
-  }
-  close(dfd);
-  return 0;
+  return rc;
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -720,17 +664,17 @@ static int read_trailer(reader *r, nto_err *err) {
 static int ckpt_read(ckpt *c, const char *path, nto_err *err) {
   memset(c, 0, sizeof *c);
   c->path = path;
-  c->f = fopen(path, "rb");
-  if (!c->f)
-    return nto_err_set(err, NTO_EIO, "checkpoint %s: cannot open: %s", path,
-                       strerror(errno));
-  struct stat st;
-  if (fstat(fileno(c->f), &st) != 0)
-    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(errno));
-  c->size = (uint64_t)st.st_size;
+  int fd;
+  int rc = nto_file_open_read(path, &fd, &c->size, err);
+  if (rc)
+    return nto_err_prefix(err, rc, "checkpoint ");
+  if (!(c->f = fdopen(fd, "rb"))) {
+    close(fd);
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", path);
+  }
   reader r = {.c = c};
   r.crc = r.rec = crc32(0L, Z_NULL, 0);
-  int rc = read_header(&r, err);
+  rc = read_header(&r, err);
   if (rc == 0 && !(c->t = calloc((size_t)(c->n_t ? c->n_t : 1), sizeof *c->t)))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   for (uint32_t i = 0; rc == 0 && i < c->n_t; i++)
@@ -742,11 +686,12 @@ static int ckpt_read(ckpt *c, const char *path, nto_err *err) {
   return rc;
 }
 
-/* Is the file for this model? NTO_ECONFIG naming the first difference. */
-static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
-                       int n, nto_err *err) {
+/* Is the file for this state? NTO_ECONFIG naming the first difference. */
+static int check_state(const ckpt *c, const nto_ckpt_state *s, nto_err *err) {
+  const nto_named_tensor *ts = s->tensors;
+  int n = s->n_tensors;
   char here[64], there[64];
-  const char *opt = nto_model_optimizer_name(m);
+  const char *opt = s->optimizer;
   char written[MAX_MODEL_PATH + 32] = "";
   if (c->model[0])
     snprintf(written, sizeof written, " (for %s)", c->model);
@@ -755,12 +700,12 @@ static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
                        "checkpoint %s was written for a different optimizer"
                        "%s: %s in the file, %s here",
                        c->path, written, c->opt, opt);
-  if (nto_model_update_chunk(m) != c->chunk)
+  if (s->update_chunk != c->chunk)
     return nto_err_set(err, NTO_ECONFIG,
                        "checkpoint %s was written with update chunks of "
                        "%" PRIu64 " bytes%s, this model uses %zu: its "
                        "optimizer state is split differently",
-                       c->path, c->chunk, written, nto_model_update_chunk(m));
+                       c->path, c->chunk, written, s->update_chunk);
   for (int i = 0; i < n; i++) {
     uint32_t d[4];
     dims4(&ts[i], d);
@@ -799,7 +744,7 @@ static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
     }
   }
   uint64_t fp;
-  int rc = model_fingerprint(m, ts, n, &fp, err);
+  int rc = state_fingerprint(s, &fp, err);
   if (rc == 0 && (fp != c->fp || (uint32_t)n != c->n_t))
     return nto_err_set(err, NTO_ECONFIG,
                        "checkpoint %s was written for a different model%s: "
@@ -809,30 +754,11 @@ static int check_model(const ckpt *c, nto_model *m, const nto_named_tensor *ts,
   if (rc)
     return rc;
   uint64_t batch = nto_ckpt_get(c->v, (int)c->n_v, "model.batch", 0);
-  if (batch != (uint64_t)nto_model_batch(m))
+  if (batch != (uint64_t)s->batch)
     return nto_err_set(err, NTO_ECONFIG,
                        "checkpoint %s was written at batch size %" PRIu64
                        "%s, this run has batch size %d",
-                       c->path, batch, written, nto_model_batch(m));
-  return 0;
-}
-
-/* pread exactly n bytes at off. */
-static int pread_full(const ckpt *c, void *p, size_t n, uint64_t off,
-                      nto_err *err) {
-  unsigned char *b = p;
-  while (n > 0) {
-    ssize_t k = pread(fileno(c->f), b, n, (off_t)off);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return nto_err_set(err, k < 0 ? NTO_EIO : NTO_EDATA,
-                         "%s: byte offset %" PRIu64 ": %s", c->path, off,
-                         k < 0 ? strerror(errno) : "the file got shorter");
-    b += k;
-    off += (uint64_t)k;
-    n -= (size_t)k;
-  }
+                       c->path, batch, written, s->batch);
   return 0;
 }
 
@@ -851,14 +777,15 @@ static int load_tensor(const ckpt *c, const entry *e,
                          "%s: out of memory for tensor %s (%zu bytes)",
                          c->path, t->name, bytes);
   }
-  int rc = pread_full(c, dst, bytes, e->data_off, err);
+  int rc =
+      nto_file_pread_full(fileno(c->f), dst, bytes, e->data_off, c->path, err);
   if (rc == 0 && (uint32_t)crc_update(e->prefix_crc, dst, bytes) != e->crc)
     rc = nto_err_set(err, NTO_EDATA,
                      "%s: byte offset %" PRIu64 ": tensor %s changed while "
                      "it was read: the file is corrupt",
                      c->path, e->rec_off, e->name);
-  if (rc == 0 && !host_little_endian())
-    swap32(dst, (size_t)e->numel);
+  if (rc == 0)
+    nto_file_le32(dst, (size_t)e->numel);
   if (rc == 0 && bounce && e->numel > 0) {
     rc = t->store(t->ctx, t->index, bounce, err);
     if (rc)
@@ -907,36 +834,32 @@ static int restore_data(const ckpt *c, nto_dataset *data, nto_err *err) {
   return rc;
 }
 
-int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
+int nto_checkpoint_load(const char *path, nto_ckpt_state *s, nto_dataset *data,
                         nto_ckpt_value *vals, int max_vals, int *n_vals,
                         nto_err *err) {
   if (n_vals)
     *n_vals = 0;
-  if (!path || !m)
+  if (!path || !s || !s->optimizer || s->n_tensors < 0 ||
+      (s->n_tensors && !s->tensors))
     return nto_err_set(err, NTO_EINVAL, "checkpoint: invalid arguments");
   ckpt c;
   int rc = ckpt_read(&c, path, err);
-  nto_named_tensor *ts = NULL;
-  int n = 0;
   if (rc == 0)
-    rc = nto_model_state_tensors(m, &ts, &n, err);
-  if (rc == 0)
-    rc = check_model(&c, m, ts, n, err);
-  nto_model_train_state s;
-  uint64_t it = 0;
+    rc = check_state(&c, s, err);
+  uint64_t it = 0, rng[2] = {0, 0};
   if (rc == 0)
     rc = need_value(&c, "model.iteration", &it, err);
   if (rc == 0)
-    rc = need_value(&c, "model.rng0", &s.rng[0], err);
+    rc = need_value(&c, "model.rng0", &rng[0], err);
   if (rc == 0)
-    rc = need_value(&c, "model.rng1", &s.rng[1], err);
+    rc = need_value(&c, "model.rng1", &rng[1], err);
   if (rc == 0 && it > (uint64_t)LONG_MAX)
     rc = nto_err_set(err, NTO_EDATA, "%s: iteration %" PRIu64 " is invalid",
                      path, it);
-  s.iteration = (long)it;
   if (rc == 0 && data)
     rc = restore_data(&c, data, err);
-  for (int i = 0; rc == 0 && i < n; i++) {
+  const nto_named_tensor *ts = s->tensors;
+  for (int i = 0; rc == 0 && i < s->n_tensors; i++) {
     const entry *e = NULL;
     for (uint32_t k = (uint32_t)i; !e && k < c.n_t; k++)
       if (!strcmp(c.t[k].name, ts[i].name))
@@ -947,7 +870,9 @@ int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
     rc = load_tensor(&c, e, &ts[i], err);
   }
   if (rc == 0) {
-    nto_model_set_train_state(m, &s);
+    s->iteration = (long)it;
+    s->rng[0] = rng[0];
+    s->rng[1] = rng[1];
     int k = 0;
     for (uint32_t i = 0; i < c.n_v; i++)
       if (!reserved(c.v[i].name) && k < max_vals && vals)
@@ -955,7 +880,6 @@ int nto_checkpoint_load(const char *path, nto_model *m, nto_dataset *data,
     if (n_vals)
       *n_vals = k;
   }
-  nto_model_weights_free(ts, n);
   ckpt_close(&c);
   return rc;
 }

@@ -1,5 +1,6 @@
 /*
- * dataset.h - streaming training data readers.
+ * dataset.h - streaming training data readers (io/dataset.c; one file per
+ * source: io/idx.c, io/raw.c, io/synthetic.c).
  *
  * Sources: Fashion-MNIST / MNIST IDX files (gzip, read with zlib), nntrainer
  * raw files (per sample: feature_len float32 values then num_classes float32
@@ -9,7 +10,7 @@
  *
  * Samples are adapted to the model's input shape (c, h, w): IDX images
  * (1, rows, cols) are scaled to [0, 1], zero-padded centred to (h, w) when
- * larger, and the channel replicated to c. nto_dataset_adaptation() says
+ * larger, and the channel replicated to c. nto_dataset_describe() says
  * what was done, for the user.
  *
  * A dataset is used by one thread at a time.

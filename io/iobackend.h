@@ -1,7 +1,8 @@
 /*
  * iobackend.h - asynchronous reads and writes of a file (the swap file):
- * one request queue with two backends, io_uring (liburing) and psync
- * (pread/pwrite performed synchronously when reaping).
+ * one request queue with two backends, io_uring (liburing, io/uring.c)
+ * and psync (pread/pwrite performed synchronously when reaping,
+ * io/psync.c), and fault injection for tests (io/iofault.c).
  *
  * Threads: a queue is owned by one thread: created, used and destroyed on
  * it (io_uring rings are not shared). Different threads may each own a

@@ -2,16 +2,15 @@
  * weights.c - nntrainer .bin and safetensors weight files. See weights.h.
  *
  * DESIGN
- * Saving goes through atomic_save(): the content is written to
- * "<path>.tmp.<pid>" (created exclusively), flushed and fsync'ed, renamed
- * over <path>, and the directory is fsync'ed so the rename itself is
- * durable. On any failure before the rename the temporary file is removed
- * and an existing <path> is untouched.
+ * Saving goes through the atomic save of io/fileio.h with the temp file
+ * "<path>.tmp.<pid>": on any failure the temp file is removed and an
+ * existing <path> is untouched.
  *
  * Loading a safetensors file reads the 8-byte header length, then the JSON
- * header only (at most SAFETENSORS_MAX_HEADER bytes), and parses it with a
- * small strict recursive-descent scanner: RFC 8259 syntax, UTF-8 checked,
- * string escapes decoded, duplicate keys rejected. Every tensor entry is
+ * header only (at most SAFETENSORS_MAX_HEADER bytes), and parses it with the
+ * strict reader of io/json.h (RFC 8259 syntax, UTF-8 checked, string
+ * escapes decoded): tensor names and the keys of an entry given twice are
+ * refused, unknown keys of an entry skipped. Every tensor entry is
  * validated against the file (offsets inside the data section, byte size
  * matching dtype and shape, entries contiguous and covering the data section
  * as the reference implementation requires) before any data is read; then
@@ -23,22 +22,23 @@
  * writes it (values_for_write); loading reads into it and stores it
  * (read_tensor). A callback's error is returned as is, with the path and
  * tensor name prefixed to its message; for a save that happens inside
- * atomic_save's writer, so the temp file is removed like on a write error.
+ * the atomic save's writer, so the temp file is removed like on a write
+ * error.
  */
 #include "weights.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "fileio.h"
+#include "json.h"
+
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define SAFETENSORS_MAX_HEADER (100u << 20) /* same cap as the reference */
-#define JSON_MAX_DEPTH 64
+#define SAFETENSORS_MAX_DEPTH 66 /* the header, a tensor entry, 64 in it */
 #define ST_MAX_DIMS 16
 
 size_t nto_named_numel(const nto_named_tensor *t) {
@@ -46,23 +46,6 @@ size_t nto_named_numel(const nto_named_tensor *t) {
   for (int i = 0; i < t->ndim && i < 4; i++)
     n *= t->dims[i] > 0 ? (size_t)t->dims[i] : 0;
   return n;
-}
-
-static int host_is_le(void) {
-  const uint16_t one = 1;
-  return *(const unsigned char *)&one == 1;
-}
-
-/* Reverse the bytes of each of n 32-bit words in place. */
-static void swap32(void *p, size_t n) {
-  unsigned char *b = p;
-  for (size_t i = 0; i < n; i++, b += 4) {
-    unsigned char t0 = b[0], t1 = b[1];
-    b[0] = b[3];
-    b[1] = b[2];
-    b[2] = t1;
-    b[3] = t0;
-  }
 }
 
 /* Check one tensor description for saving (saving = 1) or loading. */
@@ -82,6 +65,27 @@ static int check_tensor(const nto_named_tensor *t, int i, int saving,
     return nto_err_set(err, NTO_EINVAL, "weights: %s: NULL data and no %s",
                        t->name, saving ? "fetch callback" : "store callback");
   return 0;
+}
+
+/* The arguments of a save (saving = 1) or a load of ts[0..n) at path,
+ * each tensor checked by check_tensor. what ("weights", "safetensors")
+ * starts the message of bad arguments. Returns 0 or NTO_EINVAL. */
+static int check_args(const char *path, const nto_named_tensor *ts, int n,
+                      int saving, const char *what, nto_err *err) {
+  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
+    return nto_err_set(err, NTO_EINVAL, "%s: invalid arguments", what);
+  for (int i = 0; i < n; i++) {
+    int rc = check_tensor(&ts[i], i, saving, err);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* The temp file suffix of a save, ".tmp.<pid>", in buf. */
+static const char *tmp_suffix(char *buf, size_t len) {
+  snprintf(buf, len, ".tmp.%ld", (long)getpid());
+  return buf;
 }
 
 /*
@@ -154,110 +158,22 @@ static void shape_str(const int64_t *dims, int ndim, char *buf, size_t len) {
     snprintf(buf + o, len - o, "]");
 }
 
-/* ------------------------------------------------------- atomic writing */
-
-typedef int (*writer_fn)(FILE *f, const void *ctx, const char *path,
-                         nto_err *err);
-
-static int write_all(FILE *f, const void *p, size_t bytes, const char *path,
-                     nto_err *err) {
-  if (bytes && fwrite(p, 1, bytes, f) != bytes)
-    return nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
-                       strerror(errno));
-  return 0;
-}
-
-/* Directory part of path into buf ("." when there is none). */
-static void dir_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) {
-    snprintf(buf, len, ".");
-    return;
-  }
-  size_t n = (size_t)(slash - path);
-  if (n == 0)
-    n = 1; /* "/file" */
-  if (n >= len)
-    n = len - 1;
-  memcpy(buf, path, n);
-  buf[n] = '\0';
-}
-
-/*
- * Write path atomically with write(): temp file, fsync, rename, fsync of
- * the directory. Returns 0 or NTO_EIO (or the writer's code) naming path.
- */
-static int atomic_save(const char *path, writer_fn write, const void *ctx,
-                       nto_err *err) {
-  char tmp[4200];
-  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp)
-    return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) { /* stale temp file of this pid */
-    unlink(tmp);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  }
-  if (fd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot create %s: %s", path, tmp,
-                       strerror(errno));
-  FILE *f = fdopen(fd, "wb");
-  if (f == NULL) {
-    int e = errno;
-    close(fd);
-    unlink(tmp);
-    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
-  }
-  int rc = write(f, ctx, path, err);
-  if (rc == 0 && fflush(f) != 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: write failed: %s", path,
-                     strerror(errno));
-  if (rc == 0 && fsync(fileno(f)) != 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: fsync failed: %s", path,
-                     strerror(errno));
-  if (fclose(f) != 0 && rc == 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: close failed: %s", path,
-                     strerror(errno));
-  if (rc == 0 && rename(tmp, path) != 0)
-    rc = nto_err_set(err, NTO_EIO, "%s: cannot rename %s over it: %s", path,
-                     tmp, strerror(errno));
-  if (rc) {
-    unlink(tmp);
-    return rc;
-  }
-  char dir[4200];
-  dir_name(path, dir, sizeof dir);
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot open directory %s: %s", path,
-                       dir, strerror(errno));
-  /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
-  if (fsync(dfd) != 0 && errno != EINVAL) {
-    int e = errno;
-    close(dfd);
-    return nto_err_set(err, NTO_EIO, "%s: fsync of directory %s failed: %s",
-                       path, dir, strerror(e));
-  }
-  close(dfd);
-  return 0;
-}
-
 /* --------------------------------------------------------- nntrainer .bin */
 
 typedef struct {
+  const char *path;
   const nto_named_tensor *ts;
   int n;
 } bin_ctx;
 
-static int bin_write(FILE *f, const void *vctx, const char *path,
-                     nto_err *err) {
+static int bin_write(nto_file_out *f, const void *vctx, nto_err *err) {
   const bin_ctx *c = vctx;
   for (int i = 0; i < c->n; i++) {
     const float *vals;
     float *bounce;
-    int rc = values_for_write(&c->ts[i], path, &vals, &bounce, err);
+    int rc = values_for_write(&c->ts[i], c->path, &vals, &bounce, err);
     if (rc == 0)
-      rc = write_all(f, vals, nto_named_numel(&c->ts[i]) * 4, path, err);
+      rc = nto_file_put(f, vals, nto_named_numel(&c->ts[i]) * 4, err);
     free(bounce);
     if (rc)
       return rc;
@@ -267,61 +183,23 @@ static int bin_write(FILE *f, const void *vctx, const char *path,
 
 int nto_weights_save_bin(const char *path, const nto_named_tensor *ts, int n,
                          nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
-  for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 1, err);
-    if (rc)
-      return rc;
-  }
-  bin_ctx c = {ts, n};
-  return atomic_save(path, bin_write, &c, err);
-}
-
-/* Read exactly bytes at offset off of fd. NTO_EIO / NTO_EDATA (short). */
-static int pread_full(int fd, void *buf, size_t bytes, uint64_t off,
-                      const char *path, nto_err *err) {
-  size_t got = 0;
-  while (got < bytes) {
-    ssize_t r = pread(fd, (char *)buf + got, bytes - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return nto_err_set(err, NTO_EIO,
-                         "%s: read at byte offset %" PRIu64 ": %s", path,
-                         off + got, strerror(errno));
-    if (r == 0)
-      return nto_err_set(err, NTO_EDATA,
-                         "%s: truncated at byte offset %" PRIu64, path,
-                         off + got);
-    got += (size_t)r;
-  }
-  return 0;
-}
-
-static int open_read(const char *path, int *fd, uint64_t *size, nto_err *err) {
-  *fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (*fd < 0)
-    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
-                       strerror(errno));
-  struct stat st;
-  if (fstat(*fd, &st) != 0) {
-    int e = errno;
-    close(*fd);
-    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
-  }
-  *size = (uint64_t)st.st_size;
-  return 0;
+  char suffix[32];
+  int rc = check_args(path, ts, n, 1, "weights", err);
+  if (rc)
+    return rc;
+  bin_ctx c = {path, ts, n};
+  return nto_file_save(path, tmp_suffix(suffix, sizeof suffix), bin_write, &c,
+                       err);
 }
 
 /*
  * Read t's product(dims) floats at byte offset off of fd into t->data, or,
- * when data is NULL, into a bounce buffer handed to t->store. swap: the
- * file is little-endian and the host is not. Returns 0, NTO_ENOMEM, the
- * codes of pread_full, or the store's error (see callback_error).
+ * when data is NULL, into a bounce buffer handed to t->store. le: the file
+ * is little-endian (else native). Returns 0, NTO_ENOMEM, the codes of
+ * nto_file_pread_full, or the store's error (see callback_error).
  */
-static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
-                       int swap, const char *path, nto_err *err) {
+static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t, int le,
+                       const char *path, nto_err *err) {
   size_t count = nto_named_numel(t);
   if (count == 0)
     return 0;
@@ -331,9 +209,9 @@ static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
     return rc;
   if (bounce)
     dst = bounce;
-  rc = pread_full(fd, dst, count * 4, off, path, err);
-  if (rc == 0 && swap)
-    swap32(dst, count);
+  rc = nto_file_pread_full(fd, dst, count * 4, off, path, err);
+  if (rc == 0 && le)
+    nto_file_le32(dst, count);
   if (rc == 0 && bounce) {
     nto_err_clear(err);
     rc = t->store(t->ctx, t->index, bounce, err);
@@ -346,18 +224,15 @@ static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t,
 
 int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "weights: invalid arguments");
+  int rc = check_args(path, ts, n, 0, "weights", err);
+  if (rc)
+    return rc;
   uint64_t expect = 0;
-  for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 0, err);
-    if (rc)
-      return rc;
+  for (int i = 0; i < n; i++)
     expect += (uint64_t)nto_named_numel(&ts[i]) * 4;
-  }
   int fd;
   uint64_t size;
-  int rc = open_read(path, &fd, &size, err);
+  rc = nto_file_open_read(path, &fd, &size, err);
   if (rc)
     return rc;
   if (size != expect) {
@@ -412,34 +287,6 @@ static void sb_fmt_u64(sbuf *b, uint64_t v) {
   sb_add(b, t, (size_t)n);
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t avail) {
-  unsigned c = s[0];
-  size_t n;
-  unsigned min;
-  if (c < 0x80)
-    return 1;
-  if ((c & 0xE0) == 0xC0)
-    n = 2, min = 0x80;
-  else if ((c & 0xF0) == 0xE0)
-    n = 3, min = 0x800;
-  else if ((c & 0xF8) == 0xF0)
-    n = 4, min = 0x10000;
-  else
-    return 0;
-  if (n > avail)
-    return 0;
-  unsigned cp = c & (0x7Fu >> n);
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-    cp = cp << 6 | (s[i] & 0x3Fu);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
 /* Append s as a JSON string literal. Returns -1 if s is not valid UTF-8. */
 static int sb_json_str(sbuf *b, const char *s) {
   const unsigned char *u = (const unsigned char *)s;
@@ -468,7 +315,7 @@ static int sb_json_str(sbuf *b, const char *s) {
       }
       i++;
     } else {
-      size_t l = utf8_len(u + i, n - i);
+      size_t l = nto_json_utf8_len(u + i, n - i);
       if (l == 0)
         return -1;
       sb_add(b, s + i, l);
@@ -482,33 +329,35 @@ static int sb_json_str(sbuf *b, const char *s) {
 /* ------------------------------------------------------- safetensors save */
 
 typedef struct {
+  const char *path;
   const nto_named_tensor *ts;
   int n;
   const char *header; /* padded JSON */
   uint64_t header_len;
 } st_ctx;
 
-static int st_write(FILE *f, const void *vctx, const char *path, nto_err *err) {
+static int st_write(nto_file_out *f, const void *vctx, nto_err *err) {
   const st_ctx *c = vctx;
   unsigned char len8[8];
   for (int i = 0; i < 8; i++)
     len8[i] = (unsigned char)(c->header_len >> (8 * i));
-  int rc = write_all(f, len8, 8, path, err);
+  int rc = nto_file_put(f, len8, 8, err);
   if (rc == 0)
-    rc = write_all(f, c->header, c->header_len, path, err);
+    rc = nto_file_put(f, c->header, c->header_len, err);
   float chunk[1024];
+  int le = nto_file_host_le();
   for (int i = 0; i < c->n && rc == 0; i++) {
     size_t total = nto_named_numel(&c->ts[i]);
     const float *vals;
     float *bounce;
-    rc = values_for_write(&c->ts[i], path, &vals, &bounce, err);
-    if (rc == 0 && host_is_le())
-      rc = write_all(f, vals, total * 4, path, err);
-    for (size_t o = 0; rc == 0 && !host_is_le() && o < total; o += 1024) {
+    rc = values_for_write(&c->ts[i], c->path, &vals, &bounce, err);
+    if (rc == 0 && le)
+      rc = nto_file_put(f, vals, total * 4, err);
+    for (size_t o = 0; rc == 0 && !le && o < total; o += 1024) {
       size_t m = total - o < 1024 ? total - o : 1024;
       memcpy(chunk, vals + o, m * 4);
-      swap32(chunk, m);
-      rc = write_all(f, chunk, m * 4, path, err);
+      nto_file_le32(chunk, m);
+      rc = nto_file_put(f, chunk, m * 4, err);
     }
     free(bounce);
   }
@@ -517,12 +366,10 @@ static int st_write(FILE *f, const void *vctx, const char *path, nto_err *err) {
 
 int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
                          const char *const *meta, nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
+  int rc = check_args(path, ts, n, 1, "safetensors", err);
+  if (rc)
+    return rc;
   for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 1, err);
-    if (rc)
-      return rc;
     if (strcmp(ts[i].name, "__metadata__") == 0)
       return nto_err_set(err, NTO_EINVAL,
                          "safetensors: %s: reserved tensor name", path);
@@ -587,8 +434,10 @@ int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
                        "not valid UTF-8",
                        path);
   }
-  st_ctx c = {ts, n, b.p, b.len};
-  int rc = atomic_save(path, st_write, &c, err);
+  st_ctx c = {path, ts, n, b.p, b.len};
+  char suffix[32];
+  rc =
+      nto_file_save(path, tmp_suffix(suffix, sizeof suffix), st_write, &c, err);
   free(b.p);
   return rc;
 }
@@ -605,419 +454,86 @@ typedef struct {
   int have_dtype, have_shape, have_offsets;
 } st_entry;
 
+/* The entries of a header. */
 typedef struct {
-  const char *s; /* header text */
-  size_t len, pos;
-  int depth;
-  const char *path;
-  nto_err *err;
   st_entry *e;
-  int ne, cap_e;
-} jp;
-
-static int jp_fail(jp *p, const char *what) {
-  return nto_err_set(p->err, NTO_EDATA,
-                     "%s: malformed safetensors header at byte %zu: %s",
-                     p->path, (size_t)8 + p->pos, what);
-}
-
-static void jp_ws(jp *p) {
-  while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' ||
-                             p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
-    p->pos++;
-}
-
-static int jp_peek(jp *p) {
-  jp_ws(p);
-  return p->pos < p->len ? (unsigned char)p->s[p->pos] : -1;
-}
-
-static int jp_expect(jp *p, char c) {
-  if (jp_peek(p) != (unsigned char)c) {
-    char what[32];
-    snprintf(what, sizeof what, "expected '%c'", c);
-    return jp_fail(p, what);
-  }
-  p->pos++;
-  return 0;
-}
-
-static int hex4(const char *s, unsigned *out) {
-  unsigned v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = s[i];
-    v <<= 4;
-    if (c >= '0' && c <= '9')
-      v |= (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      v |= (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      v |= (unsigned)(c - 'A' + 10);
-    else
-      return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-static void put_utf8(sbuf *b, unsigned cp) {
-  char t[4];
-  size_t n;
-  if (cp < 0x80)
-    t[0] = (char)cp, n = 1;
-  else if (cp < 0x800)
-    t[0] = (char)(0xC0 | cp >> 6), t[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
-  else if (cp < 0x10000)
-    t[0] = (char)(0xE0 | cp >> 12), t[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-    t[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
-  else
-    t[0] = (char)(0xF0 | cp >> 18), t[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-    t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), t[3] = (char)(0x80 | (cp & 0x3F)),
-    n = 4;
-  sb_add(b, t, n);
-}
-
-/*
- * Parse a JSON string at the cursor. If out is non-NULL, the decoded string
- * (NUL-terminated, malloc'ed; embedded NULs rejected) is stored there.
- */
-static int jp_string(jp *p, char **out) {
-  if (jp_peek(p) != '"')
-    return jp_fail(p, "expected a string");
-  p->pos++;
-  sbuf b = {0};
-  sb_add(&b, "", 0);
-  while (1) {
-    if (p->pos >= p->len) {
-      free(b.p);
-      return jp_fail(p, "unterminated string");
-    }
-    unsigned char c = (unsigned char)p->s[p->pos];
-    if (c == '"') {
-      p->pos++;
-      break;
-    }
-    if (c < 0x20) {
-      free(b.p);
-      return jp_fail(p, "control character in string");
-    }
-    if (c != '\\') {
-      size_t l =
-          utf8_len((const unsigned char *)p->s + p->pos, p->len - p->pos);
-      if (l == 0) {
-        free(b.p);
-        return jp_fail(p, "invalid UTF-8");
-      }
-      sb_add(&b, p->s + p->pos, l);
-      p->pos += l;
-      continue;
-    }
-    if (p->pos + 1 >= p->len) {
-      free(b.p);
-      return jp_fail(p, "unterminated escape");
-    }
-    char e = p->s[p->pos + 1];
-    p->pos += 2;
-    const char *simple = NULL;
-    switch (e) {
-    case '"':
-      simple = "\"";
-      break;
-    case '\\':
-      simple = "\\";
-      break;
-    case '/':
-      simple = "/";
-      break;
-    case 'b':
-      simple = "\b";
-      break;
-    case 'f':
-      simple = "\f";
-      break;
-    case 'n':
-      simple = "\n";
-      break;
-    case 'r':
-      simple = "\r";
-      break;
-    case 't':
-      simple = "\t";
-      break;
-    case 'u':
-      break;
-    default:
-      free(b.p);
-      return jp_fail(p, "invalid escape");
-    }
-    if (simple) {
-      sb_add(&b, simple, 1);
-      continue;
-    }
-    unsigned cp, lo;
-    if (p->pos + 4 > p->len || hex4(p->s + p->pos, &cp)) {
-      free(b.p);
-      return jp_fail(p, "invalid \\u escape");
-    }
-    p->pos += 4;
-    if (cp >= 0xD800 && cp <= 0xDBFF) {
-      if (p->pos + 6 > p->len || p->s[p->pos] != '\\' ||
-          p->s[p->pos + 1] != 'u' || hex4(p->s + p->pos + 2, &lo) ||
-          lo < 0xDC00 || lo > 0xDFFF) {
-        free(b.p);
-        return jp_fail(p, "unpaired surrogate");
-      }
-      p->pos += 6;
-      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-      free(b.p);
-      return jp_fail(p, "unpaired surrogate");
-    }
-    if (cp == 0) {
-      free(b.p);
-      return jp_fail(p, "NUL character in string");
-    }
-    put_utf8(&b, cp);
-  }
-  if (b.oom) {
-    free(b.p);
-    return nto_err_set(p->err, NTO_ENOMEM, "safetensors: out of memory");
-  }
-  if (out)
-    *out = b.p;
-  else
-    free(b.p);
-  return 0;
-}
-
-/* A non-negative JSON integer (no sign, fraction or exponent), <= 2^63-1. */
-static int jp_uint(jp *p, uint64_t *out) {
-  jp_peek(p);
-  size_t start = p->pos;
-  uint64_t v = 0;
-  while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
-    unsigned d = (unsigned)(p->s[p->pos] - '0');
-    if (v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - d) / 10)
-      return jp_fail(p, "integer too large");
-    v = v * 10 + d;
-    p->pos++;
-  }
-  if (p->pos == start)
-    return jp_fail(p, "expected a non-negative integer");
-  if (p->s[start] == '0' && p->pos - start > 1)
-    return jp_fail(p, "leading zero");
-  if (p->pos < p->len &&
-      (p->s[p->pos] == '.' || p->s[p->pos] == 'e' || p->s[p->pos] == 'E'))
-    return jp_fail(p, "expected an integer");
-  *out = v;
-  return 0;
-}
-
-static int jp_value(jp *p);
-
-/* Any JSON number, validated and skipped. */
-static int jp_number(jp *p) {
-  size_t i = p->pos;
-  const char *s = p->s;
-  if (i < p->len && s[i] == '-')
-    i++;
-  if (i >= p->len || s[i] < '0' || s[i] > '9')
-    return jp_fail(p, "invalid number");
-  if (s[i] == '0')
-    i++;
-  else
-    while (i < p->len && s[i] >= '0' && s[i] <= '9')
-      i++;
-  if (i < p->len && s[i] == '.') {
-    i++;
-    if (i >= p->len || s[i] < '0' || s[i] > '9')
-      return jp_fail(p, "invalid number");
-    while (i < p->len && s[i] >= '0' && s[i] <= '9')
-      i++;
-  }
-  if (i < p->len && (s[i] == 'e' || s[i] == 'E')) {
-    i++;
-    if (i < p->len && (s[i] == '+' || s[i] == '-'))
-      i++;
-    if (i >= p->len || s[i] < '0' || s[i] > '9')
-      return jp_fail(p, "invalid number");
-    while (i < p->len && s[i] >= '0' && s[i] <= '9')
-      i++;
-  }
-  p->pos = i;
-  return 0;
-}
-
-static int jp_literal(jp *p, const char *lit) {
-  size_t n = strlen(lit);
-  if (p->len - p->pos < n || memcmp(p->s + p->pos, lit, n) != 0)
-    return jp_fail(p, "invalid literal");
-  p->pos += n;
-  return 0;
-}
-
-/* Generic value, skipped (validated). Duplicate keys are not checked here. */
-static int jp_value(jp *p) {
-  int c = jp_peek(p);
-  int rc;
-  if (c == '"')
-    return jp_string(p, NULL);
-  if (c == '-' || (c >= '0' && c <= '9'))
-    return jp_number(p);
-  if (c == 't')
-    return jp_literal(p, "true");
-  if (c == 'f')
-    return jp_literal(p, "false");
-  if (c == 'n')
-    return jp_literal(p, "null");
-  if (c != '{' && c != '[')
-    return jp_fail(p, "expected a value");
-  if (++p->depth > JSON_MAX_DEPTH)
-    return jp_fail(p, "nesting too deep");
-  p->pos++;
-  char close = c == '{' ? '}' : ']';
-  if (jp_peek(p) == close) {
-    p->pos++;
-    p->depth--;
-    return 0;
-  }
-  while (1) {
-    if (c == '{') {
-      if ((rc = jp_string(p, NULL)) || (rc = jp_expect(p, ':')))
-        return rc;
-    }
-    if ((rc = jp_value(p)))
-      return rc;
-    int d = jp_peek(p);
-    p->pos++;
-    if (d == ',')
-      continue;
-    if (d == close)
-      break;
-    p->pos--;
-    return jp_fail(p, "expected ',' or a closing bracket");
-  }
-  p->depth--;
-  return 0;
-}
-
-/* After a member or element: a ',' means another follows (*more = 1),
- * else the closing bracket `close` must come (*more = 0). Returns 0 or the
- * parse error. */
-static int jp_more(jp *p, int close, int *more) {
-  *more = jp_peek(p) == ',';
-  if (*more) {
-    p->pos++;
-    return 0;
-  }
-  return jp_expect(p, close);
-}
+  int n, cap;
+} st_list;
 
 /* "__metadata__": an object of string values. */
-static int jp_metadata(jp *p) {
-  int rc = jp_expect(p, '{');
-  if (rc)
-    return rc;
-  if (jp_peek(p) == '}') {
-    p->pos++;
-    return 0;
-  }
-  while (1) {
-    if ((rc = jp_string(p, NULL)) || (rc = jp_expect(p, ':')))
-      return rc;
-    if (jp_peek(p) != '"')
-      return jp_fail(p, "metadata values must be strings");
-    int more;
-    if ((rc = jp_string(p, NULL)) || (rc = jp_more(p, '}', &more)) || !more)
-      return rc;
-  }
+static int st_metadata(nto_json *j) {
+  int more, rc = nto_json_object(j, 0);
+  while (rc == 0 && (rc = nto_json_key(j, NULL, &more)) == 0 && more)
+    rc = nto_json_peek(j) == NTO_JSON_STRING
+             ? nto_json_string(j, NULL)
+             : nto_json_fail(j, "metadata values must be strings");
+  return rc;
 }
 
-/* An array of non-negative integers; count stored in *n (max maxn kept). */
-static int jp_uint_array(jp *p, int64_t *vals, int maxn, int *n) {
-  int rc = jp_expect(p, '[');
-  if (rc)
-    return rc;
+/* An array of non-negative integers into vals[0..maxn); *n: its length,
+ * maxn + 1 when it is longer. */
+static int st_uints(nto_json *j, int64_t *vals, int maxn, int *n) {
+  int more, rc = nto_json_array(j);
   *n = 0;
-  if (jp_peek(p) == ']') {
-    p->pos++;
-    return 0;
-  }
-  while (1) {
+  while (rc == 0 && (rc = nto_json_next(j, &more)) == 0 && more) {
     uint64_t v = 0;
-    if ((rc = jp_uint(p, &v)))
-      return rc;
+    if ((rc = nto_json_uint(j, &v)))
+      break;
     if (*n < maxn)
       vals[*n] = (int64_t)v;
     if (*n <= maxn)
       (*n)++;
-    int more;
-    if ((rc = jp_more(p, ']', &more)) || !more)
-      return rc;
-  }
-}
-
-/* An object member's key and the ':' after it; *key is malloc'd (NULL on
- * error). Returns 0 or the parse error. */
-static int jp_member_key(jp *p, char **key) {
-  int rc = jp_string(p, key);
-  if (rc == 0 && (rc = jp_expect(p, ':'))) {
-    free(*key);
-    *key = NULL;
   }
   return rc;
 }
 
-/* A tensor entry {"dtype":..., "shape":[...], "data_offsets":[b, e]}. */
-static int jp_tensor(jp *p, st_entry *e) {
-  int rc = jp_expect(p, '{');
-  if (rc)
+/* The value of the member key of a tensor entry, into e. */
+static int st_field(nto_json *j, const char *key, st_entry *e) {
+  int rc;
+  if (strcmp(key, "dtype") == 0) {
+    char *dt = NULL;
+    if (e->have_dtype)
+      return nto_json_fail(j, "duplicate key");
+    if ((rc = nto_json_string(j, &dt)) == 0)
+      snprintf(e->dtype, sizeof e->dtype, "%s", dt);
+    free(dt);
+    e->have_dtype = 1;
     return rc;
-  if (jp_peek(p) == '}')
-    return jp_fail(p, "empty tensor entry");
-  while (1) {
-    char *key = NULL;
-    if ((rc = jp_member_key(p, &key)))
-      return rc;
-    if (strcmp(key, "dtype") == 0) {
-      char *dt = NULL;
-      if (e->have_dtype)
-        rc = jp_fail(p, "duplicate key");
-      else if (!(rc = jp_string(p, &dt))) {
-        snprintf(e->dtype, sizeof e->dtype, "%s", dt);
-        e->have_dtype = 1;
-        free(dt);
-      }
-    } else if (strcmp(key, "shape") == 0) {
-      if (e->have_shape)
-        rc = jp_fail(p, "duplicate key");
-      else if (!(rc = jp_uint_array(p, e->dims, ST_MAX_DIMS, &e->ndim)))
-        e->have_shape = 1;
-    } else if (strcmp(key, "data_offsets") == 0) {
-      int64_t o[2] = {0, 0};
-      int n = 0;
-      if (e->have_offsets)
-        rc = jp_fail(p, "duplicate key");
-      else if (!(rc = jp_uint_array(p, o, 2, &n))) {
-        if (n != 2)
-          rc = jp_fail(p, "data_offsets must have 2 elements");
-        e->begin = (uint64_t)o[0];
-        e->end = (uint64_t)o[1];
-        e->have_offsets = 1;
-      }
-    } else {
-      rc = jp_value(p); /* unknown key: tolerated, like the reference */
-    }
-    free(key);
-    int more;
-    if (rc || (rc = jp_more(p, '}', &more)))
-      return rc;
-    if (!more)
-      break;
   }
-  if (!e->have_dtype || !e->have_shape || !e->have_offsets)
-    return jp_fail(p, "tensor entry lacks dtype, shape or data_offsets");
-  return 0;
+  if (strcmp(key, "shape") == 0) {
+    if (e->have_shape)
+      return nto_json_fail(j, "duplicate key");
+    e->have_shape = 1;
+    return st_uints(j, e->dims, ST_MAX_DIMS, &e->ndim);
+  }
+  if (strcmp(key, "data_offsets") != 0)
+    return nto_json_skip(j); /* unknown key: tolerated, like the reference */
+  int64_t o[2] = {0, 0};
+  int n = 0;
+  if (e->have_offsets)
+    return nto_json_fail(j, "duplicate key");
+  if ((rc = st_uints(j, o, 2, &n)) == 0 && n != 2)
+    rc = nto_json_fail(j, "data_offsets must have 2 elements");
+  e->begin = (uint64_t)o[0];
+  e->end = (uint64_t)o[1];
+  e->have_offsets = 1;
+  return rc;
+}
+
+/* A tensor entry {"dtype":..., "shape":[...], "data_offsets":[b, e]}. */
+static int st_tensor(nto_json *j, st_entry *e) {
+  int more, members = 0, rc = nto_json_object(j, 0);
+  char *key;
+  while (rc == 0 && (rc = nto_json_key(j, &key, &more)) == 0 && more) {
+    members++;
+    rc = st_field(j, key, e);
+    free(key);
+  }
+  if (rc == 0 && members == 0)
+    return nto_json_fail(j, "empty tensor entry");
+  if (rc == 0 && (!e->have_dtype || !e->have_shape || !e->have_offsets))
+    return nto_json_fail(j, "tensor entry lacks dtype, shape or data_offsets");
+  return rc;
 }
 
 static void free_entries(st_entry *e, int n) {
@@ -1026,59 +542,39 @@ static void free_entries(st_entry *e, int n) {
   free(e);
 }
 
-/* Parse the whole header into p->e[0..ne). */
-static int jp_header(jp *p) {
-  int rc = jp_expect(p, '{');
-  if (rc)
-    return rc;
-  int have_meta = 0;
-  if (jp_peek(p) == '}') {
-    p->pos++;
-  } else {
-    while (1) {
-      char *key = NULL;
-      if ((rc = jp_member_key(p, &key)))
-        return rc;
-      if (strcmp(key, "__metadata__") == 0) {
-        free(key);
-        if (have_meta)
-          return jp_fail(p, "duplicate key");
-        have_meta = 1;
-        if ((rc = jp_metadata(p)))
-          return rc;
-      } else {
-        for (int i = 0; i < p->ne; i++)
-          if (strcmp(p->e[i].name, key) == 0) {
-            free(key);
-            return jp_fail(p, "duplicate key");
-          }
-        if (p->ne == p->cap_e) {
-          int cap = p->cap_e ? p->cap_e * 2 : 16;
-          st_entry *ne = realloc(p->e, (size_t)cap * sizeof *ne);
-          if (ne == NULL) {
-            free(key);
-            return nto_err_set(p->err, NTO_ENOMEM,
-                               "safetensors: out of memory");
-          }
-          p->e = ne;
-          p->cap_e = cap;
-        }
-        st_entry *e = &p->e[p->ne++];
-        memset(e, 0, sizeof *e);
-        e->name = key;
-        if ((rc = jp_tensor(p, e)))
-          return rc;
-      }
-      int more;
-      if ((rc = jp_more(p, '}', &more)))
-        return rc;
-      if (!more)
-        break;
+/* A new entry named name (taken over: freed on failure) in l, parsed. */
+static int st_add(nto_json *j, st_list *l, char *name, nto_err *err) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 16;
+    st_entry *e = realloc(l->e, (size_t)cap * sizeof *e);
+    if (e == NULL) {
+      free(name);
+      return nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+    }
+    l->e = e;
+    l->cap = cap;
+  }
+  st_entry *e = &l->e[l->n++];
+  memset(e, 0, sizeof *e);
+  e->name = name;
+  return st_tensor(j, e);
+}
+
+/* The whole header into l: tensor names and "__metadata__" given once. */
+static int st_header(nto_json *j, st_list *l, nto_err *err) {
+  int more, rc = nto_json_object(j, NTO_JSON_UNIQUE);
+  char *key;
+  while (rc == 0 && (rc = nto_json_key(j, &key, &more)) == 0 && more) {
+    if (strcmp(key, "__metadata__") == 0) {
+      free(key);
+      rc = st_metadata(j);
+    } else {
+      rc = st_add(j, l, key, err);
     }
   }
-  if (jp_peek(p) != -1)
-    return jp_fail(p, "trailing characters after the header object");
-  return 0;
+  if (rc == 0 && !nto_json_eof(j))
+    rc = nto_json_fail(j, "trailing characters after the header object");
+  return rc;
 }
 
 static size_t dtype_size(const char *dt) {
@@ -1163,98 +659,108 @@ static int st_validate(const char *path, st_entry *e, int n, uint64_t data_len,
   return rc;
 }
 
-int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
-                         nto_err *err) {
-  if (path == NULL || n < 0 || (n > 0 && ts == NULL))
-    return nto_err_set(err, NTO_EINVAL, "safetensors: invalid arguments");
-  for (int i = 0; i < n; i++) {
-    int rc = check_tensor(&ts[i], i, 0, err);
-    if (rc)
-      return rc;
-  }
-  int fd;
-  uint64_t size;
-  int rc = open_read(path, &fd, &size, err);
+/*
+ * Read the header of the safetensors file fd (size bytes) into l and the
+ * data section's start into *data_start. Returns 0, NTO_EDATA (too short,
+ * a bad header length, a malformed header: "malformed safetensors header
+ * at byte N: what"), NTO_ENOMEM or a read error.
+ */
+static int st_read_header(int fd, uint64_t size, const char *path, st_list *l,
+                          uint64_t *data_start, nto_err *err) {
+  unsigned char len8[8];
+  if (size < 8)
+    return nto_err_set(err, NTO_EDATA,
+                       "%s: %" PRIu64 " bytes, too short for safetensors", path,
+                       size);
+  int rc = nto_file_pread_full(fd, len8, 8, 0, path, err);
   if (rc)
     return rc;
-  char *hdr = NULL;
-  jp p = {0};
-  unsigned char len8[8];
-  if (size < 8) {
-    rc = nto_err_set(err, NTO_EDATA,
-                     "%s: %" PRIu64 " bytes, too short for safetensors", path,
-                     size);
-    goto out;
-  }
-  if ((rc = pread_full(fd, len8, 8, 0, path, err)))
-    goto out;
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--)
     hlen = hlen << 8 | len8[i];
-  if (hlen > size - 8 || hlen > SAFETENSORS_MAX_HEADER || hlen < 2) {
-    rc = nto_err_set(err, NTO_EDATA,
-                     "%s: safetensors header length %" PRIu64
-                     " invalid for a file of %" PRIu64 " bytes",
-                     path, hlen, size);
-    goto out;
+  if (hlen > size - 8 || hlen > SAFETENSORS_MAX_HEADER || hlen < 2)
+    return nto_err_set(err, NTO_EDATA,
+                       "%s: safetensors header length %" PRIu64
+                       " invalid for a file of %" PRIu64 " bytes",
+                       path, hlen, size);
+  char *hdr = malloc((size_t)hlen);
+  if (hdr == NULL)
+    return nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+  rc = nto_file_pread_full(fd, hdr, (size_t)hlen, 8, path, err);
+  if (rc == 0) {
+    nto_json j;
+    nto_json_init(&j, hdr, (size_t)hlen, 8, SAFETENSORS_MAX_DEPTH, err);
+    rc = st_header(&j, l, err);
+    uint64_t at;
+    const char *what = nto_json_error(&j, &at);
+    if (rc == NTO_EDATA && what)
+      nto_err_set(err, rc,
+                  "%s: malformed safetensors header at byte %" PRIu64 ": %s",
+                  path, at, what);
+    nto_json_free(&j);
   }
-  hdr = malloc((size_t)hlen + 1);
-  if (hdr == NULL) {
-    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
-    goto out;
-  }
-  if ((rc = pread_full(fd, hdr, (size_t)hlen, 8, path, err)))
-    goto out;
-  hdr[hlen] = '\0';
-  p.s = hdr;
-  p.len = (size_t)hlen;
-  p.path = path;
-  p.err = err;
-  if ((rc = jp_header(&p)))
-    goto out;
-  uint64_t data_start = 8 + hlen, data_len = size - data_start;
-  if ((rc = st_validate(path, p.e, p.ne, data_len, err)))
-    goto out;
+  free(hdr);
+  *data_start = 8 + hlen;
+  return rc;
+}
 
-  /* Match every requested tensor before reading any data. */
-  const st_entry **found = malloc((size_t)(n ? n : 1) * sizeof *found);
-  if (found == NULL) {
-    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
-    goto out;
-  }
-  for (int i = 0; i < n && rc == 0; i++) {
+/* The entry of l for each of ts[0..n) into found[], checking dtype (F32)
+ * and shape. Returns 0 or NTO_EDATA naming path and the tensor. */
+static int st_match(const st_list *l, const nto_named_tensor *ts, int n,
+                    const st_entry **found, const char *path, nto_err *err) {
+  for (int i = 0; i < n; i++) {
     const st_entry *e = NULL;
-    for (int j = 0; j < p.ne; j++)
-      if (strcmp(p.e[j].name, ts[i].name) == 0)
-        e = &p.e[j];
+    for (int k = 0; k < l->n; k++)
+      if (strcmp(l->e[k].name, ts[i].name) == 0)
+        e = &l->e[k];
     found[i] = e;
     int64_t want[4];
     for (int d = 0; d < ts[i].ndim; d++)
       want[d] = ts[i].dims[d];
-    char ws[96], fs[96];
-    if (e == NULL) {
-      rc = nto_err_set(err, NTO_EDATA, "%s: no tensor named \"%s\"", path,
-                       ts[i].name);
-    } else if (strcmp(e->dtype, "F32") != 0) {
-      rc = nto_err_set(err, NTO_EDATA,
-                       "%s: tensor \"%s\" has dtype %s, expected F32", path,
-                       ts[i].name, e->dtype);
-    } else if (e->ndim != ts[i].ndim ||
-               memcmp(e->dims, want, (size_t)e->ndim * sizeof *want) != 0) {
+    if (e == NULL)
+      return nto_err_set(err, NTO_EDATA, "%s: no tensor named \"%s\"", path,
+                         ts[i].name);
+    if (strcmp(e->dtype, "F32") != 0)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: tensor \"%s\" has dtype %s, expected F32", path,
+                         ts[i].name, e->dtype);
+    if (e->ndim != ts[i].ndim ||
+        memcmp(e->dims, want, (size_t)e->ndim * sizeof *want) != 0) {
+      char ws[96], fs[96];
       shape_str(e->dims, e->ndim, fs, sizeof fs);
       shape_str(want, ts[i].ndim, ws, sizeof ws);
-      rc = nto_err_set(err, NTO_EDATA,
-                       "%s: tensor \"%s\" has shape %s, expected %s", path,
-                       ts[i].name, fs, ws);
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: tensor \"%s\" has shape %s, expected %s", path,
+                         ts[i].name, fs, ws);
     }
   }
+  return 0;
+}
+
+int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
+                         nto_err *err) {
+  int rc = check_args(path, ts, n, 0, "safetensors", err);
+  if (rc)
+    return rc;
+  int fd;
+  uint64_t size, data_start = 0;
+  rc = nto_file_open_read(path, &fd, &size, err);
+  if (rc)
+    return rc;
+  st_list l = {0};
+  const st_entry **found = NULL;
+  rc = st_read_header(fd, size, path, &l, &data_start, err);
+  if (rc == 0)
+    rc = st_validate(path, l.e, l.n, size - data_start, err);
+  /* Match every requested tensor before reading any data. */
+  if (rc == 0 && !(found = malloc((size_t)(n ? n : 1) * sizeof *found)))
+    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+  if (rc == 0)
+    rc = st_match(&l, ts, n, found, path, err);
   for (int i = 0; i < n && rc == 0; i++)
-    rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], !host_is_le(),
-                     path, err);
+    rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], 1, path, err);
   free(found);
-out:
-  free(hdr);
-  free_entries(p.e, p.ne);
+  free_entries(l.e, l.n);
   close(fd);
   return rc;
 }

@@ -2,7 +2,9 @@
  * test_checkpoint.c - training checkpoints (io/checkpoint.h).
  *
  * - Round trip: the state tensors, the update count, the model's generator,
- *   the data position and the caller's values come back exactly.
+ *   the data position and the caller's values come back exactly; also for
+ *   a state described by hand, without a model (tensors in RAM and behind
+ *   fetch/store callbacks), which an unlike state cannot load.
  * - Every single-byte corruption and every truncation is refused
  *   (NTO_EDATA, naming the file and a byte offset), before anything in the
  *   model changes.
@@ -133,6 +135,55 @@ static void session_train(session *ss, int n) {
       fail_msg("step %d: %s", s, err.msg);
     s++;
   }
+}
+
+/* ------------------------------------------------ the model as a state */
+
+/* The checkpoint state of m (checkpoint.h), its tensors in *ts (free with
+ * nto_model_weights_free), as train builds it. */
+static void state_of(nto_model *m, nto_ckpt_state *st, nto_named_tensor **ts) {
+  nto_err err = {0};
+  int n = 0;
+  *ts = NULL;
+  if (nto_model_state_tensors(m, ts, &n, &err) != 0)
+    fail_msg("%s", err.msg);
+  nto_model_train_state t;
+  nto_model_get_train_state(m, &t);
+  *st = (nto_ckpt_state){*ts,
+                         n,
+                         nto_model_optimizer_name(m),
+                         nto_model_update_chunk(m),
+                         nto_model_batch(m),
+                         t.iteration,
+                         {t.rng[0], t.rng[1]}};
+}
+
+/* nto_checkpoint_save of m's state. */
+static int save_model(const char *path, const char *ini, nto_model *m,
+                      const nto_dataset *data, const nto_ckpt_value *v, int n,
+                      nto_err *err) {
+  nto_ckpt_state st;
+  nto_named_tensor *ts;
+  state_of(m, &st, &ts);
+  int rc = nto_checkpoint_save(path, ini, &st, data, v, n, err);
+  nto_model_weights_free(ts, st.n_tensors);
+  return rc;
+}
+
+/* nto_checkpoint_load into m's state; on success the update count and
+ * generator are applied to m. */
+static int load_model(const char *path, nto_model *m, nto_dataset *data,
+                      nto_ckpt_value *v, int max, int *n, nto_err *err) {
+  nto_ckpt_state st;
+  nto_named_tensor *ts;
+  state_of(m, &st, &ts);
+  int rc = nto_checkpoint_load(path, &st, data, v, max, n, err);
+  nto_model_weights_free(ts, st.n_tensors);
+  if (rc == 0) {
+    nto_model_train_state t = {st.iteration, {st.rng[0], st.rng[1]}};
+    nto_model_set_train_state(m, &t);
+  }
+  return rc;
 }
 
 /* ----------------------------------------------------------- snapshots */
@@ -273,7 +324,7 @@ static void test_round_trip(void **state) {
   nto_ckpt_set(&v[0], "loop.epoch", 1);
   nto_ckpt_set(&v[1], "loop.answer", 0xfedcba9876543210ull);
   nto_err err = {0};
-  if (nto_checkpoint_save(path, base_spec.ini, a.m, a.ds, v, 2, &err) != 0)
+  if (save_model(path, base_spec.ini, a.m, a.ds, v, 2, &err) != 0)
     fail_msg("%s", err.msg);
   snapshot sa, sb;
   snapshot_take(&a, &sa);
@@ -286,7 +337,7 @@ static void test_round_trip(void **state) {
   snapshot_free(&sb);
   nto_ckpt_value got[4];
   int n = 0;
-  if (nto_checkpoint_load(path, b.m, b.ds, got, 4, &n, &err) != 0)
+  if (load_model(path, b.m, b.ds, got, 4, &n, &err) != 0)
     fail_msg("%s", err.msg);
   assert_int_equal(n, 2);
   assert_int_equal(nto_ckpt_get(got, n, "loop.epoch", 0), 1);
@@ -299,12 +350,100 @@ static void test_round_trip(void **state) {
 
   /* Values with reserved or bad names are refused. */
   nto_ckpt_set(&v[0], "model.iteration", 1);
-  assert_int_equal(nto_checkpoint_save(path, NULL, a.m, a.ds, v, 1, &err),
-                   NTO_EINVAL);
+  assert_int_equal(save_model(path, NULL, a.m, a.ds, v, 1, &err), NTO_EINVAL);
   snapshot_free(&sa);
   snapshot_free(&sb);
   session_close(&a);
   session_close(&b);
+  assert_no_leftovers(fx->dir);
+}
+
+/* --------------------------------------------------- a state, no model */
+
+/* The values behind tensor "b" of test_plain_state, moved by callbacks. */
+static float plain_b[6];
+
+static int plain_fetch(void *ctx, int index, float *dst, nto_err *err) {
+  (void)ctx;
+  if (index != 1)
+    return nto_err_set(err, NTO_EIO, "no such tensor %d", index);
+  memcpy(dst, plain_b, sizeof plain_b);
+  return 0;
+}
+
+static int plain_store(void *ctx, int index, const float *src, nto_err *err) {
+  (void)ctx;
+  (void)index;
+  (void)err;
+  memcpy(plain_b, src, sizeof plain_b);
+  return 0;
+}
+
+/* The checkpoint takes any state described plainly: a tensor in RAM, one
+ * through fetch/store; the update count and generator come back in the
+ * state; a state unlike the file's is refused and left as it was. */
+static void test_plain_state(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(path, sizeof path, fx, "plain.ckpt");
+  float a[5] = {1, -2, 3.5f, 0, 1e-3f};
+  nto_named_tensor ts[2] = {{.name = "a", .ndim = 1, .dims = {5}, .data = a},
+                            {.name = "b",
+                             .ndim = 2,
+                             .dims = {2, 3},
+                             .fetch = plain_fetch,
+                             .store = plain_store,
+                             .index = 1}};
+  for (int i = 0; i < 6; i++)
+    plain_b[i] = (float)i / 4;
+  nto_ckpt_state st = {ts, 2, "adam", 4096, 3, 7, {11, 12}};
+  nto_ckpt_value v;
+  nto_ckpt_set(&v, "loop.x", 5);
+  nto_err err = {0};
+  if (nto_checkpoint_save(path, NULL, &st, NULL, &v, 1, &err) != 0)
+    fail_msg("%s", err.msg);
+  memset(a, 0, sizeof a);
+  memset(plain_b, 0, sizeof plain_b);
+  nto_ckpt_state got = {ts, 2, "adam", 4096, 3, 0, {0, 0}};
+  nto_ckpt_value back[2];
+  int n = 0;
+  if (nto_checkpoint_load(path, &got, NULL, back, 2, &n, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_true(a[2] == 3.5f && a[4] == 1e-3f && plain_b[5] == 1.25f);
+  assert_int_equal(got.iteration, 7);
+  assert_true(got.rng[0] == 11 && got.rng[1] == 12);
+  assert_int_equal(n, 1);
+  assert_int_equal(nto_ckpt_get(back, n, "loop.x", 0), 5);
+  /* Another optimizer, batch size, shape or order: refused, unchanged. */
+  nto_named_tensor swapped[2] = {ts[1], ts[0]}, reshaped[2] = {ts[0], ts[1]};
+  reshaped[1].dims[0] = 3;
+  reshaped[1].dims[1] = 2;
+  const nto_ckpt_state unlike[] = {{ts, 2, "sgd", 4096, 3, 0, {0, 0}},
+                                   {ts, 2, "adam", 4096, 4, 0, {0, 0}},
+                                   {reshaped, 2, "adam", 4096, 3, 0, {0, 0}},
+                                   {swapped, 2, "adam", 4096, 3, 0, {0, 0}},
+                                   {ts, 1, "adam", 4096, 3, 0, {0, 0}}};
+  const char *const why[] = {"different optimizer", "batch size 3",
+                             "has shape 1:1:3:2 here", "another order",
+                             "which this model does not have"};
+  for (int i = 0; i < 5; i++) {
+    got = unlike[i];
+    if (nto_checkpoint_load(path, &got, NULL, NULL, 0, NULL, &err) !=
+            NTO_ECONFIG ||
+        !strstr(err.msg, why[i]))
+      fail_msg("case %d: %s", i, err.msg);
+    assert_int_equal(got.iteration, 0);
+  }
+  assert_int_equal(nto_checkpoint_load(path, NULL, NULL, NULL, 0, NULL, &err),
+                   NTO_EINVAL);
+  /* A fetch that fails: its code, the tensor named, nothing written. */
+  ts[1].index = 2;
+  unlink(path);
+  assert_int_equal(nto_checkpoint_save(path, NULL, &st, NULL, NULL, 0, &err),
+                   NTO_EIO);
+  if (!strstr(err.msg, "tensor b: no such tensor 2"))
+    fail_msg("%s", err.msg);
+  assert_int_equal(access(path, F_OK), -1);
   assert_no_leftovers(fx->dir);
 }
 
@@ -319,7 +458,7 @@ static int try_load(const fixture *fx, const char *path, const spec *sp,
   snapshot before, after;
   snapshot_take(&s, &before);
   nto_err err = {0};
-  int rc = nto_checkpoint_load(path, s.m, s.ds, NULL, 0, NULL, &err);
+  int rc = load_model(path, s.m, s.ds, NULL, 0, NULL, &err);
   snprintf(msg, len, "%s", err.msg);
   if (rc != 0) {
     snapshot_take(&s, &after);
@@ -340,7 +479,7 @@ static void test_corrupt_and_truncated(void **state) {
   session_open(&a, &base_spec, fx->dir);
   session_train(&a, 3);
   nto_err err = {0};
-  if (nto_checkpoint_save(good, base_spec.ini, a.m, a.ds, NULL, 0, &err) != 0)
+  if (save_model(good, base_spec.ini, a.m, a.ds, NULL, 0, &err) != 0)
     fail_msg("%s", err.msg);
   session_close(&a);
   size_t len;
@@ -435,7 +574,7 @@ static void test_incompatible(void **state) {
   session_open(&a, &base_spec, fx->dir);
   session_train(&a, 2);
   nto_err err = {0};
-  if (nto_checkpoint_save(path, base_spec.ini, a.m, a.ds, NULL, 0, &err) != 0)
+  if (save_model(path, base_spec.ini, a.m, a.ds, NULL, 0, &err) != 0)
     fail_msg("%s", err.msg);
   session_close(&a);
 
@@ -511,14 +650,14 @@ static void check_resume(const fixture *fx, const resume_case *rc,
   nto_err err = {0};
   session_open(&s, &sp, fx->dir);
   session_train(&s, j);
-  if (nto_checkpoint_save(path, rc->ini, s.m, s.ds, NULL, 0, &err) != 0)
+  if (save_model(path, rc->ini, s.m, s.ds, NULL, 0, &err) != 0)
     fail_msg("%s: %s", what, err.msg);
   session_close(&s);
 
   sp.window = rc->resume_window;
   sp.seed = 12345; /* everything must come from the checkpoint */
   session_open(&s, &sp, fx->dir);
-  if (nto_checkpoint_load(path, s.m, s.ds, NULL, 0, NULL, &err) != 0)
+  if (load_model(path, s.m, s.ds, NULL, 0, NULL, &err) != 0)
     fail_msg("%s: %s", what, err.msg);
   session_train(&s, K - j);
   snapshot got;
@@ -587,12 +726,10 @@ static void test_position_matters(void **state) {
   nto_err err = {0};
   session_open(&s, &sp, fx->dir);
   session_train(&s, 7);
-  assert_int_equal(nto_checkpoint_save(path, NULL, s.m, s.ds, NULL, 0, &err),
-                   0);
+  assert_int_equal(save_model(path, NULL, s.m, s.ds, NULL, 0, &err), 0);
   session_close(&s);
   session_open(&s, &sp, fx->dir);
-  assert_int_equal(
-      nto_checkpoint_load(path, s.m, NULL, NULL, 0, NULL, &err), 0);
+  assert_int_equal(load_model(path, s.m, NULL, NULL, 0, NULL, &err), 0);
   session_train(&s, 5);
   snapshot got;
   snapshot_take(&s, &got);
@@ -601,8 +738,7 @@ static void test_position_matters(void **state) {
   snapshot_free(&got);
 
   session_open(&s, &sp, fx->dir);
-  assert_int_equal(
-      nto_checkpoint_load(path, s.m, s.ds, NULL, 0, NULL, &err), 0);
+  assert_int_equal(load_model(path, s.m, s.ds, NULL, 0, NULL, &err), 0);
   nto_model_train_state st;
   nto_model_get_train_state(s.m, &st);
   st.rng[0] ^= 1; /* another dropout mask */
@@ -763,13 +899,13 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_dataset_seek, setup, teardown),
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plain_state, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_and_truncated, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_incompatible, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resume_bit_identical, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_position_matters, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_position_matters, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
