@@ -36,6 +36,7 @@
  */
 #include "cli.h"
 #include "fileio.h"
+#include "floor.h"
 #include "iobackend.h"
 #include "json.h"
 #include "probe.h"
@@ -113,8 +114,15 @@ typedef struct report {
   double batch, iterations, warmup, measured;
   double peak_rss, resident_peak; /* bytes */
   double median_ms, p90_ms, stall_ms, read_mib, written_mib;
-  double region_floor_ms; /* 0: none (all resident) */
   long n_iteration_ms;
+  /* what the region floor needs (offloading runs): the final region, the
+   * mean compute of every training step, and what fixes the run's plan */
+  double region;   /* bytes */
+  double *step_ms; /* n_step_ms, malloc'd; NULL all resident */
+  long n_step_ms;
+  double recomputed_convs; /* convolutions whose outputs were recomputed */
+  int convs_kept;          /* recompute auto kept them (the budget) */
+  double region_floor_ms;  /* floor.h, computed by bench; 0: none */
 } report;
 
 typedef struct config {
@@ -125,7 +133,7 @@ typedef struct config {
   double ratios[MAX_ROUNDS];     /* per round: median / that round's floor */
   report r;                      /* over the rounds (see the top) */
   double floor_ms, ratio;
-  /* against the region floor (train --floor-bandwidth), 0: none */
+  /* against the region floor (floor.h), 0: none */
   double region_ratios[MAX_ROUNDS];
   double region_ratio;
   const char *identical; /* "yes", "no" or "-" */
@@ -136,8 +144,18 @@ typedef struct bandwidth {
   char dir[PATH_MAX];
 } bandwidth;
 
+/* A plan-only model of the bench's INI for a run's recompute setting
+ * (region floors). */
+typedef struct floor_plan {
+  nto_recompute recompute;
+  nto_model *m; /* NULL: not built yet */
+} floor_plan;
+
 typedef struct bench {
   bench_opts o;
+  nto_config conf; /* the model's INI, loaded once */
+  floor_plan plans[3];
+  int n_plans;
   char cmdline[4096];
   char tmp[PATH_MAX]; /* "" until created */
   bandwidth bw;
@@ -491,15 +509,17 @@ static void print_tail(const char *file, const char *alt) {
 /* ---- the --report-json reader ------------------------------------------ */
 
 /* What a known key holds: a number, a string, a boolean, the window (a
- * number or a string), an array of numbers (its length is kept). */
-/* F_OPT_NUM: a number that may be missing (left 0) */
-typedef enum { F_NUM, F_STR, F_BOOL, F_WINDOW, F_NUMS, F_OPT_NUM } field_kind;
+ * number or a string), an array of numbers (its length is kept), an array
+ * of numbers kept (a malloc'd double array; its length goes to the long
+ * that follows it in the report: F_ARRAY's len is that long's offset from
+ * dst). */
+typedef enum { F_NUM, F_STR, F_BOOL, F_WINDOW, F_NUMS, F_ARRAY } field_kind;
 
 typedef struct field {
   const char *key;
   field_kind kind;
-  void *dst;  /* double*, char*, int*, char* or long* */
-  size_t len; /* F_STR, F_WINDOW: buffer size */
+  void *dst;  /* double*, char*, int*, char*, long* or double** */
+  size_t len; /* F_STR, F_WINDOW: buffer size; F_ARRAY: see above */
   int seen;
 } field;
 
@@ -513,14 +533,34 @@ static int jr_numbers(nto_json *j, long *count) {
   return rc;
 }
 
+/* An array of numbers into a malloc'd *out of *count. */
+static int jr_array(nto_json *j, double **out, long *count) {
+  int more, rc = nto_json_array(j);
+  long cap = 0;
+  *count = 0;
+  while (rc == 0 && (rc = nto_json_next(j, &more)) == 0 && more) {
+    if (*count == cap) {
+      cap = cap ? 2 * cap : 256;
+      double *v = realloc(*out, (size_t)cap * sizeof *v);
+      if (!v)
+        return nto_json_fail(j, "out of memory");
+      *out = v;
+    }
+    rc = nto_json_number(j, &(*out)[*count]);
+    *count += rc == 0;
+  }
+  return rc;
+}
+
 /* The value of known key f, of the kind it must have. */
 static int jr_field(nto_json *j, field *f) {
   double x;
   int rc;
   switch (f->kind) {
   case F_NUM:
-  case F_OPT_NUM:
     return nto_json_number(j, f->dst);
+  case F_ARRAY:
+    return jr_array(j, f->dst, (long *)((char *)f->dst + f->len));
   case F_BOOL:
     return nto_json_bool(j, f->dst);
   case F_NUMS:
@@ -565,25 +605,30 @@ static int jr_object(nto_json *j, field *fields, const char **key,
 /* Read a train --report-json file into r. Every key bench uses must be
  * present; the error names the file and the key. */
 static int read_report(const char *path, report *r, nto_err *err) {
-  field fields[] = {{"model", F_STR, r->model, sizeof r->model, 0},
-                    {"batch", F_NUM, &r->batch, 0, 0},
-                    {"iterations", F_NUM, &r->iterations, 0, 0},
-                    {"warmup", F_NUM, &r->warmup, 0, 0},
-                    {"measured_iterations", F_NUM, &r->measured, 0, 0},
-                    {"window", F_WINDOW, r->window, sizeof r->window, 0},
-                    {"io", F_STR, r->io, sizeof r->io, 0},
-                    {"recompute", F_STR, r->recompute, sizeof r->recompute, 0},
-                    {"direct", F_BOOL, &r->direct, 0, 0},
-                    {"peak_rss_bytes", F_NUM, &r->peak_rss, 0, 0},
-                    {"resident_peak_bytes", F_NUM, &r->resident_peak, 0, 0},
-                    {"iteration_ms_median", F_NUM, &r->median_ms, 0, 0},
-                    {"iteration_ms_p90", F_NUM, &r->p90_ms, 0, 0},
-                    {"stall_ms_per_iteration", F_NUM, &r->stall_ms, 0, 0},
-                    {"read_mib_per_iteration", F_NUM, &r->read_mib, 0, 0},
-                    {"written_mib_per_iteration", F_NUM, &r->written_mib, 0, 0},
-                    {"iteration_ms", F_NUMS, &r->n_iteration_ms, 0, 0},
-                    {"region_floor_ms", F_OPT_NUM, &r->region_floor_ms, 0, 0},
-                    {NULL, F_NUM, NULL, 0, 0}};
+  field fields[] = {
+      {"model", F_STR, r->model, sizeof r->model, 0},
+      {"batch", F_NUM, &r->batch, 0, 0},
+      {"iterations", F_NUM, &r->iterations, 0, 0},
+      {"warmup", F_NUM, &r->warmup, 0, 0},
+      {"measured_iterations", F_NUM, &r->measured, 0, 0},
+      {"window", F_WINDOW, r->window, sizeof r->window, 0},
+      {"io", F_STR, r->io, sizeof r->io, 0},
+      {"recompute", F_STR, r->recompute, sizeof r->recompute, 0},
+      {"direct", F_BOOL, &r->direct, 0, 0},
+      {"peak_rss_bytes", F_NUM, &r->peak_rss, 0, 0},
+      {"resident_peak_bytes", F_NUM, &r->resident_peak, 0, 0},
+      {"iteration_ms_median", F_NUM, &r->median_ms, 0, 0},
+      {"iteration_ms_p90", F_NUM, &r->p90_ms, 0, 0},
+      {"stall_ms_per_iteration", F_NUM, &r->stall_ms, 0, 0},
+      {"read_mib_per_iteration", F_NUM, &r->read_mib, 0, 0},
+      {"written_mib_per_iteration", F_NUM, &r->written_mib, 0, 0},
+      {"iteration_ms", F_NUMS, &r->n_iteration_ms, 0, 0},
+      {"final_region_bytes", F_NUM, &r->region, 0, 0},
+      {"step_ms", F_ARRAY, &r->step_ms,
+       offsetof(report, n_step_ms) - offsetof(report, step_ms), 0},
+      {"recomputed_convolutions", F_NUM, &r->recomputed_convs, 0, 0},
+      {"convolutions_kept", F_BOOL, &r->convs_kept, 0, 0},
+      {NULL, F_NUM, NULL, 0, 0}};
   char *buf = NULL;
   size_t len = 0;
   memset(r, 0, sizeof *r);
@@ -606,12 +651,14 @@ static int read_report(const char *path, report *r, nto_err *err) {
                 what);
   nto_json_free(&j);
   free(buf);
-  if (rc != 0)
-    return rc;
-  for (field *f = fields; f->key; f++)
-    if (!f->seen && f->kind != F_OPT_NUM)
-      return nto_err_set(err, NTO_EDATA, "%s: key '%s' missing", path, f->key);
-  return 0;
+  for (field *f = fields; rc == 0 && f->key; f++)
+    if (!f->seen)
+      rc = nto_err_set(err, NTO_EDATA, "%s: key '%s' missing", path, f->key);
+  if (rc != 0) {
+    free(r->step_ms);
+    r->step_ms = NULL;
+  }
+  return rc;
 }
 
 /* ---- comparing, deriving ----------------------------------------------- */
@@ -834,8 +881,8 @@ static void print_table(const bench *b) {
              ? "the all run's median"
              : "each run's median minus its stall");
   printf("region floor = the fastest the run's tensor region allows at "
-         "these bandwidths, from its own step times (train "
-         "--floor-bandwidth; docs/cli.md); ratio = median / region floor\n");
+         "these bandwidths, from its own step times (docs/design.md); ratio "
+         "= median / region floor\n");
   printf("weights compared with the %s run's (%s)\n", b->cfg[b->ref].label,
          "nntrainer .bin, byte for byte");
 }
@@ -1062,6 +1109,53 @@ static int write_plot(const bench *b, const char *svg, nto_err *err) {
 
 /* Run configuration c in round k into c->runs[k]; c->ok = 0 (and its
  * output shown) on failure. */
+/* The plan-only model of a run's recompute setting (built once per
+ * setting; NULL after printing why not). Offloaded runs recompute cheap
+ * convolutions with `auto` unless the budget kept them. */
+static nto_model *floor_model(bench *b, const report *r) {
+  nto_recompute rc = !strcmp(r->recompute, "off") ? NTO_RECOMPUTE_OFF
+                     : r->convs_kept              ? NTO_RECOMPUTE_ACTIVATIONS
+                                                  : NTO_RECOMPUTE_AUTO;
+  for (int i = 0; i < b->n_plans; i++)
+    if (b->plans[i].recompute == rc)
+      return b->plans[i].m;
+  floor_plan *fp = &b->plans[b->n_plans++];
+  nto_model_opts o = {.batch = (int)r->batch,
+                      .plan_only = 1,
+                      .window_mode = NTO_WINDOW_AUTO,
+                      .recompute = rc};
+  nto_err err = {0};
+  fp->recompute = rc;
+  if (nto_model_create(&fp->m, &b->conf, &o, &err) != 0)
+    cli_error("bench: no region floor: %s", err.msg);
+  return fp->m;
+}
+
+/* r's region floor (floor.h, reads and writes sharing the device at the
+ * measured bandwidths) from its plan, its region and its step times; none
+ * when the run was all resident, measured no iteration, or its plan is
+ * not the one rebuilt here (a note says so). Frees r->step_ms. */
+static void run_floor(bench *b, report *r) {
+  nto_model *m = r->n_step_ms > 0 ? floor_model(b, r) : NULL;
+  const nto_plan *p = m ? nto_model_plan(m, NTO_PASS_TRAIN) : NULL;
+  region_floor f;
+  nto_err err = {0};
+  if (p && (p->n_steps != r->n_step_ms ||
+            nto_model_recomputed_convs(m) != (int)r->recomputed_convs))
+    cli_error("bench: no region floor for window %s: its plan has %ld "
+              "steps, bench's %d",
+              r->window, r->n_step_ms, p->n_steps);
+  else if (p && floor_compute(p, r->step_ms, (size_t)r->region,
+                              b->bw.p.read_mib_s * 1048576.0 / 1e3,
+                              b->bw.p.write_mib_s * 1048576.0 / 1e3,
+                              FLOOR_SHARED, &f, &err) != 0)
+    cli_error("bench: no region floor: %s", err.msg);
+  else if (p)
+    r->region_floor_ms = f.floor_ms;
+  free(r->step_ms);
+  r->step_ms = NULL;
+}
+
 static void run_one(bench *b, config *c, int k) {
   char json[PATH_LEN], out[PATH_LEN], errf[PATH_LEN];
   nto_err err = {0};
@@ -1078,6 +1172,8 @@ static void run_one(bench *b, config *c, int k) {
     snprintf(c->failure, sizeof c->failure, "%s", err.msg);
     rc = -1;
   }
+  if (rc == 0)
+    run_floor(b, &c->runs[k]);
   c->ok = rc == 0;
   fprintf(stderr, " %s (%.2f s)\n", c->ok ? "ok" : "FAILED", now_s() - t0);
   if (c->ok && c->runs[k].measured != (double)b->o.iterations)
@@ -1117,23 +1213,27 @@ static int run_all(bench *b) {
 /* Model file check, the swap directory and the batch size the runs use.
  * Returns 0, or -1 after printing the config error. */
 static int read_model(bench *b) {
-  nto_config c;
+  nto_config *c = &b->conf;
   nto_err err = {0};
-  memset(&c, 0, sizeof c);
-  if (nto_config_load(&c, b->o.model, &err) != 0) {
+  if (nto_config_load(c, b->o.model, &err) != 0) {
     cli_error("%s", err.msg);
-    nto_config_free(&c);
     return -1;
   }
   const char *t = getenv("TMPDIR");
-  const char *dir = b->o.swap_dir          ? b->o.swap_dir
-                    : c.model.swap_path[0] ? c.model.swap_path
-                    : t && *t              ? t
-                                           : "/tmp";
+  const char *dir = b->o.swap_dir           ? b->o.swap_dir
+                    : c->model.swap_path[0] ? c->model.swap_path
+                    : t && *t               ? t
+                                            : "/tmp";
   snprintf(b->bw.dir, sizeof b->bw.dir, "%s", dir);
-  b->batch = b->o.batch ? b->o.batch : c.model.batch_size;
-  nto_config_free(&c);
+  b->batch = b->o.batch ? b->o.batch : c->model.batch_size;
   return 0;
+}
+
+/* The bench's INI and the plan-only models of the region floors. */
+static void free_model(bench *b) {
+  for (int i = 0; i < b->n_plans; i++)
+    nto_model_free(b->plans[i].m);
+  nto_config_free(&b->conf);
 }
 
 /* Tables and files after the runs; returns 0 or -1 (a file failed). */
@@ -1163,8 +1263,10 @@ int cmd_bench(int argc, char **argv) {
   int prc = parse_opts(argc, argv, &b.o);
   if (prc != 0)
     return prc > 0 ? CLI_OK : CLI_USAGE;
-  if (read_model(&b) != 0)
+  if (read_model(&b) != 0) {
+    free_model(&b);
     return CLI_USAGE;
+  }
   quote_cmdline(argc, argv, b.cmdline, sizeof b.cmdline);
   b.all = -1;
   for (int i = 0; i < b.o.n; i++) {
@@ -1178,6 +1280,7 @@ int cmd_bench(int argc, char **argv) {
   if (measure_bandwidth(&b.o, &b.bw, &err) != 0 ||
       make_tmpdir(b.tmp, sizeof b.tmp, &err) != 0) {
     cli_error("bench: %s", err.msg);
+    free_model(&b);
     return CLI_RUNTIME;
   }
   int failed = run_all(&b);
@@ -1185,6 +1288,7 @@ int cmd_bench(int argc, char **argv) {
   derive_floors(&b);
   int files = write_results(&b);
   remove_tmpdir(b.tmp);
+  free_model(&b);
   if (failed)
     cli_error("bench: %d of %d configurations failed", failed, b.o.n);
   if (differ)
