@@ -556,13 +556,19 @@ static void print_plan(run *r) {
          st.swap_dir, st.direct ? " (O_DIRECT)" : " (page cache)",
          nto_format_bytes(st.region, b, sizeof b),
          nto_format_bytes(p.workspace, c, sizeof c));
+  nto_prefetch pf = nto_tuner_prefetch(nto_model_tuner(r->m));
   printf("offload: reads by %s (the tuner's choice%s)\n",
-         nto_prefetch_name(nto_tuner_prefetch(nto_model_tuner(r->m))),
-         r->budget || !strcmp(r->window_mode, "auto")
-             ? ": by time, from the step times and read bandwidth of the "
-               "first iterations, within the memory budget"
-             : ": ahead within the window's own region where the device "
-               "has idle time");
+         nto_prefetch_name(pf),
+         pf == NTO_PREFETCH_TIME
+             ? ": from the step times and read bandwidth of the first "
+               "iterations"
+         : pf == NTO_PREFETCH_ROOM
+             ? ": ahead within the window's own region where the device "
+               "has idle time"
+             : "");
+  if (pf == NTO_PREFETCH_TIME && r->budget)
+    printf("offload: within the memory budget of %s\n",
+           nto_format_bytes(r->budget, a, sizeof a));
   if (st.note[0])
     printf("offload: %s\n", st.note);
   if (nto_model_convs_kept(r->m))

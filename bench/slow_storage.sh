@@ -5,9 +5,8 @@
 #
 #   sh bench/slow_storage.sh [--read 45M] [--write 25M] [--model res/resnet18.ini]
 #       [--batch 10] [--windows 1,2,4,auto] [--iterations K] [--warmup W]
-#       (N:steps, N:time, N:room, auto:time, auto:room run with --prefetch
-#       steps, time or room, and a suffix @SIZE with its own --memory-budget,
-#       as in bench)
+#       (a suffix +auto or +off with its own --recompute, then @SIZE with
+#       its own --memory-budget, as in bench)
 #       [--memory-budget SIZE] [--swap-dir DIR] [--csv FILE] [--json FILE]
 #       [--plot FILE.svg] [--strict] [--bin PATH]
 #
@@ -156,17 +155,17 @@ isnum "$iterations" || die "--iterations: expected a positive integer, got '$ite
 isnum "$batch" || die "--batch: expected a positive integer, got '$batch'"
 case $warmup in ''|*[!0-9]*) die "--warmup: expected an integer >= 0, got '$warmup'" ;; esac
 # bench checks the list too; checked here before the cgroup is made, with
-# bench's rules (N or auto, optionally :time, :room or :steps, then
-# optionally @SIZE, a budget of that run's own; all alone)
-wmsg="a comma list of N, auto and all (N and auto with an optional :time, :room or :steps, then an optional @SIZE)"
+# bench's rules (N, auto or all, optionally +auto or +off, then for N and
+# auto optionally @SIZE, a budget of that run's own)
+wmsg="a comma list of N, auto and all (then an optional +auto or +off; N and auto then an optional @SIZE)"
 case $windows in ''|,*|*,|*,,*) die "--windows: expected $wmsg, got '$windows'" ;; esac
 for w in $(echo "$windows" | tr ',' ' '); do
   v=${w%%@*} # without the budget
   case $w in *@*) case ${w#*@} in [0-9]*) ;; *) v=bad ;; esac ;; esac
-  n=${v%%:*}
+  n=${v%%+*}
   case $v in
-    *:time|*:room|*:steps) [ "$n" != all ] || n=bad ;;
-    *:*) n=bad ;;
+    *+auto|*+off) ;;
+    *+*) n=bad ;;
   esac
   [ "$v" = "$w" ] || [ "$n" != all ] || n=bad # all takes no budget
   [ "$n" = auto ] || [ "$n" = all ] || isnum "$n" \

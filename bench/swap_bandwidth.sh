@@ -12,7 +12,7 @@
 #     numjobs 1 where io_uring is refused), one job;
 #  2. ours: `nntrainer-offload bench` measures the same pattern (O_DIRECT,
 #     1 MiB requests, 16 in flight, sequential write then read) through
-#     io/iobackend.c before it runs any configuration; its JSON bandwidth.
+#     io/probe.c before it runs any configuration; its JSON bandwidth.
 #     1 and 2 alternate --repeats times (a shared disk's speed drifts); the
 #     table shows medians and the ratio of the medians;
 #  3. in training: `train MODEL --window N --iterations K --warmup 2`: MiB
