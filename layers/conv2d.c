@@ -398,21 +398,11 @@ int nto_conv2d_is_winograd_dw_for_tests(const nto_layer *l) {
   return ((const conv_priv *)l->priv)->wino_dw;
 }
 
-/*
- * out_shape = (N, filters, OH, OW); requests weight and bias; workspace as
- * described at the top. Returns 0, NTO_ECONFIG (missing key, groups not
- * dividing C and filters) or NTO_ESHAPE (kernel larger than padded input).
- */
-static int conv_plan(nto_layer *l, nto_err *err) {
+/* The geometry of input and kernel (p->g's sizes, channels per group,
+ * the column matrix's rows). Returns 0, NTO_ECONFIG (groups not dividing
+ * C and filters) or NTO_ESHAPE (sizes beyond int). */
+static int plan_geom(nto_layer *l, nto_err *err) {
   conv_priv *p = l->priv;
-  nto_layer_plan_reset(l);
-  l->bwd_needs_input = 1;
-  if (p->filters == 0)
-    return nto_err_set(err, NTO_ECONFIG, "key 'filters' is required");
-  if (p->kh == 0)
-    return nto_err_set(err, NTO_ECONFIG, "key 'kernel_size' is required");
-  if (l->n_in != 1)
-    return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
   nto_shape in = l->in_shape[0];
   conv_geom *g = &p->g;
   memset(g, 0, sizeof *g);
@@ -446,33 +436,44 @@ static int conv_plan(nto_layer *l, nto_err *err) {
                        g->kh, g->kw, g->cg, g->f, INT_MAX);
   g->kcol = (int)kcol;
   l->replay_macs = g->kcol; /* the replay is the forward: kcol per output */
+  return 0;
+}
 
+/* The padding pad[0..4) (top, bottom, left, right) of the padding mode for
+ * a dilated kernel of ekh x ekw. */
+static void padding(const conv_priv *p, long ekh, long ekw, int pad[4]) {
+  const conv_geom *g = &p->g;
+  switch (p->pad_mode) {
+  case PAD_SAME:
+    same_padding(g->h, g->kh, g->sh, g->dh, &pad[0], &pad[1]);
+    same_padding(g->w, g->kw, g->sw, g->dw, &pad[2], &pad[3]);
+    break;
+  case PAD_VALID:
+    pad[0] = pad[1] = pad[2] = pad[3] = 0;
+    break;
+  case PAD_FULL:
+    pad[0] = pad[1] = (int)(ekh - 1);
+    pad[2] = pad[3] = (int)(ekw - 1);
+    break;
+  default:
+    memcpy(pad, p->pad, 4 * sizeof *pad);
+    break;
+  }
+}
+
+/* The padding pad[0..4) and the output size (p->g, l->out_shape). Returns 0
+ * or NTO_ESHAPE (a kernel larger than the padded input, sizes beyond
+ * int). */
+static int plan_output(nto_layer *l, int pad[4], nto_err *err) {
+  conv_priv *p = l->priv;
+  conv_geom *g = &p->g;
   long ekh = (long)g->dh * (g->kh - 1) + 1; /* dilated kernel extent */
   long ekw = (long)g->dw * (g->kw - 1) + 1;
   if (ekh > INT_MAX || ekw > INT_MAX)
     return nto_err_set(err, NTO_ESHAPE, "kernel %ldx%ld (dilated) is too large",
                        ekh, ekw);
-  int pt, pb, pl, pr;
-  switch (p->pad_mode) {
-  case PAD_SAME:
-    same_padding(g->h, g->kh, g->sh, g->dh, &pt, &pb);
-    same_padding(g->w, g->kw, g->sw, g->dw, &pl, &pr);
-    break;
-  case PAD_VALID:
-    pt = pb = pl = pr = 0;
-    break;
-  case PAD_FULL:
-    pt = pb = (int)(ekh - 1);
-    pl = pr = (int)(ekw - 1);
-    break;
-  default:
-    pt = p->pad[0];
-    pb = p->pad[1];
-    pl = p->pad[2];
-    pr = p->pad[3];
-    break;
-  }
-  long ph = (long)g->h + pt + pb, pw = (long)g->w + pl + pr;
+  padding(p, ekh, ekw, pad);
+  long ph = (long)g->h + pad[0] + pad[1], pw = (long)g->w + pad[2] + pad[3];
   if (ekh > ph || ekw > pw)
     return nto_err_set(err, NTO_ESHAPE,
                        "kernel %ldx%ld (dilated) larger than padded input "
@@ -482,82 +483,126 @@ static int conv_plan(nto_layer *l, nto_err *err) {
   if (ph > INT_MAX || pw > INT_MAX)
     return nto_err_set(err, NTO_ESHAPE, "padded input %ldx%ld is too large", ph,
                        pw);
-  g->pt = pt;
-  g->pl = pl;
+  g->pt = pad[0];
+  g->pl = pad[2];
   g->oh = (int)((ph - ekh) / g->sh + 1);
   g->ow = (int)((pw - ekw) / g->sw + 1);
   l->out_shape = (nto_shape){l->batch, g->f, g->oh, g->ow};
+  return 0;
+}
 
+/* Depthwise stride 1: per slot 2 planes + OH*P floats
+ * (depthwise_forward_s1), rounded up to 64 bytes. */
+static int plan_depthwise_ws(nto_layer *l, nto_err *err) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  size_t fl;
+  if (__builtin_mul_overflow((size_t)g->oh, dw_pitch(g), &fl) ||
+      __builtin_add_overflow(fl, 2 * dw_plane(g) + 15, &fl) ||
+      __builtin_mul_overflow(fl / 16 * 16, (size_t)p->ws_slots, &l->ws_bytes) ||
+      __builtin_mul_overflow(l->ws_bytes, sizeof(float), &l->ws_bytes))
+    return nto_err_set(err, NTO_ESHAPE,
+                       "depthwise workspace for %dx%d is too large", g->h,
+                       g->w);
+  p->ws_slot = fl / 16 * 16;
+  return 0;
+}
+
+/* im2col and 1x1: the chunk of images (within CONV_CHUNK_BYTES) and a
+ * workspace slot per thread that gets a chunk. */
+static int plan_im2col_ws(nto_layer *l, nto_err *err) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
+  /* One image's column matrix, and one image's share of a chunk (its
+   * columns plus its part of the output/dY buffer), in bytes. */
+  size_t ohw = (size_t)g->oh * g->ow, col1, per_img;
+  if (__builtin_mul_overflow((size_t)g->kcol, ohw, &col1) ||
+      __builtin_mul_overflow(col1, sizeof(float), &col1) ||
+      __builtin_mul_overflow((size_t)g->kcol + (size_t)g->fg, ohw, &per_img) ||
+      __builtin_mul_overflow(per_img, sizeof(float), &per_img))
+    goto too_large;
+  size_t bound = nto_conv2d_chunk_bytes_for_tests
+                     ? nto_conv2d_chunk_bytes_for_tests
+                     : CONV_CHUNK_BYTES;
+  size_t k = bound / per_img, slot = 0;
+  if (k > (size_t)l->batch)
+    k = (size_t)l->batch;
+  if (k > INT_MAX / ohw) /* k*OHW is a BLAS int */
+    k = INT_MAX / ohw;
+  if (k > 1) {
+    /* balance: the fewest chunks of at most k images, evenly filled */
+    size_t nch = ((size_t)l->batch + k - 1) / k;
+    k = ((size_t)l->batch + nch - 1) / nch;
+    p->chunk = (int)k;
+    slot = k * per_img;
+  } else if (p->path == PATH_IM2COL) {
+    slot = col1;
+  }
+  /* a slot per thread that gets a chunk; several slots start at 64-byte
+   * boundaries */
+  int nch = n_chunks(p, l->batch);
+  p->ws_slots = nch < 2 ? 1 : nch < p->ws_slots ? nch : p->ws_slots;
+  p->ws_slot = slot / sizeof(float);
+  if (p->ws_slots > 1)
+    p->ws_slot = (p->ws_slot + 15) / 16 * 16;
+  if (__builtin_mul_overflow(p->ws_slot * sizeof(float), (size_t)p->ws_slots,
+                             &l->ws_bytes))
+    goto too_large;
+  return 0;
+too_large:
+  return nto_err_set(err, NTO_ESHAPE,
+                     "im2col workspace of %d x %dx%d values is too large",
+                     g->kcol, g->oh, g->ow);
+}
+
+/* The path (depthwise, 1x1, im2col) for padding pad[0..4), and its
+ * workspace. */
+static int plan_path(nto_layer *l, const int pad[4], nto_err *err) {
+  conv_priv *p = l->priv;
+  const conv_geom *g = &p->g;
   if (g->groups == g->c && g->c > 1)
     p->path = PATH_DEPTHWISE;
-  else if (g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && pt == 0 &&
-           pb == 0 && pl == 0 && pr == 0)
+  else if (g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
+           pad[0] == 0 && pad[1] == 0 && pad[2] == 0 && pad[3] == 0)
     p->path = PATH_1X1;
   else
     p->path = PATH_IM2COL;
   p->chunk = 1;
   p->ws_slots = nto_parallel_threads();
   p->ws_slot = 0;
-  if (p->path == PATH_DEPTHWISE && g->sh == 1 && g->sw == 1) {
-    /* per slot 2 planes + OH*P floats (depthwise_forward_s1), rounded up
-     * to 64 bytes */
-    size_t fl;
-    if (__builtin_mul_overflow((size_t)g->oh, dw_pitch(g), &fl) ||
-        __builtin_add_overflow(fl, 2 * dw_plane(g) + 15, &fl) ||
-        __builtin_mul_overflow(fl / 16 * 16, (size_t)p->ws_slots,
-                               &l->ws_bytes) ||
-        __builtin_mul_overflow(l->ws_bytes, sizeof(float), &l->ws_bytes))
-      return nto_err_set(err, NTO_ESHAPE,
-                         "depthwise workspace for %dx%d is too large", g->h,
-                         g->w);
-    p->ws_slot = fl / 16 * 16;
-  } else if (p->path != PATH_DEPTHWISE) {
-    /* One image's column matrix, and one image's share of a chunk (its
-     * columns plus its part of the output/dY buffer), in bytes. */
-    size_t ohw = (size_t)g->oh * g->ow, col1, per_img;
-    if (__builtin_mul_overflow((size_t)g->kcol, ohw, &col1) ||
-        __builtin_mul_overflow(col1, sizeof(float), &col1) ||
-        __builtin_mul_overflow((size_t)g->kcol + (size_t)g->fg, ohw,
-                               &per_img) ||
-        __builtin_mul_overflow(per_img, sizeof(float), &per_img))
-      return nto_err_set(err, NTO_ESHAPE,
-                         "im2col workspace of %d x %dx%d values is too large",
-                         g->kcol, g->oh, g->ow);
-    size_t bound = nto_conv2d_chunk_bytes_for_tests
-                       ? nto_conv2d_chunk_bytes_for_tests
-                       : CONV_CHUNK_BYTES;
-    size_t k = bound / per_img, slot = 0;
-    if (k > (size_t)l->batch)
-      k = (size_t)l->batch;
-    if (k > INT_MAX / ohw) /* k*OHW is a BLAS int */
-      k = INT_MAX / ohw;
-    if (k > 1) {
-      /* balance: the fewest chunks of at most k images, evenly filled */
-      size_t nch = ((size_t)l->batch + k - 1) / k;
-      k = ((size_t)l->batch + nch - 1) / nch;
-      p->chunk = (int)k;
-      slot = k * per_img;
-    } else if (p->path == PATH_IM2COL) {
-      slot = col1;
-    }
-    /* a slot per thread that gets a chunk; several slots start at 64-byte
-     * boundaries */
-    int nch = n_chunks(p, l->batch);
-    p->ws_slots = nch < 2 ? 1 : nch < p->ws_slots ? nch : p->ws_slots;
-    p->ws_slot = slot / sizeof(float);
-    if (p->ws_slots > 1)
-      p->ws_slot = (p->ws_slot + 15) / 16 * 16;
-    if (__builtin_mul_overflow(p->ws_slot * sizeof(float), (size_t)p->ws_slots,
-                               &l->ws_bytes))
-      return nto_err_set(err, NTO_ESHAPE,
-                         "im2col workspace of %d x %dx%d values is too large",
-                         g->kcol, g->oh, g->ow);
-  }
+  if (p->path == PATH_DEPTHWISE && g->sh == 1 && g->sw == 1)
+    return plan_depthwise_ws(l, err);
+  if (p->path != PATH_DEPTHWISE)
+    return plan_im2col_ws(l, err);
+  return 0;
+}
 
-  int rc = plan_winograd(l, err);
+/*
+ * out_shape = (N, filters, OH, OW); requests weight and bias; workspace as
+ * described at the top. Returns 0, NTO_ECONFIG (missing key, groups not
+ * dividing C and filters) or NTO_ESHAPE (kernel larger than padded input).
+ */
+static int conv_plan(nto_layer *l, nto_err *err) {
+  conv_priv *p = l->priv;
+  nto_layer_plan_reset(l);
+  l->bwd_needs_input = 1;
+  if (p->filters == 0)
+    return nto_err_set(err, NTO_ECONFIG, "key 'filters' is required");
+  if (p->kh == 0)
+    return nto_err_set(err, NTO_ECONFIG, "key 'kernel_size' is required");
+  if (l->n_in != 1)
+    return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
+  int pad[4];
+  int rc = plan_geom(l, err);
+  if (rc == 0)
+    rc = plan_output(l, pad, err);
+  if (rc == 0)
+    rc = plan_path(l, pad, err);
+  if (rc == 0)
+    rc = plan_winograd(l, err);
   if (rc != 0)
     return rc;
-
+  const conv_geom *g = &p->g;
   p->iw =
       nto_layer_add_weight(l, "weight", (nto_shape){g->f, g->cg, g->kh, g->kw},
                            4, p->winit, g->kcol, g->f * g->kh * g->kw, 1);

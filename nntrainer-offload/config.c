@@ -465,8 +465,7 @@ static int check_text(const char *file, nto_err *err) {
     off += (long long)n;
   }
   if (rc == 0 && ferror(f))
-    rc = nto_err_set(err, NTO_EIO, "%s: read error: %s", file,
-                     strerror(errno));
+    rc = nto_err_set(err, NTO_EIO, "%s: read error: %s", file, strerror(errno));
   fclose(f);
   return rc;
 }
@@ -830,92 +829,87 @@ static const unsigned lr_valid[] = {
                       1u << LK_DECAY_STEPS,
 };
 
-static int parse_scheduler(loader *L, const char *sec, nto_lr_conf *s,
-                           nto_opt_conf *o, nto_err *err) {
-  int kind = 0;
-  int rc = typed_section(L, sec, lr_types, &kind, err);
-  s->kind = (nto_lr_kind)kind;
-  s->given = 1;
-  int have_lr = 0, have_steps = 0, have_rate = 0, have_max = 0, n_rates = 0;
-  const char *iter_v = NULL;
-  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
-    const char *k = key_at(L, sec, i);
-    const char *v = value_at(L, i);
-    int idx = lookup(k, lr_keys);
-    if (idx < 0)
-      return unknown_key(L, sec, k, lr_keys, err);
-    if (!(lr_valid[s->kind] & (1u << idx)))
-      return nto_err_set(err, NTO_ECONFIG,
-                         "%s: [%s] key '%s': not a setting of scheduler %s",
-                         L->file, sec, k, lr_types[s->kind]);
-    switch (idx) {
-    case LK_LR:
-      if (s->kind == NTO_LR_STEP)
-        rc = parse_real_list(v, 10, s->learning_rate, NTO_LR_MAX_STEPS + 1,
-                             &n_rates, err);
-      else
-        rc = parse_real(v, 0, 1, 10, 0, &s->learning_rate[0], err);
-      have_lr = 1;
-      break;
-    case LK_DECAY_RATE:
-      rc = parse_real(v, 0, 1, 1, 0, &s->decay_rate, err);
-      have_rate = 1;
-      break;
-    case LK_DECAY_STEPS:
-      rc = parse_count(v, 1, LONG_MAX, &s->decay_steps, err);
-      have_steps = 1;
-      break;
-    case LK_ITERATION:
-      rc = nto_parse_int_list(v, 1, LONG_MAX, s->iteration, NTO_LR_MAX_STEPS,
-                              &s->n_steps, err);
-      for (int j = 1; rc == 0 && j < s->n_steps; j++)
-        if (s->iteration[j] <= s->iteration[j - 1])
-          rc = nto_err_set(err, NTO_ECONFIG,
-                           "expected increasing iterations, got '%s'", v);
-      iter_v = v;
-      break;
-    case LK_MAX_LR:
-      rc = parse_real(v, 0, 1, 10, 0, &s->max_learning_rate, err);
-      have_max = 1;
-      break;
-    case LK_MIN_LR:
-      rc = parse_real(v, 0, 0, 10, 0, &s->min_learning_rate, err);
-      break;
-    default:
-      break;
-    }
-    if (rc != 0)
-      return key_err(L, sec, k, err);
+/* Which scheduler keys were given (parse_scheduler). */
+typedef struct lr_seen {
+  int lr, steps, rate, max, n_rates;
+  const char *iter_v; /* the iteration list as written, NULL: none */
+} lr_seen;
+
+/* Scheduler key idx (lr_keys) with value v into s. Returns 0 or
+ * NTO_ECONFIG with the value's message (the caller names the key). */
+static int scheduler_key(int idx, const char *v, nto_lr_conf *s, lr_seen *g,
+                         nto_err *err) {
+  int rc = 0;
+  switch (idx) {
+  case LK_LR:
+    if (s->kind == NTO_LR_STEP)
+      rc = parse_real_list(v, 10, s->learning_rate, NTO_LR_MAX_STEPS + 1,
+                           &g->n_rates, err);
+    else
+      rc = parse_real(v, 0, 1, 10, 0, &s->learning_rate[0], err);
+    g->lr = 1;
+    break;
+  case LK_DECAY_RATE:
+    rc = parse_real(v, 0, 1, 1, 0, &s->decay_rate, err);
+    g->rate = 1;
+    break;
+  case LK_DECAY_STEPS:
+    rc = parse_count(v, 1, LONG_MAX, &s->decay_steps, err);
+    g->steps = 1;
+    break;
+  case LK_ITERATION:
+    rc = nto_parse_int_list(v, 1, LONG_MAX, s->iteration, NTO_LR_MAX_STEPS,
+                            &s->n_steps, err);
+    for (int j = 1; rc == 0 && j < s->n_steps; j++)
+      if (s->iteration[j] <= s->iteration[j - 1])
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "expected increasing iterations, got '%s'", v);
+    g->iter_v = v;
+    break;
+  case LK_MAX_LR:
+    rc = parse_real(v, 0, 1, 10, 0, &s->max_learning_rate, err);
+    g->max = 1;
+    break;
+  case LK_MIN_LR:
+    rc = parse_real(v, 0, 0, 10, 0, &s->min_learning_rate, err);
+    break;
+  default:
+    break;
   }
-  if (rc != 0)
-    return rc;
+  return rc;
+}
+
+/* The keys scheduler s's kind needs, given g; cosine's missing
+ * max_learning_rate defaults to the optimizer's rate o_lr. */
+static int check_scheduler(loader *L, const char *sec, nto_lr_conf *s,
+                           const lr_seen *g, double o_lr, nto_err *err) {
   switch (s->kind) {
   case NTO_LR_CONSTANT:
     break;
   case NTO_LR_EXPONENTIAL:
-    if (!have_rate)
+    if (!g->rate)
       return missing_key(L, sec, "decay_rate", err);
-    if (!have_steps)
+    if (!g->steps)
       return missing_key(L, sec, "decay_steps", err);
     break;
   case NTO_LR_STEP:
-    if (!have_lr)
+    if (!g->lr)
       return missing_key(L, sec, "learning_rate", err);
-    if (!iter_v)
+    if (!g->iter_v)
       return missing_key(L, sec, "iteration", err);
-    if (s->n_steps != n_rates - 1)
+    if (s->n_steps != g->n_rates - 1)
       return nto_err_set(err, NTO_ECONFIG,
                          "%s: [%s] key 'iteration': expected %d iteration%s "
                          "(one fewer than the %d rates of 'learning_rate'), "
                          "got '%s'",
-                         L->file, sec, n_rates - 1, n_rates == 2 ? "" : "s",
-                         n_rates, iter_v);
+                         L->file, sec, g->n_rates - 1,
+                         g->n_rates == 2 ? "" : "s", g->n_rates, g->iter_v);
     break;
   case NTO_LR_COSINE:
-    if (!have_steps)
+    if (!g->steps)
       return missing_key(L, sec, "decay_steps", err);
-    if (!have_max)
-      s->max_learning_rate = o->learning_rate;
+    if (!g->max)
+      s->max_learning_rate = o_lr;
     if (s->min_learning_rate > s->max_learning_rate) {
       char mx[32];
       fmt_num(mx, sizeof mx, s->max_learning_rate);
@@ -926,10 +920,36 @@ static int parse_scheduler(loader *L, const char *sec, nto_lr_conf *s,
     }
     break;
   }
+  return 0;
+}
+
+static int parse_scheduler(loader *L, const char *sec, nto_lr_conf *s,
+                           nto_opt_conf *o, nto_err *err) {
+  int kind = 0;
+  int rc = typed_section(L, sec, lr_types, &kind, err);
+  s->kind = (nto_lr_kind)kind;
+  s->given = 1;
+  lr_seen g = {0};
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    int idx = lookup(k, lr_keys);
+    if (idx < 0)
+      return unknown_key(L, sec, k, lr_keys, err);
+    if (!(lr_valid[s->kind] & (1u << idx)))
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': not a setting of scheduler %s",
+                         L->file, sec, k, lr_types[s->kind]);
+    if (scheduler_key(idx, value_at(L, i), s, &g, err) != 0)
+      return key_err(L, sec, k, err);
+  }
+  if (rc == 0)
+    rc = check_scheduler(L, sec, s, &g, o->learning_rate, err);
+  if (rc != 0)
+    return rc;
   /* The scheduler's rate wins over [Optimizer] learning_rate. */
   if (s->kind == NTO_LR_COSINE) {
     o->learning_rate = s->max_learning_rate;
-  } else if (have_lr) {
+  } else if (g.lr) {
     o->learning_rate = s->learning_rate[0];
   } else {
     s->learning_rate[0] = o->learning_rate;

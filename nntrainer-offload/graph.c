@@ -12,11 +12,11 @@
 typedef struct proto {
   nto_layer l;
   char inputs[NTO_MAX_INPUTS][NTO_NAME_MAX];
-  int n_inputs;   /* -1: default (previous proto) */
-  int section;    /* config section index it came from */
-  int redirect;   /* 1: references to this name mean the next proto (its
-                     realized activation) */
-  int realized;   /* 1: a realized activation, reading its base layer */
+  int n_inputs;        /* -1: default (previous proto) */
+  int section;         /* config section index it came from */
+  int redirect;        /* 1: references to this name mean the next proto (its
+                          realized activation) */
+  int realized;        /* 1: a realized activation, reading its base layer */
   const char *gen_key; /* the key of its section that added this layer
                           ("input_shape", "activation"), NULL: the section */
 } proto;
@@ -77,8 +77,7 @@ static void trim_copy(char *dst, size_t len, const char *s, size_t n) {
 }
 
 /* Parse "a, b" into p->inputs. */
-static int parse_inputs(builder *b, proto *p, const char *sec,
-                        const char *v) {
+static int parse_inputs(builder *b, proto *p, const char *sec, const char *v) {
   p->n_inputs = 0;
   const char *s = v;
   for (;;) {
@@ -104,15 +103,16 @@ static int parse_inputs(builder *b, proto *p, const char *sec,
   return 0;
 }
 
-/* Turn one config section into one to three protos. */
-static int add_section(builder *b, int si) {
-  const nto_section *s = &b->c->layers[si];
+/* The ops of section s's `type` into *ops; an error names a missing or
+ * unknown type (listing the known ones). */
+static int section_ops(builder *b, const nto_section *s,
+                       const nto_layer_ops **ops) {
   const char *type = nto_section_get(s, "type");
-  const nto_layer_ops *ops = type ? nto_layer_find(type) : NULL;
+  *ops = type ? nto_layer_find(type) : NULL;
   if (!type)
     return nto_err_set(b->err, NTO_ECONFIG, "%s: [%s] missing key 'type'",
                        b->c->path, s->name);
-  if (!ops) {
+  if (!*ops) {
     char list[512];
     nto_layer_type_list(list, sizeof list);
     return nto_err_set(b->err, NTO_ECONFIG,
@@ -120,48 +120,46 @@ static int add_section(builder *b, int si) {
                        "(expected one of: %s)",
                        b->c->path, s->name, type, list);
   }
-  const char *shape = nto_section_get(s, "input_shape");
-  int is_input = ops == &nto_input_layer;
-  int insert_input = shape && !is_input;
-  char nm_input[NTO_NAME_MAX + 8];
-  snprintf(nm_input, sizeof nm_input, "%s/input", s->name);
-  if (insert_input && nto_section_get(s, "input_layers"))
+  return 0;
+}
+
+/* The input layer "<name>/input" that `input_shape` on a non-input layer
+ * of section si adds. */
+static int add_input_proto(builder *b, int si, const char *shape) {
+  const nto_section *s = &b->c->layers[si];
+  if (nto_section_get(s, "input_layers"))
     return nto_err_set(b->err, NTO_ECONFIG,
                        "%s: [%s] key 'input_shape': only allowed on a layer "
                        "without input_layers",
                        b->c->path, s->name);
-  if (insert_input) {
-    proto *ip = push(b);
-    char nm[NTO_NAME_MAX + 8];
-    if (!ip)
-      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-    snprintf(nm, sizeof nm, "%s/input", s->name);
-    if (make_layer(&ip->l, &nto_input_layer, nm) != 0)
-      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-    ip->section = si;
-    ip->n_inputs = 0;
-    ip->gen_key = "input_shape";
-    int rc = nto_input_layer.set_prop(&ip->l, "input_shape", shape, b->err);
-    if (rc != 0)
-      return nto_err_prefix(b->err, rc, "%s: [%s] key 'input_shape': ",
-                            b->c->path, s->name);
-  }
-  proto *p = push(b);
-  if (!p || make_layer(&p->l, ops, s->name) != 0)
+  proto *ip = push(b);
+  char nm[NTO_NAME_MAX + 8];
+  if (!ip)
     return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-  p->section = si;
-  if (is_input)
-    p->n_inputs = 0;
-  if (insert_input) {
-    p->n_inputs = 1;
-    set_name(p->inputs[0], nm_input);
-  }
-  const char *act = NULL;
+  snprintf(nm, sizeof nm, "%s/input", s->name);
+  if (make_layer(&ip->l, &nto_input_layer, nm) != 0)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  ip->section = si;
+  ip->n_inputs = 0;
+  ip->gen_key = "input_shape";
+  int rc = nto_input_layer.set_prop(&ip->l, "input_shape", shape, b->err);
+  if (rc != 0)
+    return nto_err_prefix(b->err, rc,
+                          "%s: [%s] key 'input_shape': ", b->c->path, s->name);
+  return 0;
+}
+
+/* Section s's keys into proto p (of ops): inputs, trainable, the layer's
+ * own keys; *act: the value of `activation` on a non-activation layer. */
+static int apply_keys(builder *b, const nto_section *s, proto *p,
+                      const nto_layer_ops *ops, int skip_shape,
+                      const char **act) {
+  int is_input = ops == &nto_input_layer;
   for (int k = 0; k < s->n_kv; k++) {
     const char *key = s->kv[k].key, *val = s->kv[k].value;
     int rc = 0;
     if (!strcmp(key, "type") || !strcmp(key, "name") ||
-        (insert_input && !strcmp(key, "input_shape")))
+        (skip_shape && !strcmp(key, "input_shape")))
       continue;
     if (!strcmp(key, "input_layers") || !strcmp(key, "input_layer")) {
       if (is_input)
@@ -177,7 +175,7 @@ static int add_section(builder *b, int si) {
     if (!strcmp(key, "trainable")) {
       rc = nto_parse_bool(val, &p->l.trainable, b->err);
     } else if (!strcmp(key, "activation") && ops != &nto_activation_layer) {
-      act = val;
+      *act = val;
       continue;
     } else {
       rc = ops->set_prop(&p->l, key, val, b->err);
@@ -190,30 +188,64 @@ static int add_section(builder *b, int si) {
       return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ", b->c->path,
                             s->name, key);
   }
-  if (act) {
-    int none = nto_streq(act, "none");
-    if (none)
-      return 0;
-    proto *ap = push(b);
-    if (!ap)
-      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-    p = &b->p[b->n - 2]; /* push may have moved the array */
-    char nm[NTO_NAME_MAX + 16];
-    snprintf(nm, sizeof nm, "%s/activation", s->name);
-    if (make_layer(&ap->l, &nto_activation_layer, nm) != 0)
-      return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-    ap->section = si;
-    ap->realized = 1;
-    ap->gen_key = "activation";
-    ap->n_inputs = 1;
-    set_name(ap->inputs[0], p->l.name);
-    int rc = nto_activation_layer.set_prop(&ap->l, "activation", act, b->err);
-    if (rc != 0)
-      return nto_err_prefix(b->err, rc, "%s: [%s] key 'activation': ",
-                            b->c->path, s->name);
-    p->redirect = 1;
-  }
   return 0;
+}
+
+/* The activation layer "<name>/activation" that `activation = act` on the
+ * last proto (of section si) adds; later references to the layer read
+ * it. */
+static int add_activation_proto(builder *b, int si, const char *act) {
+  const nto_section *s = &b->c->layers[si];
+  proto *ap = push(b);
+  if (!ap)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  proto *p = &b->p[b->n - 2]; /* push may have moved the array */
+  char nm[NTO_NAME_MAX + 16];
+  snprintf(nm, sizeof nm, "%s/activation", s->name);
+  if (make_layer(&ap->l, &nto_activation_layer, nm) != 0)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  ap->section = si;
+  ap->realized = 1;
+  ap->gen_key = "activation";
+  ap->n_inputs = 1;
+  set_name(ap->inputs[0], p->l.name);
+  int rc = nto_activation_layer.set_prop(&ap->l, "activation", act, b->err);
+  if (rc != 0)
+    return nto_err_prefix(b->err, rc, "%s: [%s] key 'activation': ", b->c->path,
+                          s->name);
+  p->redirect = 1;
+  return 0;
+}
+
+/* Turn one config section into one to three protos. */
+static int add_section(builder *b, int si) {
+  const nto_section *s = &b->c->layers[si];
+  const nto_layer_ops *ops;
+  int rc = section_ops(b, s, &ops);
+  if (rc != 0)
+    return rc;
+  const char *shape = nto_section_get(s, "input_shape");
+  int is_input = ops == &nto_input_layer;
+  int insert_input = shape && !is_input;
+  if (insert_input && (rc = add_input_proto(b, si, shape)) != 0)
+    return rc;
+  proto *p = push(b);
+  if (!p || make_layer(&p->l, ops, s->name) != 0)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  p->section = si;
+  if (is_input)
+    p->n_inputs = 0;
+  if (insert_input) {
+    char nm_input[NTO_NAME_MAX + 8];
+    snprintf(nm_input, sizeof nm_input, "%s/input", s->name);
+    p->n_inputs = 1;
+    set_name(p->inputs[0], nm_input);
+  }
+  const char *act = NULL;
+  rc = apply_keys(b, s, p, ops, insert_input, &act);
+  if (rc == 0 && act && !nto_streq(act, "none"))
+    rc = add_activation_proto(b, si, act);
+  return rc;
 }
 
 /* Layer names are unique (case-insensitive, as references are resolved):
@@ -230,8 +262,8 @@ static int check_names(const builder *b) {
       const char *sname = b->c->layers[sec->section].name;
       if (!gen->gen_key)
         return nto_err_set(b->err, NTO_ECONFIG,
-                           "%s: [%s]: layer name '%s' given twice",
-                           b->c->path, sname, sec->l.name);
+                           "%s: [%s]: layer name '%s' given twice", b->c->path,
+                           sname, sec->l.name);
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s]: layer name '%s' is already the name of "
                          "the %s layer that [%s] key '%s' adds",
@@ -377,8 +409,8 @@ static int adopt(nto_graph *g, builder *b, const int *order) {
     nto_layer *l = &g->layers[i];
     for (int k = 0; k < l->n_in; k++) {
       int p = l->in[k];
-      nto_edge *e = realloc(g->consumers[p],
-                            (size_t)(g->n_consumers[p] + 1) * sizeof *e);
+      nto_edge *e =
+          realloc(g->consumers[p], (size_t)(g->n_consumers[p] + 1) * sizeof *e);
       if (!e)
         return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
       e[g->n_consumers[p]++] = (nto_edge){.layer = i, .input = k};
@@ -436,8 +468,7 @@ static size_t checked_numel(nto_shape s) {
 }
 
 /* Every tensor layer l planned is of a size the model can handle. */
-static int check_sizes(const nto_layer *l, const nto_config *c,
-                       nto_err *err) {
+static int check_sizes(const nto_layer *l, const nto_config *c, nto_err *err) {
   char a[64];
   nto_shape o = l->out_shape;
   if (o.n < 1 || o.c < 1 || o.h < 1 || o.w < 1)

@@ -383,6 +383,7 @@ static void test_idx_shuffle(void **state) {
   nto_dataset_close(b);
 }
 
+/* Bad headers of IDX files: magic, counts, labels, truncated labels. */
 static void test_idx_errors(void **state) {
   fixture *fx = *state;
   char img[512], lbl[512], bad[512];
@@ -431,6 +432,17 @@ static void test_idx_errors(void **state) {
   assert_int_equal(nto_dataset_open_idx(&ds, img, bad, s, 10, &err), NTO_EDATA);
   assert_msg_has(&err, bad);
   assert_msg_has(&err, "truncated at byte offset 13");
+}
+
+/* Truncated and cut image files, missing files, images larger than the
+ * input, invalid arguments. */
+static void test_idx_stream_errors(void **state) {
+  fixture *fx = *state;
+  char img[512], lbl[512], bad[512];
+  write_pair(fx, NULL, "train", 1, img, lbl, sizeof img);
+  nto_dataset *ds = NULL;
+  nto_err err = {0};
+  nto_shape s = {1, 3, 32, 32};
 
   /* Truncated images (gzip): found while streaming, with the offset. */
   path_in(fx, bad, sizeof bad, "short-images.gz");
@@ -1035,6 +1047,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idx_limit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_shuffle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idx_stream_errors, setup, teardown),
       cmocka_unit_test(test_fashion_mnist),
       cmocka_unit_test_setup_teardown(test_raw_round_trip, setup, teardown),
       cmocka_unit_test(test_synthetic),

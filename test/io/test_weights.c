@@ -301,6 +301,8 @@ static void write_st(const char *path, const char *hdr, uint64_t hlen_field,
   free(b);
 }
 
+/* Malformed headers, each refused with its message, the tensor
+ * untouched. */
 static void test_safetensors_corrupt(void **state) {
   fixture *fx = *state;
   char path[512];
@@ -377,6 +379,17 @@ static void test_safetensors_corrupt(void **state) {
     assert_msg_has(&err, path);
     assert_true(out[0] == 9.0f && out[1] == 9.0f);
   }
+}
+
+/* Bad lengths and sections around a valid header, and a valid header from
+ * another writer. */
+static void test_safetensors_lengths(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "bad.safetensors");
+  float data[2] = {1.5f, -2.0f}, out[2] = {9.0f, 9.0f};
+  nto_named_tensor t = {.name = "w", .ndim = 1, .dims = {2}, .data = out};
+  nto_err err = {0};
   /* Header length larger than the file. */
   const char *ok =
       "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
@@ -754,6 +767,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_safetensors_mismatch, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_safetensors_corrupt, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_safetensors_lengths, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_failed_save_leaves_nothing, setup,
                                       teardown),
