@@ -47,23 +47,11 @@ static const char *pick_dir(const char *dir) {
   return t != NULL && t[0] != '\0' ? t : "/tmp";
 }
 
-/* "812.0 MiB": bytes in MiB, or a larger binary unit from 1024 MiB on. */
-static void fmt_size(char *buf, size_t len, uint64_t bytes) {
-  static const char *const unit[] = {"MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = (double)bytes / (1024.0 * 1024.0);
-  size_t u = 0;
-  while (v >= 1024.0 && u + 1 < sizeof unit / sizeof unit[0]) {
-    v /= 1024.0;
-    u++;
-  }
-  snprintf(buf, len, "%.1f %s", v, unit[u]);
-}
-
 static int no_space(const char *dir, uint64_t need, uint64_t avail,
                     nto_err *err) {
   char n[32], a[32];
-  fmt_size(n, sizeof n, need);
-  fmt_size(a, sizeof a, avail);
+  nto_format_bytes(need, n, sizeof n);
+  nto_format_bytes(avail, a, sizeof a);
   return nto_err_set(err, NTO_EIO, "swap dir %s: needs %s, only %s free", dir,
                      n, a);
 }
@@ -227,7 +215,7 @@ static int preallocate(int fd, const char *dir, uint64_t bytes, nto_err *err) {
   int e = errno;
   uint64_t avail = 0;
   char n[32];
-  fmt_size(n, sizeof n, bytes);
+  nto_format_bytes(bytes, n, sizeof n);
   if (e == ENOSPC)
     return no_space(dir, bytes, free_bytes(fd, &avail) ? avail : 0, err);
   if (e != EOPNOTSUPP)

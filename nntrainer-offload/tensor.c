@@ -32,10 +32,11 @@ size_t nto_round_page(size_t bytes) {
 }
 
 char *nto_format_bytes(uint64_t bytes, char *buf, size_t len) {
-  static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+  static const char *const unit[] = {"KiB", "MiB", "GiB",
+                                     "TiB", "PiB", "EiB"};
   double v = (double)bytes / 1024.0;
   int u = 0;
-  while (u < 3 && v >= 1024.0) {
+  while (u < 5 && v >= 1024.0) {
     v /= 1024.0;
     u++;
   }

@@ -32,7 +32,7 @@ char *nto_shape_str(nto_shape s, int with_batch, char *buf, size_t len);
 size_t nto_round_page(size_t bytes);
 
 /* bytes in the binary unit that reads best, one decimal: "812.0 KiB",
- * "26.5 MiB", "1.2 GiB" (KiB below 1 MiB, up to TiB). Writes buf (32
+ * "26.5 MiB", "1.2 GiB" (KiB below 1 MiB, up to EiB). Writes buf (32
  * bytes suffice) and returns it. Any thread. */
 char *nto_format_bytes(uint64_t bytes, char *buf, size_t len);
 
