@@ -926,25 +926,10 @@ static int write_csv(const bench *b, const char *path, nto_err *err) {
   return close_out(f, path, "--csv", err);
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 static void json_config(FILE *f, const config *c, int rounds) {
   const report *r = &c->r;
   fprintf(f, "    {\"config\": ");
-  json_string(f, c->label);
+  cli_json_string(f, c->label);
   if (!c->ok) {
     fprintf(f, ", \"status\": \"failed\", \"window\": null, "
                "\"recompute\": null, "
@@ -964,7 +949,7 @@ static void json_config(FILE *f, const config *c, int rounds) {
   else
     fprintf(f, "%s", r->window);
   fprintf(f, ", \"recompute\": ");
-  json_string(f, r->recompute);
+  cli_json_string(f, r->recompute);
   fprintf(f,
           ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
           "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
@@ -991,7 +976,7 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
     return nto_err_set(err, NTO_EIO, "--json: cannot open %s: %s", path,
                        strerror(errno));
   fprintf(f, "{\n  \"model\": ");
-  json_string(f, b->o.model);
+  cli_json_string(f, b->o.model);
   fprintf(f,
           ",\n  \"batch\": %ld,\n  \"iterations\": %ld,\n"
           "  \"warmup\": %ld,\n  \"rounds\": %ld,\n",
@@ -1002,10 +987,10 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
           "\"io\": ",
           bw->p.read_mib_s, bw->p.write_mib_s, bw->p.block, bw->p.depth,
           bw->p.direct ? "true" : "false");
-  json_string(f, bw->p.io);
+  cli_json_string(f, bw->p.io);
   fprintf(f, ", \"total_bytes\": %llu, \"swap_dir\": ",
           (unsigned long long)bw->p.bytes);
-  json_string(f, bw->dir);
+  cli_json_string(f, bw->dir);
   fprintf(f, "},\n  \"configs\": [\n");
   for (int i = 0; i < b->o.n; i++) {
     json_config(f, &b->cfg[i], (int)b->o.rounds);

@@ -123,6 +123,27 @@ static int section_ops(builder *b, const nto_section *s,
   return 0;
 }
 
+/* A layer "<name>/<what>" of type ops that key `key` = value of section
+ * si adds (value set as its key), pushed as the last proto into *out.
+ * Returns 0, NTO_ENOMEM or the key's error. */
+static int generated(builder *b, int si, const nto_layer_ops *ops,
+                     const char *what, const char *key, const char *value,
+                     proto **out) {
+  const nto_section *s = &b->c->layers[si];
+  proto *g = *out = push(b);
+  char nm[NTO_NAME_MAX + 16];
+  snprintf(nm, sizeof nm, "%s/%s", s->name, what);
+  if (!g || make_layer(&g->l, ops, nm) != 0)
+    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  g->section = si;
+  g->gen_key = key;
+  int rc = ops->set_prop(&g->l, key, value, b->err);
+  if (rc != 0)
+    return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ", b->c->path,
+                          s->name, key);
+  return 0;
+}
+
 /* The input layer "<name>/input" that `input_shape` on a non-input layer
  * of section si adds. */
 static int add_input_proto(builder *b, int si, const char *shape) {
@@ -132,21 +153,12 @@ static int add_input_proto(builder *b, int si, const char *shape) {
                        "%s: [%s] key 'input_shape': only allowed on a layer "
                        "without input_layers",
                        b->c->path, s->name);
-  proto *ip = push(b);
-  char nm[NTO_NAME_MAX + 8];
-  if (!ip)
-    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-  snprintf(nm, sizeof nm, "%s/input", s->name);
-  if (make_layer(&ip->l, &nto_input_layer, nm) != 0)
-    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-  ip->section = si;
-  ip->n_inputs = 0;
-  ip->gen_key = "input_shape";
-  int rc = nto_input_layer.set_prop(&ip->l, "input_shape", shape, b->err);
-  if (rc != 0)
-    return nto_err_prefix(b->err, rc,
-                          "%s: [%s] key 'input_shape': ", b->c->path, s->name);
-  return 0;
+  proto *ip;
+  int rc =
+      generated(b, si, &nto_input_layer, "input", "input_shape", shape, &ip);
+  if (rc == 0)
+    ip->n_inputs = 0;
+  return rc;
 }
 
 /* Section s's keys into proto p (of ops): inputs, trainable, the layer's
@@ -195,24 +207,15 @@ static int apply_keys(builder *b, const nto_section *s, proto *p,
  * last proto (of section si) adds; later references to the layer read
  * it. */
 static int add_activation_proto(builder *b, int si, const char *act) {
-  const nto_section *s = &b->c->layers[si];
-  proto *ap = push(b);
-  if (!ap)
-    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
+  proto *ap;
+  int rc = generated(b, si, &nto_activation_layer, "activation", "activation",
+                     act, &ap);
+  if (rc != 0)
+    return rc;
   proto *p = &b->p[b->n - 2]; /* push may have moved the array */
-  char nm[NTO_NAME_MAX + 16];
-  snprintf(nm, sizeof nm, "%s/activation", s->name);
-  if (make_layer(&ap->l, &nto_activation_layer, nm) != 0)
-    return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
-  ap->section = si;
   ap->realized = 1;
-  ap->gen_key = "activation";
   ap->n_inputs = 1;
   set_name(ap->inputs[0], p->l.name);
-  int rc = nto_activation_layer.set_prop(&ap->l, "activation", act, b->err);
-  if (rc != 0)
-    return nto_err_prefix(b->err, rc, "%s: [%s] key 'activation': ", b->c->path,
-                          s->name);
   p->redirect = 1;
   return 0;
 }

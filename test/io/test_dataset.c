@@ -383,11 +383,10 @@ static void test_idx_shuffle(void **state) {
   nto_dataset_close(b);
 }
 
-/* Bad headers of IDX files: magic, counts, labels, truncated labels. */
-static void test_idx_errors(void **state) {
-  fixture *fx = *state;
-  char img[512], lbl[512], bad[512];
-  write_pair(fx, NULL, "train", 1, img, lbl, sizeof img);
+/* Bad headers of IDX files next to the good pair img, lbl: magic, counts,
+ * labels, truncated labels. */
+static void idx_header_errors(fixture *fx, const char *img, const char *lbl) {
+  char bad[512];
   nto_dataset *ds = NULL;
   nto_err err = {0};
   nto_shape s = {1, 3, 32, 32};
@@ -434,12 +433,10 @@ static void test_idx_errors(void **state) {
   assert_msg_has(&err, "truncated at byte offset 13");
 }
 
-/* Truncated and cut image files, missing files, images larger than the
- * input, invalid arguments. */
-static void test_idx_stream_errors(void **state) {
-  fixture *fx = *state;
-  char img[512], lbl[512], bad[512];
-  write_pair(fx, NULL, "train", 1, img, lbl, sizeof img);
+/* Truncated and cut image files next to the good pair img, lbl, missing
+ * files, images larger than the input, invalid arguments. */
+static void idx_stream_errors(fixture *fx, const char *img, const char *lbl) {
+  char bad[512];
   nto_dataset *ds = NULL;
   nto_err err = {0};
   nto_shape s = {1, 3, 32, 32};
@@ -511,6 +508,14 @@ static void test_idx_stream_errors(void **state) {
   assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s, 10, &err), 0);
   assert_int_equal(nto_dataset_next(ds, x, y, 0, &got, &err), NTO_EINVAL);
   nto_dataset_close(ds);
+}
+
+static void test_idx_errors(void **state) {
+  fixture *fx = *state;
+  char img[512], lbl[512];
+  write_pair(fx, NULL, "train", 1, img, lbl, sizeof img);
+  idx_header_errors(fx, img, lbl);
+  idx_stream_errors(fx, img, lbl);
 }
 
 static void test_fashion_mnist(void **state) {
@@ -1047,7 +1052,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idx_limit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_shuffle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_idx_stream_errors, setup, teardown),
       cmocka_unit_test(test_fashion_mnist),
       cmocka_unit_test_setup_teardown(test_raw_round_trip, setup, teardown),
       cmocka_unit_test(test_synthetic),

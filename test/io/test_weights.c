@@ -301,14 +301,10 @@ static void write_st(const char *path, const char *hdr, uint64_t hlen_field,
   free(b);
 }
 
-/* Malformed headers, each refused with its message, the tensor
- * untouched. */
-static void test_safetensors_corrupt(void **state) {
-  fixture *fx = *state;
-  char path[512];
-  path_in(fx, path, sizeof path, "bad.safetensors");
-  float data[2] = {1.5f, -2.0f}, out[2] = {9.0f, 9.0f};
-  nto_named_tensor t = {.name = "w", .ndim = 1, .dims = {2}, .data = out};
+/* Malformed headers written to path (with data[0..2] after them), each
+ * refused with its message, the tensor t (reading into out) untouched. */
+static void corrupt_headers(const char *path, nto_named_tensor *t,
+                            const float *data, const float *out) {
   nto_err err = {0};
   static const struct {
     const char *hdr;
@@ -369,8 +365,8 @@ static void test_safetensors_corrupt(void **state) {
       {"", "empty header", "header length 0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    write_st(path, cases[i].hdr, strlen(cases[i].hdr), data, sizeof data);
-    int rc = nto_safetensors_load(path, &t, 1, &err);
+    write_st(path, cases[i].hdr, strlen(cases[i].hdr), data, 2 * sizeof *data);
+    int rc = nto_safetensors_load(path, t, 1, &err);
     if (rc != NTO_EDATA)
       fail_msg("case %zu (%s): rc %d, %s", i, cases[i].what, rc, err.msg);
     if (strstr(err.msg, cases[i].expect) == NULL)
@@ -382,35 +378,31 @@ static void test_safetensors_corrupt(void **state) {
 }
 
 /* Bad lengths and sections around a valid header, and a valid header from
- * another writer. */
-static void test_safetensors_lengths(void **state) {
-  fixture *fx = *state;
-  char path[512];
-  path_in(fx, path, sizeof path, "bad.safetensors");
-  float data[2] = {1.5f, -2.0f}, out[2] = {9.0f, 9.0f};
-  nto_named_tensor t = {.name = "w", .ndim = 1, .dims = {2}, .data = out};
+ * another writer, at path: as corrupt_headers. */
+static void corrupt_lengths(const char *path, nto_named_tensor *t,
+                            const float *data, float *out) {
   nto_err err = {0};
   /* Header length larger than the file. */
   const char *ok =
       "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
-  write_st(path, ok, 1000, data, sizeof data);
-  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  write_st(path, ok, 1000, data, 2 * sizeof *data);
+  assert_int_equal(nto_safetensors_load(path, t, 1, &err), NTO_EDATA);
   assert_msg_has(&err, path);
   assert_msg_has(&err, "header length 1000");
-  write_st(path, ok, UINT64_MAX, data, sizeof data);
-  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  write_st(path, ok, UINT64_MAX, data, 2 * sizeof *data);
+  assert_int_equal(nto_safetensors_load(path, t, 1, &err), NTO_EDATA);
   /* Too short for the length field. */
   spit(path, "abc", 3);
-  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_int_equal(nto_safetensors_load(path, t, 1, &err), NTO_EDATA);
   assert_msg_has(&err, path);
   /* Tensors not covering the data section. */
   float three[3] = {1, 2, 3};
   write_st(path, ok, strlen(ok), three, sizeof three);
-  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_int_equal(nto_safetensors_load(path, t, 1, &err), NTO_EDATA);
   assert_msg_has(&err, "cover 8 bytes of a data section of 12 bytes");
   /* Data truncated after the header. */
   write_st(path, ok, strlen(ok), data, 4);
-  assert_int_equal(nto_safetensors_load(path, &t, 1, &err), NTO_EDATA);
+  assert_int_equal(nto_safetensors_load(path, t, 1, &err), NTO_EDATA);
   assert_true(out[0] == 9.0f);
 
   /* Valid JSON from another writer: whitespace, unknown keys, escapes,
@@ -429,10 +421,20 @@ static void test_safetensors_lengths(void **state) {
       .name = "v\xc3\xa9\xf0\x9f\x98\x80", .ndim = 1, .dims = {2}, .data = out};
   if (nto_safetensors_load(path, &u, 1, &err))
     fail_msg("%s", err.msg);
-  assert_memory_equal(out, data, sizeof data);
+  assert_memory_equal(out, data, 2 * sizeof *data);
   nto_named_tensor i8 = {.name = "i", .ndim = 2, .dims = {1, 2}, .data = out};
   assert_int_equal(nto_safetensors_load(path, &i8, 1, &err), NTO_EDATA);
   assert_msg_has(&err, "dtype I8");
+}
+
+static void test_safetensors_corrupt(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "bad.safetensors");
+  float data[2] = {1.5f, -2.0f}, out[2] = {9.0f, 9.0f};
+  nto_named_tensor t = {.name = "w", .ndim = 1, .dims = {2}, .data = out};
+  corrupt_headers(path, &t, data, out);
+  corrupt_lengths(path, &t, data, out);
 }
 
 /* ---------------------------------------------------------- atomic saves */
@@ -767,8 +769,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_safetensors_mismatch, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_safetensors_corrupt, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(test_safetensors_lengths, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_failed_save_leaves_nothing, setup,
                                       teardown),
