@@ -100,6 +100,7 @@ if ! direct && [ "${NTO_CROSS_NO_BINFMT:-0}" != 1 ]; then
 fi
 
 export NTO_TEST_QUICK=1
+export NTO_TEST_QEMU=1 # qemu-user ignores madvise (test_iobackend's huge pages)
 log=$B/meson-logs/testlog.json
 rm -f $log
 skipped=""
