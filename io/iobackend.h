@@ -102,8 +102,7 @@ int nto_io_reap(nto_io *io, nto_io_req **done, int max, int wait);
  * it. io_uring: IORING_REGISTER_BUFFERS, one iovec per GiB; requests whose
  * buffer lies within one of them go out as READ_FIXED / WRITE_FIXED, so
  * the kernel pins those pages once, here, instead of for every request
- * (ResNet-18 b10 window 1 moves ~370 MiB per iteration in 1 MiB O_DIRECT
- * requests: perf puts 1.8% of the run's CPU in pinning them). The pages
+ * (hundreds of 1 MiB O_DIRECT requests per iteration). The pages
  * stay pinned, and for users without CAP_IPC_LOCK charged to
  * RLIMIT_MEMLOCK, until the registration is dropped or the queue
  * destroyed: unmap or madvise(MADV_DONTNEED) them only after dropping it,

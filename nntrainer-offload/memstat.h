@@ -1,7 +1,7 @@
 /*
  * memstat.h - process memory as the kernel counts it (Linux /proc).
- * Peak RSS is VmHWM of /proc/self/status; it can be reset between measured
- * phases by writing "5" to /proc/self/clear_refs (Linux >= 4.0).
+ * Peak RSS is VmHWM of /proc/self/status (per process: bench measures
+ * each configuration in a process of its own).
  * Any thread.
  */
 #ifndef NTO_MEMSTAT_H
