@@ -2,7 +2,6 @@
  * the tuner's turn between iterations, per-epoch evaluation, checkpoints
  * and weight saving; the end-of-run report is report.c's, the trace
  * trace.c's. */
-#include "blas.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "memstat.h"
@@ -12,7 +11,6 @@
 #include "weights.h"
 
 #include <cblas.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
