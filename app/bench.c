@@ -6,8 +6,8 @@
  * "all"), one child process of this same binary (/proc/self/exe) runs
  *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
- * (plus --batch-size, --swap-dir, --io, --memory-budget and --no-direct
- * when given), one configuration after the other, so that each has its own
+ * (plus --batch-size, --freeze-until, --swap-dir, --io, --memory-budget,
+ * --recompute and --no-direct when given), one configuration after the other, so that each has its own
  * peak RSS (the kernel's VmHWM is per process). With --rounds R the list
  * runs R times, configurations interleaved (round 1: every configuration,
  * then round 2, ...), so that a slow spell of a shared machine hits every
@@ -80,6 +80,8 @@ static const char usage[] =
     "                        and resident peak: largest; default 1, at\n"
     "                        most 16)\n"
     "  --batch-size B        batch size (default: the INI's batch_size)\n"
+    "  --freeze-until LAYER  passed to train (fine-tuning the layers after\n"
+    "                        LAYER)\n"
     "  --data DIR|synthetic  training data (default synthetic)\n"
     "  --csv FILE            also write the results as CSV\n"
     "  --json FILE           also write the results as JSON\n"
@@ -98,6 +100,7 @@ static const char usage[] =
 typedef struct bench_opts {
   const char *model, *windows, *data, *csv, *json, *plot;
   const char *swap_dir, *io, *budget, *recompute; /* NULL: not given */
+  const char *freeze_until;                       /* NULL: not given */
   long iterations, warmup, batch;                 /* batch 0: the INI's */
   long rounds;
   int no_direct;
@@ -238,10 +241,12 @@ static int parse_windows(bench_opts *o) {
 static const char **string_opt(bench_opts *o, const char *a) {
   static const char *const names[] = {
       "--windows",  "--data", "--csv",           "--json",      "--plot",
-      "--swap-dir", "--io",   "--memory-budget", "--recompute", NULL};
-  const char **dst[] = {&o->windows, &o->data,   &o->csv,
-                        &o->json,    &o->plot,   &o->swap_dir,
-                        &o->io,      &o->budget, &o->recompute};
+      "--swap-dir", "--io",   "--memory-budget", "--recompute",
+      "--freeze-until", NULL};
+  const char **dst[] = {&o->windows, &o->data,      &o->csv,
+                        &o->json,    &o->plot,      &o->swap_dir,
+                        &o->io,      &o->budget,    &o->recompute,
+                        &o->freeze_until};
   for (int i = 0; names[i]; i++)
     if (!strcmp(a, names[i]))
       return dst[i];
@@ -464,6 +469,8 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--memory-budget"), ARG(budget ? budget : o->budget);
   if (recompute || o->recompute)
     ARG("--recompute"), ARG(recompute ? recompute : o->recompute);
+  if (o->freeze_until)
+    ARG("--freeze-until"), ARG(o->freeze_until);
   if (o->no_direct)
     ARG("--no-direct");
   args[n] = NULL;
@@ -1108,7 +1115,8 @@ static nto_model *floor_model(bench *b, const report *r) {
   nto_model_opts o = {.batch = (int)r->batch,
                       .plan_only = 1,
                       .window_mode = NTO_WINDOW_AUTO,
-                      .recompute = rc};
+                      .recompute = rc,
+                      .freeze_until = b->o.freeze_until};
   nto_err err = {0};
   fp->recompute = rc;
   if (nto_model_create(&fp->m, &b->conf, &o, &err) != 0)

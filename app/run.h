@@ -25,6 +25,7 @@ typedef struct train_opts {
   const char *io;          /* NULL: auto */
   int no_direct;           /* --no-direct */
   const char *recompute;   /* --recompute auto|off, NULL: auto */
+  const char *freeze_until; /* --freeze-until LAYER, NULL: none */
   const char *report_json; /* NULL: off */
   const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */

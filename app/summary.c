@@ -11,16 +11,21 @@ static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
     "                                 [--recompute auto|off]\n"
+    "                                 [--freeze-until LAYER]\n"
     "\n"
-    "Prints, per layer: type, output shape (c:h:w), trainable parameters,\n"
-    "and the bytes it keeps from forward to backward (its saved tensors,\n"
-    "plus its inputs or output when its backward reads them and does not\n"
-    "recompute them), then totals and the planned memory of training with\n"
-    "everything resident, and, for offloading with windows 1, 2, 4 and 8,\n"
-    "the planned memory of resident tensors, the estimated peak RSS of\n"
-    "`train` and the swap traffic per iteration.\n"
+    "Prints, per layer: type, output shape (c:h:w), parameters, whether\n"
+    "it trains (yes, frozen, - without weights) and the bytes it keeps\n"
+    "from forward to backward (its saved tensors, plus its inputs or\n"
+    "output when its backward reads them and does not recompute them;\n"
+    "0 below the first trainable layer), then totals and the planned\n"
+    "memory of training with everything resident, and, for offloading\n"
+    "with windows 1, 2, 4 and 8, the planned memory of resident tensors,\n"
+    "the estimated peak RSS of `train` and the swap traffic per\n"
+    "iteration.\n"
     "\n"
     "  --batch-size B   batch size (default: the INI's batch_size)\n"
+    "  --freeze-until LAYER\n"
+    "                   as for train: the layers up to LAYER frozen\n"
     "  --threads T      compute threads train will use, for the estimated\n"
     "                   peak RSS (default: online CPUs)\n"
     "  --recompute auto|off\n"
@@ -35,6 +40,8 @@ static size_t saved_bytes(const nto_model *m, int i) {
   const nto_graph *g = nto_model_graph(m);
   const nto_layer *l = &g->layers[i];
   size_t b = 0;
+  if (!nto_model_backward(m, i)) /* below the first trainable layer */
+    return 0;
   for (int k = 0; k < l->n_saved; k++)
     b += nto_shape_bytes(l->saved[k].shape);
   if (l->bwd_needs_output && !nto_model_recomputed(m, i))
@@ -49,16 +56,19 @@ static size_t saved_bytes(const nto_model *m, int i) {
 static void print_table(const nto_model *m) {
   const nto_graph *g = nto_model_graph(m);
   char shape[64], bytes[32];
-  printf("%-36s %-20s %-14s %12s %12s\n", "layer", "type", "output", "params",
-         "saved/bwd");
+  printf("%-36s %-20s %-14s %12s %-6s %12s\n", "layer", "type", "output",
+         "params", "train", "saved/bwd");
   for (int i = 0; i < g->n_layers; i++) {
     const nto_layer *l = &g->layers[i];
     size_t params = 0;
     for (int j = 0; j < l->n_w; j++)
       if (l->w[j].trainable)
         params += nto_shape_numel(l->w[j].shape);
-    printf("%-36.36s %-20s %-14s %12zu %12s\n", l->name, l->ops->type,
+    printf("%-36.36s %-20s %-14s %12zu %-6s %12s\n", l->name, l->ops->type,
            nto_shape_str(l->out_shape, 0, shape, sizeof shape), params,
+           !params        ? "-"
+           : l->trainable ? "yes"
+                          : "frozen",
            nto_format_bytes(saved_bytes(m, i), bytes, sizeof bytes));
   }
 }
@@ -114,6 +124,7 @@ int cmd_summary(int argc, char **argv) {
   const char *path = NULL;
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
   nto_recompute recompute = NTO_RECOMPUTE_AUTO;
+  const char *freeze = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
@@ -122,6 +133,11 @@ int cmd_summary(int argc, char **argv) {
       if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
                   &batch) != 0)
         return CLI_USAGE;
+    } else if (!strcmp(argv[i], "--freeze-until")) {
+      if (!(freeze = cli_value(argc, argv, &i))) {
+        cli_error("option --freeze-until needs a value");
+        return CLI_USAGE;
+      }
     } else if (!strcmp(argv[i], "--recompute")) {
       const char *v = cli_value(argc, argv, &i);
       if (!v) {
@@ -154,7 +170,8 @@ int cmd_summary(int argc, char **argv) {
   int rc = nto_config_load(&c, path, &err);
   nto_model_opts o = {.batch = (int)batch,
                       .plan_only = 1,
-                      .recompute = recompute};
+                      .recompute = recompute,
+                      .freeze_until = freeze};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
    * (parallel.h): plan with train's thread count */
@@ -178,8 +195,10 @@ int cmd_summary(int argc, char **argv) {
          nto_model_graph(m)->n_layers, nto_model_param_count(m));
   printf("planned memory (all resident): %s = weights %s + optimizer state "
          "%s + activations/gradients %s + workspace %s\n",
-         nto_format_bytes(p.total, a, sizeof a), nto_format_bytes(p.weights, b, sizeof b),
-         nto_format_bytes(p.opt_state, d, sizeof d), nto_format_bytes(p.arena, e, sizeof e),
+         nto_format_bytes(p.total, a, sizeof a),
+         nto_format_bytes(p.weights, b, sizeof b),
+         nto_format_bytes(p.opt_state, d, sizeof d),
+         nto_format_bytes(p.arena, e, sizeof e),
          nto_format_bytes(p.workspace, f, sizeof f));
   if (recompute == NTO_RECOMPUTE_AUTO) {
     /* offloaded, auto also recomputes convolutions: a plan of its own */

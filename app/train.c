@@ -43,6 +43,8 @@ static const char usage[] =
     "  --seed S              initialization, shuffling, dropout (default 1)\n"
     "  --threads T           compute threads (default: online CPUs); the\n"
     "                        same results at any count\n"
+    "  --freeze-until LAYER  train only the layers after LAYER (as INI\n"
+    "                        trainable = false up to LAYER)\n"
     "\n"
     "Memory (default: the INI's memory_swap* / fsu* keys, else all resident):\n"
     "  --window N|auto|all   keep the tensors of N steps in RAM, the rest in\n"
@@ -114,6 +116,7 @@ static const char **string_opt(train_opts *o, const char *a) {
       {"--swap-dir", offsetof(train_opts, swap_dir)},
       {"--io", offsetof(train_opts, io)},
       {"--recompute", offsetof(train_opts, recompute)},
+      {"--freeze-until", offsetof(train_opts, freeze_until)},
       {"--report-json", offsetof(train_opts, report_json)},
       {"--trace", offsetof(train_opts, trace)},
       {"--checkpoint", offsetof(train_opts, checkpoint)},
@@ -555,8 +558,7 @@ static void print_plan(run *r) {
          nto_format_bytes(st.region, b, sizeof b),
          nto_format_bytes(p.workspace, c, sizeof c));
   nto_prefetch pf = nto_tuner_prefetch(nto_model_tuner(r->m));
-  printf("offload: reads by %s (the tuner's choice%s)\n",
-         nto_prefetch_name(pf),
+  printf("offload: reads by %s (the tuner's choice%s)\n", nto_prefetch_name(pf),
          pf == NTO_PREFETCH_TIME
              ? ": from the step times and read bandwidth of the first "
                "iterations"
@@ -728,11 +730,35 @@ static int open_run(run *r, nto_err *err) {
   return rc == 0 && r->o.resume ? resume(r, err) : rc;
 }
 
+/* Frozen layers: how many of those with weights, their parameters, and
+ * the layers whose backward runs. */
+static void print_frozen(const run *r) {
+  const nto_graph *g = nto_model_graph(r->m);
+  int frozen = 0, bwd = 0;
+  size_t params = 0;
+  for (int i = 0; i < g->n_layers; i++) {
+    const nto_layer *l = &g->layers[i];
+    bwd += nto_model_backward(r->m, i);
+    if (l->trainable || l->n_w == 0)
+      continue;
+    frozen++;
+    for (int j = 0; j < l->n_w; j++)
+      params += l->w[j].trainable ? nto_shape_numel(l->w[j].shape) : 0;
+  }
+  if (frozen)
+    printf("frozen: %d layers with weights (%zu parameters, batch "
+           "normalization on its running statistics); backward runs for %d "
+           "of %d layers\n",
+           frozen, params, bwd, g->n_layers);
+}
+
 /* What is trained, on what, with which memory plan. */
 static void print_setup(run *r) {
-  printf("model %s: %d layers, %zu parameters, batch %d, %ld threads\n",
+  printf("model %s: %d layers, %zu trainable parameters, batch %d, %ld "
+         "threads\n",
          r->o.model, nto_model_graph(r->m)->n_layers,
          nto_model_param_count(r->m), r->batch, r->o.threads);
+  print_frozen(r);
   cli_print_blas();
   printf("data: %s\n", nto_dataset_describe(r->train));
   if (r->test)
@@ -797,7 +823,9 @@ int cmd_train(int argc, char **argv) {
   openblas_set_num_threads(1);
   cli_compute_threads(r.o.threads);
   int rc = nto_config_load(&r.c, r.o.model, &err);
-  nto_model_opts mo = {.batch = (int)r.o.batch, .seed = (uint64_t)r.o.seed};
+  nto_model_opts mo = {.batch = (int)r.o.batch,
+                       .seed = (uint64_t)r.o.seed,
+                       .freeze_until = r.o.freeze_until};
   if (rc != 0 || model_opts(&r, &mo) != 0) { /* an unreadable or invalid
                                                 model file, or an option */
     if (rc != 0)

@@ -17,14 +17,19 @@
  * Eval forward (f->training = 0): y = gamma * (x - moving_mean) /
  *   sqrt(moving_variance + epsilon) + beta; no statistics are updated.
  *
- * Backward (the training-mode formula; eval-mode backward is not defined
- * here), with xhat = (x - mean) * inv_std:
+ * Backward (the training-mode formula), with xhat = (x - mean) * inv_std:
  *   dbeta = sum(dy), dgamma = sum(dy * xhat),
  *   dx = gamma * inv_std / m * (m * dy - dbeta - xhat * dgamma).
  * Saved for backward: "mean" and "inv_std", each (1, F, 1, 1), written by
  * the training forward; backward recomputes xhat from the forward input
  * (bwd_needs_input = 1) instead of keeping an input-sized xhat tensor.
  * No workspace.
+ *
+ * Frozen (l->trainable = 0; layer.h): the eval forward in training too (the
+ * running statistics normalize and stay as they are, the usual practice
+ * when fine-tuning), and the backward of that affine map,
+ *   dx = dy * gamma / sqrt(moving_variance + epsilon)
+ * with the forward's float scale; nothing saved, the input not needed.
  *
  * Keys: epsilon (default 0.001, > 0), momentum (default 0.99, in [0, 1)),
  * moving_mean_initializer (zeros), moving_variance_initializer (ones),
@@ -111,7 +116,7 @@ static int bn_set_prop(nto_layer *l, const char *key, const char *value,
 static int bn_plan(nto_layer *l, nto_err *err) {
   bn_priv *p = l->priv;
   nto_layer_plan_reset(l);
-  l->bwd_needs_input = 1;
+  l->bwd_needs_input = l->trainable; /* frozen: an affine map */
   l->bwd_in_place = 1; /* per feature: its sums of dy first, then dx */
   if (l->n_in != 1)
     return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
@@ -128,6 +133,9 @@ static int bn_plan(nto_layer *l, nto_err *err) {
   for (int k = 0; k < BN_NW; k++)
     p->iw[k] = nto_layer_add_weight(l, bn_weight_names[k], v, 1, p->init[k],
                                     p->nf, p->nf, k >= BN_GAMMA);
+  p->imean = p->iinv = -1;
+  if (!l->trainable)
+    return 0;
   p->imean = nto_layer_add_saved(l, "mean", v);
   p->iinv = nto_layer_add_saved(l, "inv_std", v);
   return 0;
@@ -253,7 +261,7 @@ static void bn_forward_range(void *ctx, size_t a, size_t b, int slot) {
   const nto_fwd *f = j->f;
   const bn_priv *p = l->priv;
   (void)slot;
-  if (f->training)
+  if (f->training && l->trainable)
     bn_forward_train(f->in[0], f->out, l->batch, p->nf, p->inner,
                      f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]],
                      f->saved[p->imean], f->saved[p->iinv],
@@ -280,11 +288,13 @@ static void bn_replay_range(void *ctx, size_t a, size_t b, int slot) {
 /* ops.replay: the last training forward's output again, from f->in[0],
  * gamma, beta and the saved mean and inv_std, through the forward's own
  * bn_normalize, so bit for bit what it wrote (the running statistics are
- * neither read nor updated). f->out may equal f->in[0]. */
+ * neither read nor updated); frozen, the eval forward again. f->out may
+ * equal f->in[0]. */
 static void bn_replay(nto_layer *l, const nto_fwd *f) {
   const bn_priv *p = l->priv;
   bn_job j = {l, f, NULL};
-  nto_parallel_for((size_t)p->nf, 1, 0, bn_replay_range, &j);
+  nto_parallel_for((size_t)p->nf, 1, 0,
+                   l->trainable ? bn_replay_range : bn_forward_range, &j);
 }
 
 /* f->in[0] -> f->out, both (N, C, H, W); see the formulas at the top.
@@ -354,12 +364,35 @@ NTO_CLONES static void bn_backward_train(const float *x, const float *dy,
   }
 }
 
+/* Frozen backward: dx = dy * (float)(gamma / sqrt(rvar + eps)), the eval
+ * forward's scale. dy, dx: (n, nf, inner); gamma, rvar: (nf). */
+static void bn_backward_frozen(const float *dy, float *dx, int n, int nf,
+                               int inner, const float *gamma, const float *rvar,
+                               double eps, int f0, int f1) {
+  size_t fstride = (size_t)nf * inner;
+  for (int f = f0; f < f1; f++) {
+    float scale = (float)(gamma[f] / sqrt((double)rvar[f] + eps));
+    const float *dyf = dy + (size_t)f * inner;
+    float *dxf = dx + (size_t)f * inner;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < inner; k++)
+        dxf[i * fstride + k] = dyf[i * fstride + k] * scale;
+  }
+}
+
 /* Features [a, b) of a backward pass (ctx: the layer and its nto_bwd). */
 static void bn_backward_range(void *ctx, size_t a, size_t c, int slot) {
   const bn_job *j = ctx;
   const nto_bwd *b = j->b;
   const bn_priv *p = j->l->priv;
   (void)slot;
+  if (!j->l->trainable) {
+    if (b->din[0])
+      bn_backward_frozen(b->dout, b->din[0], j->l->batch, p->nf, p->inner,
+                         b->w[p->iw[BN_GAMMA]], b->w[p->iw[BN_VAR]], p->epsilon,
+                         (int)a, (int)c);
+    return;
+  }
   bn_backward_train(b->in[0], b->dout, b->din[0], j->l->batch, p->nf, p->inner,
                     b->w[p->iw[BN_GAMMA]], b->saved[p->imean],
                     b->saved[p->iinv], b->dw[p->iw[BN_GAMMA]],

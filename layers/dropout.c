@@ -51,7 +51,8 @@ static int dropout_plan(nto_layer *l, nto_err *err) {
 
 /*
  * x, y, mask: (n). mask[i] = u_i >= p ? 1/(1-p) : 0 with u_i drawn in order
- * from rng; y = x * mask. x may equal y.
+ * from rng; y = x * mask. x may equal y. mask NULL: not written (nothing
+ * runs the layer's backward), the same draws.
  */
 static void dropout_train(float *y, float *mask, const float *x, size_t n,
                           double p, nto_rng *rng) {
@@ -60,7 +61,8 @@ static void dropout_train(float *y, float *mask, const float *x, size_t n,
     float m = 1.0f;
     if (p > 0.0)
       m = nto_rng_uniform(rng) >= p ? scale : 0.0f;
-    mask[i] = m;
+    if (mask)
+      mask[i] = m;
     y[i] = x[i] * m;
   }
 }

@@ -213,13 +213,14 @@ static int pool_plan(nto_layer *l, nto_err *err) {
  * x: (P, H, W) planes -> y, idx: (P, OH, OW). y = max over the window's
  * cells inside the plane (first maximum in row-major window order wins);
  * idx = its flat index iy*W + ix, or -1 (and y = 0) if the window holds no
- * input cell.
+ * input cell (idx NULL: not written; nothing runs the layer's backward).
  */
 static void maxpool_forward(float *y, float *idx, const float *x, int P,
                             int H, int W, int OH, int OW, const pool_geom *g) {
   for (int pl = 0; pl < P; pl++) {
     const float *xp = x + (size_t)pl * H * W;
-    float *yp = y + (size_t)pl * OH * OW, *ip = idx + (size_t)pl * OH * OW;
+    float *yp = y + (size_t)pl * OH * OW;
+    float *ip = idx ? idx + (size_t)pl * OH * OW : NULL;
     for (int oy = 0; oy < OH; oy++) {
       for (int ox = 0; ox < OW; ox++) {
         int y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
@@ -241,7 +242,8 @@ static void maxpool_forward(float *y, float *idx, const float *x, int P,
           }
         }
         yp[oy * OW + ox] = bi < 0 ? 0.0f : best;
-        ip[oy * OW + ox] = (float)bi;
+        if (idx)
+          ip[oy * OW + ox] = (float)bi;
       }
     }
   }

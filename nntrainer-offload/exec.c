@@ -124,7 +124,7 @@ static void update_chunk(const nto_exec *e, int i, int j, int k, double lr,
 static void backward_step(const nto_exec *e, int i, double lr, long update) {
   const nto_tensors *tt = e->tt;
   nto_layer *l = layer(e, i);
-  if (nto_is_input(l) && !e->input_grad)
+  if (!tt->bwd[i]) /* nothing below needs a gradient: the loss's step */
     return;
   const float *dout = gather_dout(e, i);
   if (nto_is_input(l)) {

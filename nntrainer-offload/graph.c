@@ -527,6 +527,18 @@ static int plan_all(nto_graph *g, const nto_config *c, nto_err *err) {
   return 0;
 }
 
+int nto_graph_freeze(nto_graph *g, const nto_config *c, const char *until,
+                     nto_err *err) {
+  int last = nto_graph_find(g, until);
+  if (last < 0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "--freeze-until %s: %s has no layer of that name", until,
+                       c->path);
+  for (int i = 0; i <= last; i++)
+    g->layers[i].trainable = 0;
+  return plan_all(g, c, err);
+}
+
 int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
                     nto_err *err) {
   memset(g, 0, sizeof *g);

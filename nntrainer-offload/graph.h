@@ -44,6 +44,16 @@ typedef struct nto_graph {
 int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
                     nto_err *err);
 
+/*
+ * Freeze every layer up to and including the one named `until` (in graph
+ * order; case-insensitive), as INI `trainable = false` does, and plan the
+ * graph again (a frozen layer may need less for its backward: layer.h
+ * trainable). Returns 0, or NTO_ECONFIG naming `until` when no layer has
+ * that name (c: the config the graph was built from, for messages).
+ */
+int nto_graph_freeze(nto_graph *g, const nto_config *c, const char *until,
+                     nto_err *err);
+
 /* Release the graph (layers' priv included). Safe on a zeroed graph. */
 void nto_graph_free(nto_graph *g);
 

@@ -67,7 +67,10 @@ typedef struct nto_fwd {
   const float *in[NTO_MAX_INPUTS]; /* in[i]: l->in_shape[i] */
   float *out;                      /* l->out_shape; written with "=" */
   float *w[NTO_MAX_WEIGHTS];       /* l->w[j].shape; stats may be updated */
-  float *saved[NTO_MAX_SAVED];     /* l->saved[k].shape; forward writes */
+  float *saved[NTO_MAX_SAVED];     /* l->saved[k].shape; forward writes;
+                                      NULL when no backward runs for the
+                                      layer (below the first trainable
+                                      layer: model.h nto_model_backward) */
   float *ws;                       /* l->ws_bytes bytes, undefined content */
   int training;                    /* 1: batch stats, dropout active */
   nto_rng *rng;                    /* executor's generator (dropout) */
@@ -182,7 +185,13 @@ struct nto_layer {
                       height x width); 0: an element-wise pass. Set by
                       plan; the model recomputes a convolution's output
                       only when this is small (tensors.h nto_recompute) */
-  int trainable;   /* INI `trainable` (default 1): 0 freezes all weights */
+  int trainable;   /* INI `trainable` (default 1), set before plan. 0
+                      freezes the layer: no weight gradient, no update,
+                      and a training forward writes no weight (batch
+                      normalization normalizes with its running
+                      statistics and keeps them); plan may then ask less
+                      for backward (the model may skip a frozen layer's
+                      backward entirely, tensors.h) */
 };
 
 /*

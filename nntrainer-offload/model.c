@@ -81,6 +81,8 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   nto_tuner_opts tu = tuner_opts(o);
   to.recompute_conv = nto_tuner_recompute_convs(&tu, o->recompute);
   int rc = nto_graph_build(&m->g, m->conf, batch, err);
+  if (rc == 0 && o->freeze_until)
+    rc = nto_graph_freeze(&m->g, m->conf, o->freeze_until, err);
   if (rc == 0)
     rc = setup_loss(m, &to, err);
   if (rc == 0)
@@ -316,7 +318,7 @@ size_t nto_model_param_count(const nto_model *m) {
   size_t n = 0;
   for (int i = 0; i < m->g.n_layers; i++)
     for (int j = 0; j < m->g.layers[i].n_w; j++)
-      if (m->g.layers[i].w[j].trainable)
+      if (m->g.layers[i].trainable && m->g.layers[i].w[j].trainable)
         n += nto_shape_numel(m->g.layers[i].w[j].shape);
   return n;
 }
@@ -520,6 +522,8 @@ const nto_plan *nto_model_plan(const nto_model *m, int pass) {
 int nto_model_recomputed(const nto_model *m, int i) {
   return nto_tensors_recomputed(&m->tt, i);
 }
+
+int nto_model_backward(const nto_model *m, int i) { return m->tt.bwd[i]; }
 
 int nto_model_recomputed_convs(const nto_model *m) {
   return nto_tensors_recomputed_convs(&m->tt);

@@ -55,6 +55,9 @@ typedef struct nto_model_opts {
   nto_prefetch prefetch;        /* default (0): the tuner's choice */
   nto_chunk_grads chunk_grads;  /* default (0): auto (tensors.h) */
   nto_recompute recompute;      /* default (0): auto (tensors.h) */
+  const char *freeze_until;     /* NULL, or freeze the layers up to and
+                                   including this one (graph.h
+                                   nto_graph_freeze) */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                    "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */
@@ -96,7 +99,7 @@ nto_shape nto_model_input_shape(const nto_model *m);
 int nto_model_output_size(const nto_model *m);
 /* Planned memory. */
 nto_mem_plan nto_model_mem_plan(const nto_model *m);
-/* Trainable parameter count. */
+/* Trainable parameter count (frozen layers' weights not counted). */
 size_t nto_model_param_count(const nto_model *m);
 
 /* Replace the optimizer / scheduler settings (tests); resets the update
@@ -208,6 +211,10 @@ const nto_plan *nto_model_plan(const nto_model *m, int pass);
 /* 1 when the output of layer i (0 <= i < n_layers; for a view, of the
  * layer it views) is recomputed in backward instead of kept. */
 int nto_model_recomputed(const nto_model *m, int i);
+/* 1 when layer i has a backward step that computes something (it trains,
+ * or dL/d(its input) is needed: tensors.h bwd), else 0: below the first
+ * trainable layer, nothing is kept for backward. */
+int nto_model_backward(const nto_model *m, int i);
 /* Convolutions whose outputs are recomputed in backward. */
 int nto_model_recomputed_convs(const nto_model *m);
 /* 1 when recompute auto kept the convolutions' outputs that it would

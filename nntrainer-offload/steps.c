@@ -32,11 +32,13 @@ static void forward_uses(builder *b, int pass, int i) {
     use(b, pass, i, tt->out_t[i], NTO_USE_WRITE);
   for (int k = 0; k < l->n_in; k++)
     use(b, pass, i, tt->out_t[l->in[k]], NTO_USE_READ);
-  for (int j = 0; j < l->n_w; j++)
+  for (int j = 0; j < l->n_w; j++) /* a frozen layer writes no weight */
     use(b, pass, i, l->w[j].tensor,
-        NTO_USE_READ | (train && !l->w[j].trainable ? NTO_USE_WRITE : 0));
+        NTO_USE_READ |
+            (train && l->trainable && !l->w[j].trainable ? NTO_USE_WRITE : 0));
   for (int k = 0; k < l->n_saved; k++)
-    use(b, pass, i, l->saved[k].tensor, NTO_USE_WRITE);
+    if (l->saved[k].tensor >= 0) /* none without a backward */
+      use(b, pass, i, l->saved[k].tensor, NTO_USE_WRITE);
   if (!train && i == tt->L - 1)
     use(b, pass, i, tt->out_t[tt->o.logits_layer], NTO_USE_READ);
 }
@@ -86,8 +88,8 @@ static void backward_uses(builder *b, int i) {
     if (tt->o.fused)
       return; /* the loss gradient is the input gradient */
   }
-  if (nto_is_input(l) && !tt->o.compute_input_grad)
-    return;
+  if (!tt->bwd[i])
+    return; /* the loss alone, or the input layer's empty step */
   gather_uses(b, i, s);
   if (nto_is_input(l))
     return;
@@ -167,6 +169,14 @@ static void recompute_uses(builder *b, int s, int a) {
   use(b, P, s, tt->re_t[tt->out_t[a]], NTO_USE_WRITE);
 }
 
+/* Does layer i get a B step? Where the gradient is needed, at the last
+ * layer for the loss, and at the input layer (a step without work unless
+ * the input gradient is asked for, kept so that the plans of models
+ * without frozen layers stay as they were). */
+static int has_b_step(const nto_tensors *tt, int i) {
+  return tt->bwd[i] || i == tt->L - 1 || nto_is_input(&tt->g->layers[i]);
+}
+
 /* Does weight j of layer i get U steps (updated, several chunks)? */
 static int has_u_steps(const nto_tensors *tt, int i, int j) {
   return nto_tensors_updated(tt, i, j) && tt->n_chunk[i][j] > 1;
@@ -175,9 +185,9 @@ static int has_u_steps(const nto_tensors *tt, int i, int j) {
 /* The training pass's step table (see steps.h). Returns 0 or -1 when out
  * of memory. */
 static int order_steps(nto_steps *st, const nto_tensors *tt) {
-  int L = tt->L, n = 2 * L;
+  int L = tt->L, n = L;
   for (int i = 0; i < L; i++) {
-    n += tt->re_at[i] >= 0;
+    n += has_b_step(tt, i) + (tt->re_at[i] >= 0);
     for (int j = 0; j < tt->g->layers[i].n_w; j++)
       n += has_u_steps(tt, i, j) ? tt->n_chunk[i][j] : 0;
   }
@@ -192,6 +202,9 @@ static int order_steps(nto_steps *st, const nto_tensors *tt) {
     for (int a = 0; a < L; a++) /* producers first (tensors.c) */
       if (tt->re_at[a] == i)
         st->v[s++] = (nto_step){'R', a, -1, -1};
+    st->b_step[i] = -1;
+    if (!has_b_step(tt, i))
+      continue;
     st->b_step[i] = s;
     st->v[s++] = (nto_step){'B', i, -1, -1};
     for (int j = 0; j < tt->g->layers[i].n_w; j++)
@@ -232,7 +245,8 @@ static int init_plans(nto_steps *st, const nto_tensors *tt, nto_plan *fb,
 static void pass_uses(builder *b, int eval) {
   for (int i = 0; i < b->tt->L; i++) {
     forward_uses(b, NTO_PASS_TRAIN, i);
-    backward_uses(b, i);
+    if (b->st->b_step[i] >= 0)
+      backward_uses(b, i);
     if (eval)
       forward_uses(b, NTO_PASS_EVAL, i);
   }

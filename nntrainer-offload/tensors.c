@@ -8,6 +8,29 @@
 
 int nto_is_input(const nto_layer *l) { return l->ops == &nto_input_layer; }
 
+int nto_layer_trains(const nto_layer *l) {
+  for (int j = 0; l->trainable && j < l->n_w; j++)
+    if (l->w[j].trainable)
+      return 1;
+  return 0;
+}
+
+/* bwd[i] of every layer, in graph order (producers first): it trains (the
+ * input layer: when its gradient is asked for) or an input's does. */
+static int mark_backward(nto_tensors *tt) {
+  tt->bwd = calloc((size_t)tt->L, 1);
+  if (!tt->bwd)
+    return -1;
+  for (int i = 0; i < tt->L; i++) {
+    const nto_layer *l = &tt->g->layers[i];
+    int b = nto_is_input(l) ? tt->o.compute_input_grad : nto_layer_trains(l);
+    for (int k = 0; k < l->n_in; k++)
+      b |= tt->bwd[l->in[k]];
+    tt->bwd[i] = (unsigned char)b;
+  }
+  return 0;
+}
+
 int nto_tensors_updated(const nto_tensors *tt, int i, int j) {
   return tt->pgrad_t[i][j] >= 0 || tt->dw_first[i][j] >= 0;
 }
@@ -168,9 +191,7 @@ static int add_chunk_grads(nto_tensors *tt, int i, int j) {
 }
 
 /* Does layer p's output need a gradient? */
-static int needs_grad(const nto_tensors *tt, int p) {
-  return !nto_is_input(&tt->g->layers[p]) || tt->o.compute_input_grad;
-}
+static int needs_grad(const nto_tensors *tt, int p) { return tt->bwd[p]; }
 
 /* edge_t value of a gradient computed in place, until resolved. */
 #define EDGE_IN_PLACE (-2)
@@ -182,7 +203,7 @@ static int needs_grad(const nto_tensors *tt, int p) {
  * gradient from it). Called once the layer's weights are set up. */
 static int grad_in_place(const nto_tensors *tt, int i) {
   const nto_layer *l = &tt->g->layers[i];
-  if (!l->bwd_in_place || l->n_in != 1 || i == tt->L - 1 ||
+  if (!l->bwd_in_place || l->n_in != 1 || i == tt->L - 1 || !tt->bwd[i] ||
       tt->g->n_consumers[i] < 1 ||
       nto_shape_numel(l->in_shape[0]) != nto_shape_numel(l->out_shape))
     return 0;
@@ -230,10 +251,11 @@ static int add_layer(nto_tensors *tt, int i) {
   for (int j = 0; j < l->n_w; j++)
     if (add_weight(tt, i, j) != 0)
       return -1;
-  for (int k = 0; k < l->n_saved; k++) {
-    l->saved[k].tensor = add_tensor(tt, l->name, l->saved[k].name,
-                                    l->saved[k].shape, NTO_ROLE_ACTIVATION, i);
-    if (l->saved[k].tensor < 0)
+  for (int k = 0; k < l->n_saved; k++) { /* none without a backward */
+    l->saved[k].tensor = -1;
+    if (tt->bwd[i] && (l->saved[k].tensor = add_tensor(
+                           tt, l->name, l->saved[k].name, l->saved[k].shape,
+                           NTO_ROLE_ACTIVATION, i)) < 0)
       return -1;
   }
   for (int k = 0; k < l->n_in; k++) {
@@ -286,7 +308,7 @@ static int first_bwd_reader(const nto_tensors *tt, int i, int r) {
     const nto_layer *l = &tt->g->layers[e[c].layer];
     if (l->out_is_input)
       r = first_bwd_reader(tt, e[c].layer, r);
-    else if (l->bwd_needs_input && e[c].layer > r)
+    else if (l->bwd_needs_input && tt->bwd[e[c].layer] && e[c].layer > r)
       r = e[c].layer;
   }
   return r;
@@ -305,14 +327,14 @@ static int loss_reads(const nto_tensors *tt, int t) {
  * is not an activation recomputed itself. */
 static int recomputable(const nto_tensors *tt, int i) {
   const nto_layer *a = &tt->g->layers[i];
-  if (!a->ops->replay || a->replay_macs || a->n_in != 1 || a->n_w ||
-      a->n_saved || a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
+  if (!tt->bwd[i] || !a->ops->replay || a->replay_macs || a->n_in != 1 ||
+      a->n_w || a->n_saved || a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
       loss_reads(tt, tt->out_t[i]))
     return 0;
   const nto_layer *p = &tt->g->layers[a->in[0]];
   int x = p->in[0];
-  return p->ops->replay && !p->replay_macs && p->n_in == 1 &&
-         !p->out_is_input && p->out_kind == NTO_OUT_PLAIN &&
+  return tt->bwd[a->in[0]] && p->ops->replay && !p->replay_macs &&
+         p->n_in == 1 && !p->out_is_input && p->out_kind == NTO_OUT_PLAIN &&
          p->bwd_needs_input && tt->g->n_consumers[a->in[0]] == 1 &&
          (tt->re_t[tt->out_t[x]] < 0 || tt->re_conv[x]);
 }
@@ -325,7 +347,7 @@ static int recomputable(const nto_tensors *tt, int i) {
  * kept from forward to backward unless recomputed). */
 static int conv_recomputable(const nto_tensors *tt, int i) {
   const nto_layer *l = &tt->g->layers[i];
-  if (!l->ops->replay || l->replay_macs <= 0 ||
+  if (!tt->bwd[i] || !l->ops->replay || l->replay_macs <= 0 ||
       l->replay_macs > NTO_RECOMPUTE_MACS || l->n_in != 1 || l->n_saved ||
       !l->bwd_needs_input || l->out_is_input || l->out_kind != NTO_OUT_PLAIN ||
       loss_reads(tt, tt->out_t[i]) || tt->g->n_consumers[i] != 1 ||
@@ -333,7 +355,7 @@ static int conv_recomputable(const nto_tensors *tt, int i) {
     return 0;
   int bn = tt->g->consumers[i][0].layer;
   const nto_layer *c = &tt->g->layers[bn];
-  if (c->out_is_input || !c->bwd_needs_input)
+  if (c->out_is_input || !c->bwd_needs_input || !tt->bwd[bn])
     return 0;
   /* the R step runs before the first backward reader of the activation
    * after it, if that is recomputed: at most NTO_RECOMPUTE_SPAN layers on */
@@ -393,7 +415,7 @@ int nto_tensors_build(nto_tensors *tt, nto_graph *g, const nto_tensors_opts *o,
       (o->update_chunk ? o->update_chunk : NTO_UPDATE_CHUNK) / sizeof(float);
   if (tt->chunk_elems == 0)
     tt->chunk_elems = 1;
-  if (add_layers(tt) != 0 || add_recomputed(tt) != 0)
+  if (mark_backward(tt) != 0 || add_layers(tt) != 0 || add_recomputed(tt) != 0)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (!o->fused) {
     const nto_layer *last = &g->layers[tt->L - 1];
@@ -424,6 +446,7 @@ void nto_tensors_free(nto_tensors *tt) {
   free(tt->re_t);
   free(tt->re_at);
   free(tt->re_conv);
+  free(tt->bwd);
   free(tt->t);
   memset(tt, 0, sizeof *tt);
 }

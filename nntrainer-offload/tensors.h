@@ -25,6 +25,13 @@
  * again instead of keeping gets a twin tensor that an R step (steps.h)
  * writes right before its first backward reader, which reads the twin.
  *
+ * Frozen layers (layer.h trainable). A layer trains when it has a weight
+ * it updates. Backward runs only where dL/d(output) is needed: at layers
+ * that train and at every layer on a path from one to the loss. Below the
+ * first trainable layer there is no backward at all: no input gradient,
+ * no saved tensor or output kept for a backward step, and a frozen weight
+ * is only read (never dirty, so never written to swap).
+ *
  * Pure: no I/O, no threads; one thread builds and reads a table.
  */
 #ifndef NTO_TENSORS_H
@@ -107,10 +114,13 @@ typedef struct nto_tensors_opts {
 } nto_tensors_opts;
 
 typedef struct nto_tensors {
-  nto_graph *g;  /* borrowed; layers' w[].tensor and saved[].tensor are set
-                    by nto_tensors_build */
-  int L;         /* layers */
-  nto_tensor *t; /* the table: n entries */
+  nto_graph *g;       /* borrowed; layers' w[].tensor and saved[].tensor are set
+                         by nto_tensors_build */
+  int L;              /* layers */
+  unsigned char *bwd; /* per layer: the training pass needs dL/d(its
+                         output): the layer trains, or one it reads from,
+                         directly or not, does (its B step exists) */
+  nto_tensor *t;      /* the table: n entries */
   int n, cap;
   int *out_t;      /* per layer: output tensor */
   int **edge_t;    /* per layer, per input edge: gradient tensor or -1 */
@@ -148,6 +158,9 @@ void nto_tensors_free(nto_tensors *tt);
 
 /* Is layer l the graph's input layer? */
 int nto_is_input(const nto_layer *l);
+
+/* Does layer l train (update a weight)? */
+int nto_layer_trains(const nto_layer *l);
 
 /* Is weight j of layer i updated (gradient computed whole or by chunk)? */
 int nto_tensors_updated(const nto_tensors *tt, int i, int j);

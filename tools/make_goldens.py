@@ -38,7 +38,8 @@ except ImportError as e:  # pragma: no cover
              "/usr/bin/python3 (Debian python3-torch): %s" % e)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NETS = ["mlp", "lenet", "tiny_resnet", "mobile_block", "mse_net"]
+NETS = ["mlp", "lenet", "tiny_resnet", "mobile_block", "mse_net",
+        "frozen_backbone"]
 
 BATCH = 4
 STEPS = 3
@@ -243,6 +244,14 @@ class Graph:
         self.loss = self.model.get("loss", "").lower()
         self.batch = int(self.model.get("batch_size", BATCH))
         self.plan()
+        # a frozen layer (trainable = false): no weight gets a gradient,
+        # batch normalization normalizes by its running statistics and
+        # leaves them as they are (nntrainer-offload's fine-tuning mode)
+        for n in self.nodes:
+            if not as_bool(n.props.get("trainable", "true")):
+                n.weights = [(wn, s, False, i, f)
+                             for wn, s, _, i, f in n.weights]
+                n.cfg["frozen"] = True
 
     def plan(self):
         for n in self.nodes:
@@ -382,7 +391,8 @@ class Graph:
                 y = F.batch_norm(ins[0], W[n.name + ".moving_mean"],
                                  W[n.name + ".moving_variance"],
                                  W[n.name + ".gamma"], W[n.name + ".beta"],
-                                 training=training,
+                                 training=training and
+                                 not n.cfg.get("frozen"),
                                  momentum=1.0 - n.cfg["momentum"],
                                  eps=n.cfg["eps"])
             elif t == "pooling2d":

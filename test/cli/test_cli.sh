@@ -63,6 +63,22 @@ expect summary_grad_in_place 0 "window 1: 137.9 MiB of tensors" -- "$exe" \
   summary res/mobilenetv2.ini --batch-size 10 --recompute off
 expect summary_placement 0 "window 1: 32.9 MiB of tensors" -- "$exe" summary \
   res/resnet18.ini --batch-size 32
+# frozen layers: every layer up to pool_concat frozen leaves the classifier
+# (512 x 20 + 10 parameters); no backward below it, nothing of the frozen
+# layers written to swap (its weights only)
+expect summary_frozen 0 "76 layers, 10250 trainable parameters" -- "$exe" \
+  summary res/resnet18.ini --batch-size 32 --freeze-until pool_concat
+expect summary_frozen_swap 0 "window 1: .* 0.1 MiB written" -- "$exe" \
+  summary res/resnet18.ini --batch-size 32 --freeze-until pool_concat
+expect summary_frozen_column 0 "^res_conv1  *conv2d  *8:8:8  *576 frozen" -- \
+  "$exe" summary test/data/nets/tiny_resnet.ini --freeze-until bn_add
+expect summary_trained_column 0 "^head  *conv2d  *4:4:4  *68 yes" -- \
+  "$exe" summary test/data/nets/tiny_resnet.ini --freeze-until bn_add
+expect freeze_unknown 2 "--freeze-until nosuch: res/resnet18.ini has no layer of that name" \
+  -- "$exe" train res/resnet18.ini --freeze-until nosuch
+expect train_frozen 0 "frozen: 6 layers with weights (1416 parameters" -- \
+  "$exe" train test/data/nets/tiny_resnet.ini --data synthetic --iterations 3 \
+  --eval-samples 8 --freeze-until bn_add --window 1
 expect recompute_bad 2 "--recompute: expected auto or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \

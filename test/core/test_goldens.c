@@ -6,7 +6,11 @@
  * PyTorch initial weights, run one training step and compare the forward
  * output, the loss, every parameter gradient and the input gradient; run 3
  * SGD-momentum steps and, from the initial weights again, 3 Adam steps, and
- * compare every weight (running statistics included).
+ * compare every weight (running statistics included). frozen_backbone
+ * (layers with trainable = false) runs twice: with the input's gradient
+ * asked for (the backward pass through the frozen layers, checked against
+ * torch's) and without (the backward pass stops at the first trainable
+ * layer): the same weights after 3 steps either way.
  *
  * Criterion per tensor: max-norm relative error
  *     max_i |ours_i - torch_i| <= 1e-4 * max_i |torch_i| + 1e-6
@@ -114,7 +118,9 @@ static void hook(void *user, const nto_layer *l, int j, const float *grad,
     }
 }
 
-static void run_net(const char *net) {
+/* input_grad: ask for dL/d(input) and compare it (else the backward pass
+ * may stop at the first trainable layer). */
+static void run_net_with(const char *net, int input_grad) {
   golden_run g = {0};
   char ini[256], file[256];
   snprintf(ini, sizeof ini, "test/data/nets/%s.ini", net);
@@ -123,7 +129,7 @@ static void run_net(const char *net) {
   nto_err err = {0};
   if (nto_config_load(&g.c, ini, &err) != 0)
     fail_msg("%s", err.msg);
-  nto_model_opts o = {.batch = 4, .seed = 1, .compute_input_grad = 1};
+  nto_model_opts o = {.batch = 4, .seed = 1, .compute_input_grad = input_grad};
   if (nto_model_create(&g.m, &g.c, &o, &err) != 0)
     fail_msg("%s", err.msg);
   assert_int_equal(nto_model_weights(g.m, &g.w, &g.nw, &err), 0);
@@ -151,10 +157,14 @@ static void run_net(const char *net) {
   double oe = rel_err(nto_model_output(g.m), out, (size_t)n * k);
   if (oe > TOL)
     fail_msg("%s: output relative error %.3g", net, oe);
-  double ie = rel_err(nto_model_input_grad(g.m), gin,
-                      (size_t)n * nto_shape_sample(in));
-  if (ie > TOL)
-    fail_msg("%s: input gradient relative error %.3g", net, ie);
+  if (input_grad) {
+    double ie = rel_err(nto_model_input_grad(g.m), gin,
+                        (size_t)n * nto_shape_sample(in));
+    if (ie > TOL)
+      fail_msg("%s: input gradient relative error %.3g", net, ie);
+  } else {
+    assert_null(nto_model_input_grad(g.m));
+  }
   int checked = 0;
   for (int i = 0; i < g.nw; i++) {
     if (!g.grads[i])
@@ -189,17 +199,24 @@ static void run_net(const char *net) {
   nto_config_free(&g.c);
 }
 
+static void run_net(const char *net) { run_net_with(net, 1); }
+
 static void test_mlp(void **s) { (void)s; run_net("mlp"); }
 static void test_lenet(void **s) { (void)s; run_net("lenet"); }
 static void test_tiny_resnet(void **s) { (void)s; run_net("tiny_resnet"); }
 static void test_mobile_block(void **s) { (void)s; run_net("mobile_block"); }
 static void test_mse_net(void **s) { (void)s; run_net("mse_net"); }
+static void test_frozen_backbone(void **s) {
+  (void)s;
+  run_net_with("frozen_backbone", 1);
+  run_net_with("frozen_backbone", 0);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp),          cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_tiny_resnet),  cmocka_unit_test(test_mobile_block),
-      cmocka_unit_test(test_mse_net),
+      cmocka_unit_test(test_mse_net),      cmocka_unit_test(test_frozen_backbone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,17 +252,19 @@ static void check_equal(const net_case *nc, const result *ref, const result *r,
              nto_io_kind_name(io));
 }
 
-static void check_net(const net_case *nc) {
+/* Windows 1, 2, 3 and the whole pass over both backends give the bits of
+ * everything resident; base: the model options besides those. */
+static void check_net_opts(const net_case *nc, nto_model_opts base) {
   char dir[256];
   assert_int_equal(tmpdir_make(dir, sizeof dir, "offload"), 0);
   result ref = {0};
-  run(nc, 0, NTO_IO_AUTO, dir, &ref);
+  run_with(nc, base, dir, NULL, &ref, NULL);
   const int windows[] = {1, 2, 3, 100000};
   const nto_io_kind ios[] = {NTO_IO_PSYNC, NTO_IO_AUTO};
   for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
     for (size_t i = 0; i < 2; i++) {
       result r = {0};
-      nto_model_opts o = {0};
+      nto_model_opts o = base;
       o.offload.window = windows[w];
       o.offload.io = ios[i];
       o.offload.checksum = windows[w] == 2 ? 1 : 0; /* 2: with checksums */
@@ -278,6 +280,11 @@ static void check_net(const net_case *nc) {
   }
   result_free(&ref);
   tmpdir_remove(dir);
+}
+
+static void check_net(const net_case *nc) {
+  nto_model_opts o = {0};
+  check_net_opts(nc, o);
 }
 
 /* Losses and weights of r within rel (normwise) of ref's. */
@@ -369,6 +376,87 @@ static void test_chunked_update(void **state) {
     result_free(&ref);
     result_free(&r);
     result_free(&rg);
+  }
+  tmpdir_remove(dir);
+}
+
+/* The named weights of m (copies; fetched when swapped), n of them. */
+static nto_named_tensor *weights_copy(nto_model *m, int *n) {
+  nto_named_tensor *ts;
+  nto_err err = {0};
+  assert_int_equal(nto_model_weights(m, &ts, n, &err), 0);
+  for (int i = 0; i < *n; i++) {
+    size_t c = nto_named_numel(&ts[i]);
+    float *d = malloc(c * sizeof(float));
+    if (ts[i].data)
+      memcpy(d, ts[i].data, c * sizeof(float));
+    else if (ts[i].fetch(ts[i].ctx, ts[i].index, d, &err) != 0)
+      fail_msg("fetch %s: %s", ts[i].name, err.msg);
+    ts[i].data = d;
+    ts[i].fetch = NULL;
+  }
+  return ts;
+}
+
+static void weights_copy_free(nto_named_tensor *ts, int n) {
+  for (int i = 0; i < n; i++)
+    free((void *)ts[i].data);
+  nto_model_weights_free(ts, n);
+}
+
+/* Frozen layers (model.h freeze_until): the same bits at every window and
+ * backend as everything resident; after training at window 1 the frozen
+ * layers' weights and batch-norm running statistics are as initialized,
+ * while every trainable weight has moved. */
+static void test_frozen_layers(void **state) {
+  (void)state;
+  const struct {
+    net_case nc;
+    const char *until;
+  } cases[] = {{{"test/data/nets/tiny_resnet.ini", 2, 3, 0}, "bn_add"},
+               {{"test/data/nets/tiny_resnet.ini", 2, 3, 0}, "res_bn1"},
+               {{"test/data/nets/mobile_block.ini", 2, 3, 0}, "dw_bn"},
+               {{"test/data/nets/lenet.ini", 3, 3, 0}, "conv1"}};
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "frozen"), 0);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    const net_case *nc = &cases[c].nc;
+    nto_model_opts o = {.freeze_until = cases[c].until};
+    check_net_opts(nc, o);
+    session ss;
+    nto_err err = {0};
+    nto_step_stats sst;
+    o.batch = nc->batch;
+    o.offload.window = 1;
+    o.offload.swap_dir = dir;
+    session_open(&ss, nc->ini, &o);
+    int n0, n1;
+    nto_named_tensor *w0 = weights_copy(ss.m, &n0);
+    for (int s = 0; s < nc->steps; s++)
+      if (session_step(&ss, s, 0, &sst, &err) != 0)
+        fail_msg("%s: %s", nc->ini, err.msg);
+    nto_named_tensor *w1 = weights_copy(ss.m, &n1);
+    assert_int_equal(n0, n1);
+    const nto_graph *g = nto_model_graph(ss.m);
+    int until = nto_graph_find(g, cases[c].until), frozen = 0, moved = 0;
+    for (int i = 0; i < n0; i++) {
+      char layer[NTO_NAME_MAX + 1];
+      snprintf(layer, sizeof layer, "%.*s",
+               (int)(strrchr(w0[i].name, '.') - w0[i].name), w0[i].name);
+      int li = nto_graph_find(g, layer);
+      int same = !memcmp(w0[i].data, w1[i].data,
+                         nto_named_numel(&w0[i]) * sizeof(float));
+      if (li <= until && !same)
+        fail_msg("%s frozen until %s: %s changed", nc->ini, cases[c].until,
+                 w0[i].name);
+      frozen += li <= until;
+      moved += li > until && !same;
+    }
+    assert_true(frozen > 0);
+    assert_true(moved > 0);
+    weights_copy_free(w0, n0);
+    weights_copy_free(w1, n1);
+    session_close(&ss);
   }
   tmpdir_remove(dir);
 }
@@ -1509,6 +1597,7 @@ static void test_mobilenetv2(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
+      cmocka_unit_test(test_frozen_layers),
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_keep_resident),
       cmocka_unit_test(test_recompute),

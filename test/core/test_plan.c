@@ -492,6 +492,104 @@ static void expect_in_ram(const nto_model *m, const unsigned char *in_ram,
   }
 }
 
+/* plan_net with a frozen (freeze_until = "a"): no gradient reaches the
+ * input, so the backward pass stops at b, the first trainable layer. No
+ * B step for a (B steps: B_e/activation 7, B_e 8, B_d 9, B_c 10, B_b 11,
+ * and the input layer's empty step 12: 13 steps), no gradient edges into
+ * a (b, c and d compute no dL/da), no parameter gradient for a's
+ * weights, which are only read, and a:out is still read by B_b (b's
+ * weight gradient needs its input). */
+static void test_frozen_prefix_uses(void **state) {
+  (void)state;
+  nto_config c;
+  nto_model *m = NULL;
+  nto_err err = {0};
+  nto_model_opts o = {.plan_only = 1, .freeze_until = "a"};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/plan_net.ini", &err), 0);
+  assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+  fixture fx = {.m = m}, *f = &fx;
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  assert_int_equal(p->n_steps, 13);
+  char name[64];
+  assert_string_equal(
+      nto_model_step_name(m, NTO_PASS_TRAIN, 11, name, sizeof name), "B2 b");
+  assert_string_equal(
+      nto_model_step_name(m, NTO_PASS_TRAIN, 12, name, sizeof name), "B0 in");
+  assert_int_equal(nto_model_backward(m, 1), 0);
+  assert_int_equal(nto_model_backward(m, 2), 1);
+  USES(p, "in:out", {0, W}, {1, R});
+  USES(p, "a:out", {1, W}, {2, R}, {3, R}, {4, R}, {11, R});
+  USES(p, "a:weight", {1, R});
+  USES(p, "a:bias", {1, R});
+  USES(p, "b:weight", {2, R}, {11, RW});
+  USES(p, "c:grad_in1", {10, W}, {11, RW});
+  USES(p, "d:grad_in1", {9, W}, {10, RW});
+  USES(p, "e/activation:grad_in0", {7, W}, {8, RW});
+  const char *absent[] = {"a:dweight", "a:dbias", "b:grad_in0", "c:grad_in0",
+                          "d:grad_in0"};
+  for (size_t i = 0; i < sizeof absent / sizeof *absent; i++)
+    if (find_opt(m, absent[i]) >= 0)
+      fail_msg("frozen a: tensor %s exists", absent[i]);
+  assert_int_equal(nto_model_param_count(m), 4 * 4 + 4 + 8 * 3 + 3);
+  assert_int_equal(nto_model_plan(m, NTO_PASS_EVAL)->n_steps, 7);
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
+/* tiny_resnet frozen up to bn_add: only head (a convolution) trains.
+ * Backward runs for head, gap, flatten and softmax (20 F steps, their 4
+ * B steps and the input layer's: 25); the frozen layers keep nothing for
+ * backward (no saved statistics, gradients, parameter gradients or
+ * optimizer state); their weights and batch-norm running statistics are
+ * only read, so no schedule writes them to the swap file (window 1, as
+ * the engine runs it), while head's weight is written back every pass. */
+static void test_frozen_prefix_tensors(void **state) {
+  (void)state;
+  nto_config c;
+  nto_model *m = NULL;
+  nto_err err = {0};
+  nto_model_opts o = {.plan_only = 1, .freeze_until = "bn_add"};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
+                   0);
+  assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+  const nto_graph *g = nto_model_graph(m);
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  int head = nto_graph_find(g, "head");
+  assert_int_equal(g->n_layers, 20);
+  assert_int_equal(p->n_steps, 25);
+  for (int i = 1; i < g->n_layers; i++)
+    assert_int_equal(nto_model_backward(m, i), i >= head);
+  nto_schedule sc;
+  assert_int_equal(sched(&sc, p, 1, NULL, 1, 1, &err), 0);
+  int frozen_weights = 0;
+  for (int t = 0; t < nto_model_tensor_count(m); t++) {
+    const nto_tensor *x = nto_model_tensor(m, t);
+    if (x->layer < 0 || x->layer >= head || x->role == NTO_ROLE_WORKSPACE)
+      continue;
+    if (x->role != NTO_ROLE_WEIGHT && x->role != NTO_ROLE_ACTIVATION)
+      fail_msg("frozen prefix: tensor %s (role %d)", x->name, x->role);
+    if (x->role == NTO_ROLE_ACTIVATION &&
+        strcmp(strchr(x->name, ':'), ":out") != 0)
+      fail_msg("frozen prefix: saved tensor %s", x->name);
+    if (x->role != NTO_ROLE_WEIGHT)
+      continue;
+    frozen_weights++;
+    for (int k = p->use_first[t]; k < p->use_first[t + 1]; k++)
+      if (p->use_mode[k] != R)
+        fail_msg("frozen %s: mode %d at step %d", x->name, p->use_mode[k],
+                 p->use_step[k]);
+    if (sc.written[t])
+      fail_msg("frozen %s written to swap", x->name);
+  }
+  /* conv0, res_conv1 and res_conv2: weight; three batch normalizations:
+   * gamma, beta, moving mean and variance */
+  assert_int_equal(frozen_weights, 3 + 3 * 4);
+  assert_true(sc.written[find(m, "head:weight")]);
+  nto_schedule_free(&sc);
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
 static void test_window_resident_sets(void **state) {
   fixture *f = *state;
   const nto_plan *p = nto_model_plan(f->m, NTO_PASS_TRAIN);
@@ -940,6 +1038,8 @@ int main(void) {
       cmocka_unit_test(test_recompute_uses),
       cmocka_unit_test(test_recompute_conv_uses),
       cmocka_unit_test(test_grad_in_place),
+      cmocka_unit_test(test_frozen_prefix_uses),
+      cmocka_unit_test(test_frozen_prefix_tensors),
       cmocka_unit_test(test_window_resident_sets),
       cmocka_unit_test(test_plan_holds),
       cmocka_unit_test(test_schedule_placement),
