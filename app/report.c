@@ -158,6 +158,9 @@ static void report_learning(const run *r, const metrics *mx, double total_s) {
     printf("resumed           from %s at iteration %ld: %ld iterations in "
            "this run\n",
            r->o.resume, r->it0, r->n_steps - r->it0);
+  if (r->o.init_weights)
+    printf("initial weights   %zu parameters (%d of %d tensors) from %s\n",
+           r->init.params, r->init.tensors, r->init.of, r->o.init_weights);
   if (mx->from > r->it0)
     printf("measured          iterations %ld-%ld (after a warm-up of %ld)\n",
            mx->from + 1, r->n_steps, mx->from - r->it0);
@@ -298,6 +301,7 @@ int report_json(const run *r, const metrics *mx, double total_s, nto_err *err) {
   fprintf(f, "  \"planned_written_mib_per_iteration\": %.3f,\n",
           mx->offload ? st->planned_written / 1048576.0 : 0.0);
   fprintf(f, "  \"resumed_at_iteration\": %ld,\n", r->it0);
+  fprintf(f, "  \"init_weights_loaded_parameters\": %zu,\n", r->init.params);
   json_arrays(f, r);
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)

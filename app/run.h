@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "dataset.h"
+#include "init_weights.h"
 #include "model.h"
 #include "trace.h"
 
@@ -32,6 +33,7 @@ typedef struct train_opts {
   const char *checkpoint;  /* --checkpoint, NULL: off */
   long checkpoint_every;   /* 0: once per epoch */
   const char *resume;      /* --resume, NULL: a new run */
+  const char *init_weights; /* --init-weights, NULL: initialized */
 } train_opts;
 
 typedef struct run {
@@ -40,6 +42,7 @@ typedef struct run {
   nto_model *m;
   nto_dataset *train, *test;
   trace *tr;    /* --trace, or NULL */
+  init_result init; /* --init-weights: what was loaded */
   float *x, *y; /* one batch: N x c*h*w inputs, N x K targets */
   int batch, k;
   size_t sample;

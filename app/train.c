@@ -43,6 +43,9 @@ static const char usage[] =
     "  --seed S              initialization, shuffling, dropout (default 1)\n"
     "  --threads T           compute threads (default: online CPUs); the\n"
     "                        same results at any count\n"
+    "  --init-weights FILE   start from these weights: safetensors by name\n"
+    "                        and shape (the rest keep their initialization),\n"
+    "                        or nntrainer .bin (whole)\n"
     "  --freeze-until LAYER  train only the layers after LAYER (as INI\n"
     "                        trainable = false up to LAYER)\n"
     "\n"
@@ -117,6 +120,7 @@ static const char **string_opt(train_opts *o, const char *a) {
       {"--io", offsetof(train_opts, io)},
       {"--recompute", offsetof(train_opts, recompute)},
       {"--freeze-until", offsetof(train_opts, freeze_until)},
+      {"--init-weights", offsetof(train_opts, init_weights)},
       {"--report-json", offsetof(train_opts, report_json)},
       {"--trace", offsetof(train_opts, trace)},
       {"--checkpoint", offsetof(train_opts, checkpoint)},
@@ -196,6 +200,11 @@ static int parse_opts(int argc, char **argv, train_opts *o) {
   }
   if (o->checkpoint_every && !o->checkpoint) {
     cli_error("--checkpoint-every needs --checkpoint FILE");
+    return -1;
+  }
+  if (o->init_weights && o->resume) {
+    cli_error("--init-weights and --resume: a checkpoint restores every "
+              "weight; give one of them");
     return -1;
   }
   return 0;
@@ -759,6 +768,8 @@ static void print_setup(run *r) {
          r->o.model, nto_model_graph(r->m)->n_layers,
          nto_model_param_count(r->m), r->batch, r->o.threads);
   print_frozen(r);
+  if (r->o.init_weights)
+    init_weights_print(&r->init, r->o.init_weights);
   cli_print_blas();
   printf("data: %s\n", nto_dataset_describe(r->train));
   if (r->test)
@@ -834,6 +845,14 @@ int cmd_train(int argc, char **argv) {
     return CLI_USAGE;
   }
   rc = nto_model_create(&r.m, &r.c, &mo, &err);
+  if (rc == 0 && r.o.init_weights &&
+      (rc = init_weights_load(r.m, r.o.init_weights, &r.init, &err)) != 0 &&
+      rc != NTO_ENOMEM) { /* a file that is missing, unreadable or does not
+                             fit the model: usage error */
+    cli_error("--init-weights: %s", err.msg);
+    cleanup(&r, &cerr);
+    return CLI_USAGE;
+  }
   if (rc == 0)
     rc = open_run(&r, &err);
   if (rc != 0) { /* the budget, the data or --resume (another model: usage

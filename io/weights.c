@@ -737,6 +737,107 @@ static int st_match(const st_list *l, const nto_named_tensor *ts, int n,
   return 0;
 }
 
+/* Is the file fd (size bytes) safetensors by its first 9 bytes (a header
+ * length up to SAFETENSORS_MAX_HEADER, then '{'; a length beyond the end
+ * is a truncated safetensors file, for st_read_header to report)? 0 or 1
+ * into *yes, or a read error. A .bin file would need two zero-ish floats
+ * and then '{' as the low byte of its third. */
+static int is_safetensors(int fd, uint64_t size, const char *path, int *yes,
+                          nto_err *err) {
+  unsigned char b[9];
+  *yes = 0;
+  if (size < 10)
+    return 0;
+  int rc = nto_file_pread_full(fd, b, 9, 0, path, err);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--)
+    hlen = hlen << 8 | b[i];
+  *yes = rc == 0 && hlen >= 2 && hlen <= SAFETENSORS_MAX_HEADER && b[8] == '{';
+  return rc;
+}
+
+/* match[i] for each of ts[0..n) against the header l; found[i]: the entry
+ * to load, or NULL. NTO_EDATA for a named tensor that is not F32. */
+static int st_match_some(const st_list *l, const nto_named_tensor *ts, int n,
+                         const st_entry **found, nto_weight_match *match,
+                         int *unused, const char *path, nto_err *err) {
+  int loaded = 0;
+  *unused = l->n;
+  for (int i = 0; i < n; i++) {
+    const st_entry *e = NULL;
+    for (int k = 0; k < l->n && !e; k++)
+      e = strcmp(l->e[k].name, ts[i].name) == 0 ? &l->e[k] : NULL;
+    memset(&match[i], 0, sizeof match[i]);
+    found[i] = NULL;
+    match[i].status = NTO_MATCH_ABSENT;
+    if (!e)
+      continue;
+    (*unused)--;
+    if (strcmp(e->dtype, "F32") != 0)
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: tensor \"%s\" has dtype %s, expected F32", path,
+                         ts[i].name, e->dtype);
+    int same = e->ndim == ts[i].ndim;
+    for (int d = 0; same && d < e->ndim; d++)
+      same = e->dims[d] == ts[i].dims[d];
+    match[i].status = same ? NTO_MATCH_LOADED : NTO_MATCH_SHAPE;
+    match[i].ndim = e->ndim;
+    for (int d = 0; d < e->ndim && d < 4; d++)
+      match[i].dims[d] = e->dims[d];
+    found[i] = same ? e : NULL;
+    loaded += same;
+  }
+  if (loaded == 0)
+    return nto_err_set(err, NTO_EDATA,
+                       "%s: no tensor of the model is in the file with its "
+                       "name and shape (the model's first: \"%s\"; the "
+                       "file's first: \"%s\")",
+                       path, n ? ts[0].name : "-", l->n ? l->e[0].name : "-");
+  return 0;
+}
+
+/* nto_weights_load_init's safetensors part, fd open on path. */
+static int st_load_some(int fd, uint64_t size, const char *path,
+                        nto_named_tensor *ts, int n, nto_weight_match *match,
+                        int *unused, nto_err *err) {
+  st_list l = {0};
+  uint64_t data_start = 0;
+  const st_entry **found = NULL;
+  int rc = st_read_header(fd, size, path, &l, &data_start, err);
+  if (rc == 0)
+    rc = st_validate(path, l.e, l.n, size - data_start, err);
+  if (rc == 0 && !(found = malloc((size_t)(n ? n : 1) * sizeof *found)))
+    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
+  if (rc == 0)
+    rc = st_match_some(&l, ts, n, found, match, unused, path, err);
+  for (int i = 0; i < n && rc == 0; i++)
+    if (found[i])
+      rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], 1, path, err);
+  free(found);
+  free_entries(l.e, l.n);
+  return rc;
+}
+
+int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
+                          nto_weight_match *match, nto_weights_format *format,
+                          int *unused, nto_err *err) {
+  int rc = check_args(path, ts, n, 0, "weights", err), fd, st = 0;
+  uint64_t size;
+  if (rc || (rc = nto_file_open_read(path, &fd, &size, err)))
+    return rc;
+  rc = is_safetensors(fd, size, path, &st, err);
+  *unused = 0;
+  *format = st ? NTO_WEIGHTS_SAFETENSORS : NTO_WEIGHTS_BIN;
+  if (rc == 0 && st)
+    rc = st_load_some(fd, size, path, ts, n, match, unused, err);
+  close(fd);
+  if (rc != 0 || st)
+    return rc;
+  for (int i = 0; i < n; i++)
+    memset(&match[i], 0, sizeof match[i]); /* NTO_MATCH_LOADED */
+  return nto_weights_load_bin(path, ts, n, err);
+}
+
 int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err) {
   int rc = check_args(path, ts, n, 0, "safetensors", err);

@@ -19,6 +19,7 @@
 #include "error.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /*
  * One named tensor to save or load. Everything it points to is owned by the
@@ -90,5 +91,45 @@ int nto_safetensors_save(const char *path, const nto_named_tensor *ts, int n,
  */
 int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err);
+
+/* How nto_weights_load_init found one tensor. */
+typedef enum {
+  NTO_MATCH_LOADED, /* loaded from the file */
+  NTO_MATCH_ABSENT, /* the file has no tensor of that name */
+  NTO_MATCH_SHAPE,  /* the file's tensor of that name has another shape */
+} nto_match_status;
+
+typedef struct nto_weight_match {
+  nto_match_status status;
+  int ndim;        /* NTO_MATCH_SHAPE: the file's rank */
+  int64_t dims[4]; /* and its dims, outermost first (the first 4) */
+} nto_weight_match;
+
+typedef enum {
+  NTO_WEIGHTS_SAFETENSORS,
+  NTO_WEIGHTS_BIN, /* nntrainer .bin */
+} nto_weights_format;
+
+/*
+ * Initial weights (fine-tuning): load into ts[0..n) what the file at path
+ * holds for them, its format found from its first bytes (safetensors: an
+ * 8-byte little-endian header length, then '{'; anything else is read as
+ * nntrainer .bin).
+ *  - safetensors, by name: every ts[i] whose name the file has with the
+ *    same shape is loaded; the others keep their values. match[i] says
+ *    which (n entries, caller-owned); *unused counts the file's tensors
+ *    that no ts[i] names.
+ *  - nntrainer .bin has no names: the file loads whole, in ts order, when
+ *    its size is exactly the sum of the tensors' sizes; *unused = 0.
+ * Returns 0; NTO_EDATA naming path (and the tensor) when no tensor matches,
+ * a tensor of ts's names has a dtype other than F32, the file is truncated
+ * or malformed, or a .bin file has another size; the codes of
+ * nto_safetensors_load otherwise. Every check runs before any tensor is
+ * written or stored: on these errors ts keep their values. Caller's
+ * thread, as the other loaders.
+ */
+int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
+                          nto_weight_match *match, nto_weights_format *format,
+                          int *unused, nto_err *err);
 
 #endif /* NTO_WEIGHTS_H */

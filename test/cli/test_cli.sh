@@ -79,6 +79,50 @@ expect freeze_unknown 2 "--freeze-until nosuch: res/resnet18.ini has no layer of
 expect train_frozen 0 "frozen: 6 layers with weights (1416 parameters" -- \
   "$exe" train test/data/nets/tiny_resnet.ini --data synthetic --iterations 3 \
   --eval-samples 8 --freeze-until bn_add --window 1
+# --init-weights: a run's saved weights (files in $tmp/init/), into the
+# same net with every layer frozen (saved again byte for byte, from either
+# format, offloaded or not) and into one with a 3-class head (partial: the
+# head keeps its initialization); files that do not fit are usage errors
+tiny=test/data/nets/tiny_resnet.ini
+mkdir "$tmp/init"
+train_tiny() { # train_tiny SAVE.bin [options...]
+  out=$1
+  shift
+  "$exe" train "$tiny" --data synthetic --iterations 3 --eval-samples 0 \
+    --save "$out" "$@" >"$tmp/out" 2>&1 ||
+    { echo "FAIL train_tiny $*:"; sed 's/^/  /' "$tmp/out"; fails=$((fails + 1)); }
+}
+train_tiny "$tmp/init/a.bin"
+expect init_safetensors 0 "init: 1484 parameters (17 of 17 tensors) from .*a.safetensors (safetensors)" \
+  -- "$exe" train "$tiny" --data synthetic --iterations 1 --eval-samples 0 \
+  --init-weights "$tmp/init/a.safetensors"
+train_tiny "$tmp/init/f1.bin" --init-weights "$tmp/init/a.bin" --freeze-until softmax --window 1
+train_tiny "$tmp/init/f2.bin" --init-weights "$tmp/init/a.safetensors" --freeze-until softmax
+train_tiny "$tmp/init/t.bin" --init-weights "$tmp/init/a.bin"
+if cmp -s "$tmp/init/a.bin" "$tmp/init/f1.bin" && cmp -s "$tmp/init/a.bin" "$tmp/init/f2.bin" &&
+  ! cmp -s "$tmp/init/a.bin" "$tmp/init/t.bin"; then
+  passes=$((passes + 1))
+else
+  echo "FAIL init_frozen_identity: frozen runs changed the loaded weights, or training did not"
+  fails=$((fails + 1))
+fi
+sed 's/^filters = 4$/filters = 3/' "$tiny" >"$tmp/head3.ini"
+expect init_partial 0 "kept their initialization: head.weight (file 4:16:1:1, model 3:16:1:1), head.bias (file 4, model 3)" \
+  -- "$exe" train "$tmp/head3.ini" --data synthetic --iterations 1 --eval-samples 0 \
+  --init-weights "$tmp/init/a.safetensors"
+expect init_nothing 2 "a.safetensors: no tensor of the model is in the file" \
+  -- "$exe" train test/data/nets/mlp.ini --data synthetic --iterations 1 \
+  --init-weights "$tmp/init/a.safetensors"
+head -c 2000 "$tmp/init/a.safetensors" >"$tmp/init/trunc.safetensors"
+expect init_truncated 2 "trunc.safetensors: tensor .* outside the data section" \
+  -- "$exe" train "$tiny" --data synthetic --iterations 1 \
+  --init-weights "$tmp/init/trunc.safetensors"
+head -c 2000 "$tmp/init/a.bin" >"$tmp/init/trunc.bin"
+expect init_bin_size 2 "trunc.bin: size 2000 bytes, expected 6128" \
+  -- "$exe" train "$tiny" --data synthetic --iterations 1 \
+  --init-weights "$tmp/init/trunc.bin"
+expect init_resume 2 "--init-weights and --resume" -- "$exe" train "$tiny" \
+  --init-weights "$tmp/init/a.bin" --resume "$tmp/none.ckpt"
 expect recompute_bad 2 "--recompute: expected auto or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
@@ -140,7 +184,7 @@ grep -q '"SWAPPED -> WAIT_FOR_EXEC".*"pass":"train","step":"F1 conv0"' "$tmp/sta
   { echo "FAIL trace_states: transitions missing"; fails=$((fails + 1)); }
 expect no_log_states 2 "unknown option '--log-states'" -- "$exe" train \
   res/resnet18.ini --log-states -
-[ -z "$(ls -A "$tmp" | grep -v -e '\.ini$' -e '\.json$' -e '^out$' -e '^probe$' -e '^w\.')" ] &&
+[ -z "$(ls -A "$tmp" | grep -v -e '\.ini$' -e '\.json$' -e '^out$' -e '^probe$' -e '^w\.' -e '^init$')" ] &&
   passes=$((passes + 1)) ||
   { echo "FAIL swap_left: files left in $tmp: $(ls "$tmp")"; fails=$((fails + 1)); }
 sed 's/^batch_size = 4$/batch_size = 4\nmemory_swap = true\nmemory_swap_lookahead = 3/' \

@@ -437,6 +437,121 @@ static void test_safetensors_corrupt(void **state) {
   corrupt_lengths(path, &t, data, out);
 }
 
+/* ------------------------------------------- initial weights (partial) */
+
+/* b's fc.weight another shape (5,3) and a tensor the file lacks: the other
+ * three load from a's safetensors, fc.weight and the new tensor keep their
+ * values, and match[] says which and why. */
+static void load_init_partial(const char *path, const model *a) {
+  model b;
+  model_init(&b, 4, names_plain);
+  float fc3[15], extra[3] = {5, 5, 5};
+  for (int k = 0; k < 15; k++)
+    fc3[k] = 6.0f;
+  nto_named_tensor ts[NT + 1];
+  memcpy(ts, b.t, sizeof b.t);
+  ts[3].dims[1] = 3;
+  ts[3].data = fc3;
+  ts[4] = (nto_named_tensor){
+      .name = "head.bias", .ndim = 1, .dims = {3}, .data = extra};
+  nto_weight_match mt[NT + 1];
+  nto_weights_format fmt;
+  int unused = -1;
+  nto_err err = {0};
+  if (nto_weights_load_init(path, ts, NT + 1, mt, &fmt, &unused, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(fmt, NTO_WEIGHTS_SAFETENSORS);
+  assert_int_equal(unused, 0); /* fc.weight is named, only reshaped */
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(mt[i].status, NTO_MATCH_LOADED);
+    assert_memory_equal(ts[i].data, a->t[i].data,
+                        nto_named_numel(&a->t[i]) * sizeof(float));
+  }
+  assert_int_equal(mt[3].status, NTO_MATCH_SHAPE);
+  assert_int_equal(mt[3].ndim, 2);
+  assert_true(mt[3].dims[0] == 5 && mt[3].dims[1] == 2);
+  assert_true(fc3[0] == 6.0f && fc3[14] == 6.0f);
+  assert_int_equal(mt[4].status, NTO_MATCH_ABSENT);
+  assert_true(extra[0] == 5.0f && extra[2] == 5.0f);
+}
+
+/* Partial loads by name and shape (safetensors), whole .bin files, and
+ * the errors that change nothing: no tensor matching, a named tensor not
+ * F32, a truncated file, a .bin of another size. */
+static void test_load_init(void **state) {
+  fixture *fx = *state;
+  char st[512], bin[512];
+  path_in(fx, st, sizeof st, "init.safetensors");
+  path_in(fx, bin, sizeof bin, "init.bin");
+  model a, c;
+  model_init(&a, 3, names_plain);
+  nto_err err = {0};
+  assert_int_equal(nto_safetensors_save(st, a.t, NT, meta, &err), 0);
+  assert_int_equal(nto_weights_save_bin(bin, a.t, NT, &err), 0);
+  load_init_partial(st, &a);
+
+  nto_weight_match mt[NT];
+  nto_weights_format fmt;
+  int unused;
+  model_init(&c, 5, names_plain);
+  if (nto_weights_load_init(bin, c.t, NT, mt, &fmt, &unused, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(fmt, NTO_WEIGHTS_BIN);
+  for (int i = 0; i < NT; i++)
+    assert_int_equal(mt[i].status, NTO_MATCH_LOADED);
+  assert_model_equal(&a, &c);
+
+  static const char *const other[NT] = {"x.weight", "x.bias", "y.mean",
+                                        "z.weight"};
+  model d, d0;
+  model_init(&d, 6, other);
+  model_init(&d0, 6, other);
+  assert_int_equal(nto_weights_load_init(st, d.t, NT, mt, &fmt, &unused, &err),
+                   NTO_EDATA);
+  assert_msg_has(&err, st);
+  assert_msg_has(&err, "no tensor of the model");
+  assert_int_equal(unused, NT);
+  assert_model_equal(&d, &d0);
+
+  /* an I8 tensor the model does not name is skipped; a named F16 is not */
+  const char *hdr = "{\"i\":{\"dtype\":\"I8\",\"shape\":[4],"
+                    "\"data_offsets\":[0,4]},\"conv1.bias\":{\"dtype\":"
+                    "\"F16\",\"shape\":[4],\"data_offsets\":[4,12]}}";
+  unsigned char bytes[12] = {0};
+  write_st(st, hdr, strlen(hdr), bytes, sizeof bytes);
+  model_init(&d, 6, names_plain);
+  model_init(&d0, 6, names_plain);
+  assert_int_equal(nto_weights_load_init(st, d.t, NT, mt, &fmt, &unused, &err),
+                   NTO_EDATA);
+  assert_msg_has(&err, "\"conv1.bias\" has dtype F16");
+  assert_model_equal(&d, &d0);
+
+  /* truncated: the header's offsets run past the end */
+  assert_int_equal(nto_safetensors_save(st, a.t, NT, meta, &err), 0);
+  size_t len;
+  unsigned char *b = slurp(st, &len);
+  spit(st, b, len - 8);
+  free(b);
+  assert_int_equal(nto_weights_load_init(st, d.t, NT, mt, &fmt, &unused, &err),
+                   NTO_EDATA);
+  assert_msg_has(&err, "outside the data section");
+  assert_model_equal(&d, &d0);
+  b = slurp(st, &len);
+  spit(st, b, 40); /* within the header: still read as safetensors */
+  free(b);
+  assert_int_equal(nto_weights_load_init(st, d.t, NT, mt, &fmt, &unused, &err),
+                   NTO_EDATA);
+  assert_msg_has(&err, "header length");
+  assert_model_equal(&d, &d0);
+  b = slurp(bin, &len);
+  spit(bin, b, len - 4);
+  free(b);
+  assert_int_equal(nto_weights_load_init(bin, d.t, NT, mt, &fmt, &unused, &err),
+                   NTO_EDATA);
+  assert_msg_has(&err, bin);
+  assert_model_equal(&d, &d0);
+}
+
 /* ---------------------------------------------------------- atomic saves */
 
 static void test_failed_save_leaves_nothing(void **state) {
@@ -763,6 +878,7 @@ static void test_callback_store_fails(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bin_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_load_init, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bin_wrong_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_safetensors_round_trip, setup,
                                       teardown),
