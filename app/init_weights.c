@@ -20,21 +20,23 @@ static void dims_str(const int64_t *d, int n, char *buf, size_t len) {
     snprintf(buf + at, len - at, ":...");
 }
 
-/* Adds "name (file A, model B)" to res->kept while it has room. */
+/* Adds "name (file A, model B)" or "name (not in the file)" to
+ * res->kept while it has room. */
 static void add_kept(init_result *res, const nto_named_tensor *t,
                      const nto_weight_match *mt) {
-  char f[64] = "absent", w[64];
+  char f[64], w[64], what[160] = "not in the file";
   int64_t md[4];
   for (int k = 0; k < t->ndim; k++)
     md[k] = t->dims[k];
-  if (mt->status == NTO_MATCH_SHAPE)
-    dims_str(mt->dims, mt->ndim, f, sizeof f);
+  dims_str(mt->dims, mt->ndim, f, sizeof f);
   dims_str(md, t->ndim, w, sizeof w);
+  if (mt->status == NTO_MATCH_SHAPE)
+    snprintf(what, sizeof what, "file %s, model %s", f, w);
   size_t at = strlen(res->kept);
   if (at + 4 >= sizeof res->kept)
     return;
-  int n = snprintf(res->kept + at, sizeof res->kept - at, "%s%s (file %s, model %s)",
-                   at ? ", " : "", t->name, f, w);
+  int n = snprintf(res->kept + at, sizeof res->kept - at, "%s%s (%s)",
+                   at ? ", " : "", t->name, what);
   if (n < 0 || at + (size_t)n >= sizeof res->kept)
     snprintf(res->kept + at, sizeof res->kept - at, "%s...", at ? ", " : "");
 }

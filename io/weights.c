@@ -835,7 +835,14 @@ int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
     return rc;
   for (int i = 0; i < n; i++)
     memset(&match[i], 0, sizeof match[i]); /* NTO_MATCH_LOADED */
-  return nto_weights_load_bin(path, ts, n, err);
+  rc = nto_weights_load_bin(path, ts, n, err);
+  if (rc == NTO_EDATA) { /* say why it was read as .bin */
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    nto_err_set(err, rc, "%s (read as nntrainer .bin: no safetensors header)",
+                msg);
+  }
+  return rc;
 }
 
 int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
