@@ -60,10 +60,7 @@ static void print_table(const nto_model *m) {
          "params", "train", "saved/bwd");
   for (int i = 0; i < g->n_layers; i++) {
     const nto_layer *l = &g->layers[i];
-    size_t params = 0;
-    for (int j = 0; j < l->n_w; j++)
-      if (l->w[j].trainable)
-        params += nto_shape_numel(l->w[j].shape);
+    size_t params = nto_layer_param_count(l);
     printf("%-36.36s %-20s %-14s %12zu %-6s %12s\n", l->name, l->ops->type,
            nto_shape_str(l->out_shape, 0, shape, sizeof shape), params,
            !params        ? "-"

@@ -751,8 +751,7 @@ static void print_frozen(const run *r) {
     if (l->trainable || l->n_w == 0)
       continue;
     frozen++;
-    for (int j = 0; j < l->n_w; j++)
-      params += l->w[j].trainable ? nto_shape_numel(l->w[j].shape) : 0;
+    params += nto_layer_param_count(l);
   }
   if (frozen)
     printf("frozen: %d layers with weights (%zu parameters, batch "

@@ -704,15 +704,20 @@ static int st_read_header(int fd, uint64_t size, const char *path, st_list *l,
   return rc;
 }
 
+/* The entry of l named name (names are unique: st_header), or NULL. */
+static const st_entry *st_find(const st_list *l, const char *name) {
+  for (int k = 0; k < l->n; k++)
+    if (strcmp(l->e[k].name, name) == 0)
+      return &l->e[k];
+  return NULL;
+}
+
 /* The entry of l for each of ts[0..n) into found[], checking dtype (F32)
  * and shape. Returns 0 or NTO_EDATA naming path and the tensor. */
 static int st_match(const st_list *l, const nto_named_tensor *ts, int n,
                     const st_entry **found, const char *path, nto_err *err) {
   for (int i = 0; i < n; i++) {
-    const st_entry *e = NULL;
-    for (int k = 0; k < l->n; k++)
-      if (strcmp(l->e[k].name, ts[i].name) == 0)
-        e = &l->e[k];
+    const st_entry *e = st_find(l, ts[i].name);
     found[i] = e;
     int64_t want[4];
     for (int d = 0; d < ts[i].ndim; d++)
@@ -764,9 +769,7 @@ static int st_match_some(const st_list *l, const nto_named_tensor *ts, int n,
   int loaded = 0;
   *unused = l->n;
   for (int i = 0; i < n; i++) {
-    const st_entry *e = NULL;
-    for (int k = 0; k < l->n && !e; k++)
-      e = strcmp(l->e[k].name, ts[i].name) == 0 ? &l->e[k] : NULL;
+    const st_entry *e = st_find(l, ts[i].name);
     memset(&match[i], 0, sizeof match[i]);
     found[i] = NULL;
     match[i].status = NTO_MATCH_ABSENT;
@@ -796,10 +799,13 @@ static int st_match_some(const st_list *l, const nto_named_tensor *ts, int n,
   return 0;
 }
 
-/* nto_weights_load_init's safetensors part, fd open on path. */
-static int st_load_some(int fd, uint64_t size, const char *path,
-                        nto_named_tensor *ts, int n, nto_weight_match *match,
-                        int *unused, nto_err *err) {
+/* Load ts[0..n) from the safetensors file fd (size bytes) at path: every
+ * one (match NULL: st_match), or those whose name and shape match (match
+ * and unused as nto_weights_load_init: st_match_some). Every tensor is
+ * matched before any data is read. */
+static int st_load(int fd, uint64_t size, const char *path,
+                   nto_named_tensor *ts, int n, nto_weight_match *match,
+                   int *unused, nto_err *err) {
   st_list l = {0};
   uint64_t data_start = 0;
   const st_entry **found = NULL;
@@ -809,7 +815,8 @@ static int st_load_some(int fd, uint64_t size, const char *path,
   if (rc == 0 && !(found = malloc((size_t)(n ? n : 1) * sizeof *found)))
     rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
   if (rc == 0)
-    rc = st_match_some(&l, ts, n, found, match, unused, path, err);
+    rc = match ? st_match_some(&l, ts, n, found, match, unused, path, err)
+               : st_match(&l, ts, n, found, path, err);
   for (int i = 0; i < n && rc == 0; i++)
     if (found[i])
       rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], 1, path, err);
@@ -829,7 +836,7 @@ int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
   *unused = 0;
   *format = st ? NTO_WEIGHTS_SAFETENSORS : NTO_WEIGHTS_BIN;
   if (rc == 0 && st)
-    rc = st_load_some(fd, size, path, ts, n, match, unused, err);
+    rc = st_load(fd, size, path, ts, n, match, unused, err);
   close(fd);
   if (rc != 0 || st)
     return rc;
@@ -851,24 +858,11 @@ int nto_safetensors_load(const char *path, nto_named_tensor *ts, int n,
   if (rc)
     return rc;
   int fd;
-  uint64_t size, data_start = 0;
+  uint64_t size;
   rc = nto_file_open_read(path, &fd, &size, err);
   if (rc)
     return rc;
-  st_list l = {0};
-  const st_entry **found = NULL;
-  rc = st_read_header(fd, size, path, &l, &data_start, err);
-  if (rc == 0)
-    rc = st_validate(path, l.e, l.n, size - data_start, err);
-  /* Match every requested tensor before reading any data. */
-  if (rc == 0 && !(found = malloc((size_t)(n ? n : 1) * sizeof *found)))
-    rc = nto_err_set(err, NTO_ENOMEM, "safetensors: out of memory");
-  if (rc == 0)
-    rc = st_match(&l, ts, n, found, path, err);
-  for (int i = 0; i < n && rc == 0; i++)
-    rc = read_tensor(fd, data_start + found[i]->begin, &ts[i], 1, path, err);
-  free(found);
-  free_entries(l.e, l.n);
+  rc = st_load(fd, size, path, ts, n, NULL, NULL, err);
   close(fd);
   return rc;
 }

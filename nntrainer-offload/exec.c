@@ -124,7 +124,8 @@ static void update_chunk(const nto_exec *e, int i, int j, int k, double lr,
 static void backward_step(const nto_exec *e, int i, double lr, long update) {
   const nto_tensors *tt = e->tt;
   nto_layer *l = layer(e, i);
-  if (!tt->bwd[i]) /* nothing below needs a gradient: the loss's step */
+  if (!tt->bwd[i]) /* nothing needs dL/d(output) (the last layer's step
+                       may still run the loss: loss_step) */
     return;
   const float *dout = gather_dout(e, i);
   if (nto_is_input(l)) {

@@ -63,3 +63,11 @@ void nto_layer_plan_reset(nto_layer *l) {
   l->out_kind = NTO_OUT_PLAIN;
   l->replay_macs = 0;
 }
+
+size_t nto_layer_param_count(const nto_layer *l) {
+  size_t n = 0;
+  for (int j = 0; j < l->n_w; j++)
+    if (l->w[j].trainable)
+      n += nto_shape_numel(l->w[j].shape);
+  return n;
+}

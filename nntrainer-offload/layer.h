@@ -211,6 +211,11 @@ int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
 /* Request a saved tensor during plan; returns its index k or NTO_EINVAL. */
 int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
 
+/* Elements of the layer's parameters: its weights that take a gradient
+ * when it trains (batch-norm running statistics not counted), frozen or
+ * not. After plan. */
+size_t nto_layer_param_count(const nto_layer *l);
+
 /* Start of a plan that may run again on the same layer: clears the
  * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input,
  * bwd_in_place, out_kind and replay_macs. */

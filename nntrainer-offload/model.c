@@ -317,9 +317,8 @@ nto_mem_plan nto_model_mem_plan(const nto_model *m) {
 size_t nto_model_param_count(const nto_model *m) {
   size_t n = 0;
   for (int i = 0; i < m->g.n_layers; i++)
-    for (int j = 0; j < m->g.layers[i].n_w; j++)
-      if (m->g.layers[i].trainable && m->g.layers[i].w[j].trainable)
-        n += nto_shape_numel(m->g.layers[i].w[j].shape);
+    if (m->g.layers[i].trainable)
+      n += nto_layer_param_count(&m->g.layers[i]);
   return n;
 }
 

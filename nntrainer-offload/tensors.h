@@ -119,7 +119,9 @@ typedef struct nto_tensors {
   int L;              /* layers */
   unsigned char *bwd; /* per layer: the training pass needs dL/d(its
                          output): the layer trains, or one it reads from,
-                         directly or not, does (its B step exists) */
+                         directly or not, does (its B step computes
+                         something; steps.c keeps an empty one for the
+                         last and the input layer) */
   nto_tensor *t;      /* the table: n entries */
   int n, cap;
   int *out_t;      /* per layer: output tensor */
