@@ -18,6 +18,8 @@ static const char usage[] =
     "commands:\n"
     "  train MODEL.ini    train a model and report loss, accuracy, iteration\n"
     "                     time and peak memory\n"
+    "  evaluate MODEL.ini loss, accuracy, per-class accuracy and confusion\n"
+    "                     matrix of saved weights on a test set\n"
     "  summary MODEL.ini  per-layer shapes, parameters and memory\n"
     "  bench MODEL.ini    compare offload windows: iteration time, memory,\n"
     "                     swap traffic, identical weights\n"
@@ -61,6 +63,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "train"))
     return cmd_train(argc - 1, argv + 1);
+  if (!strcmp(cmd, "evaluate"))
+    return cmd_evaluate(argc - 1, argv + 1);
   if (!strcmp(cmd, "summary"))
     return cmd_summary(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench"))

@@ -171,6 +171,9 @@ static void report_learning(const run *r, const metrics *mx, double total_s) {
   printf("train             loss %.4f accuracy %.1f%% (last progress "
          "window)\n",
          r->last_loss, r->last_acc);
+  if (r->before_n)
+    printf("before training   loss %.4f accuracy %.2f%% (%ld test samples)\n",
+           r->before_loss, r->before_acc, r->before_n);
   if (r->test_n)
     printf("test              loss %.4f accuracy %.2f%% (%ld samples)\n",
            r->test_loss, r->test_acc, r->test_n);
@@ -302,6 +305,12 @@ int report_json(const run *r, const metrics *mx, double total_s, nto_err *err) {
           mx->offload ? st->planned_written / 1048576.0 : 0.0);
   fprintf(f, "  \"resumed_at_iteration\": %ld,\n", r->it0);
   fprintf(f, "  \"init_weights_loaded_parameters\": %zu,\n", r->init.params);
+  fprintf(f, "  \"train_loss\": %.6f,\n", r->last_loss);
+  fprintf(f, "  \"test_samples\": %ld,\n", r->test_n);
+  fprintf(f, "  \"test_loss\": %.6f,\n", r->test_loss);
+  fprintf(f, "  \"test_accuracy\": %.6f,\n", r->test_acc / 100.0);
+  fprintf(f, "  \"test_samples_before\": %ld,\n", r->before_n);
+  fprintf(f, "  \"test_accuracy_before\": %.6f,\n", r->before_acc / 100.0);
   json_arrays(f, r);
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* train's options (docs/cli.md); 0 / NULL: not given. */
+/* train's and evaluate's options (docs/cli.md); 0 / NULL: not given. */
 typedef struct train_opts {
   const char *model, *data, *save;
   long epochs, iterations, batch, train_samples, eval_samples, shuffle;
@@ -34,6 +34,8 @@ typedef struct train_opts {
   long checkpoint_every;   /* 0: once per epoch */
   const char *resume;      /* --resume, NULL: a new run */
   const char *init_weights; /* --init-weights, NULL: initialized */
+  const char *weights;      /* evaluate --weights (required) */
+  const char *classes;      /* --classes LIST, NULL: every class */
 } train_opts;
 
 typedef struct run {
@@ -61,6 +63,8 @@ typedef struct run {
   double last_loss, last_acc;
   double test_loss, test_acc;
   long test_n;
+  double before_loss, before_acc; /* --init-weights: before training */
+  long before_n;                  /* 0: not evaluated */
   int stopped; /* a signal stopped the loop */
   /* checkpoints */
   long ckpt_it; /* iteration of the last checkpoint in the file, -1: none */

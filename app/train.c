@@ -8,6 +8,7 @@
 #include "parallel.h"
 #include "report.h"
 #include "run.h"
+#include "setup.h"
 #include "weights.h"
 
 #include <cblas.h>
@@ -16,8 +17,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 /* Tuner changes printed as they happen; later ones are in the report's
  * window trace. */
@@ -31,8 +30,10 @@ static const char usage[] =
     "\n"
     "Data and schedule:\n"
     "  --data DIR|synthetic  IDX directory (default: the INI's [train_set],\n"
-    "                        else " DEFAULT_DATA ");\n"
+    "                        else " SETUP_DEFAULT_DATA ");\n"
     "                        'synthetic': generated data (fixed seed)\n"
+    "  --classes LIST        only these labels (e.g. 5-9 or 0,2,4), as\n"
+    "                        0..k-1: k must be the model's output size\n"
     "  --epochs E            epochs (default: the INI's Epochs)\n"
     "  --iterations K        stop after K iterations in all\n"
     "  --batch-size B        batch size (default: the INI's batch_size)\n"
@@ -113,6 +114,7 @@ static const char **string_opt(train_opts *o, const char *a) {
     size_t off;
   } opts[] = {
       {"--data", offsetof(train_opts, data)},
+      {"--classes", offsetof(train_opts, classes)},
       {"--save", offsetof(train_opts, save)},
       {"--window", offsetof(train_opts, window)},
       {"--memory-budget", offsetof(train_opts, budget)},
@@ -210,35 +212,6 @@ static int parse_opts(int argc, char **argv, train_opts *o) {
   return 0;
 }
 
-/* Open the training and test sets per the options and the config. */
-static int open_data(const train_opts *o, const nto_config *c, nto_shape in,
-                     int k, nto_dataset **train, nto_dataset **test,
-                     nto_err *err) {
-  *train = *test = NULL;
-  int rc;
-  if (o->data && !strcmp(o->data, "synthetic")) {
-    size_t n = o->train_samples ? (size_t)o->train_samples : 2048;
-    rc = nto_dataset_open_synthetic(train, n, in, k, (uint64_t)o->seed, err);
-    if (rc == 0)
-      rc = nto_dataset_open_synthetic(test, n / 4 ? n / 4 : 1, in, k,
-                                      (uint64_t)o->seed + 7919, err);
-    return rc;
-  }
-  if (!o->data && c->train_set.kind == NTO_DATA_FILE) {
-    rc = nto_dataset_open_raw(train, c->train_set.path, in, k, err);
-    const nto_data_conf *t =
-        c->test_set.kind == NTO_DATA_FILE ? &c->test_set : &c->valid_set;
-    if (rc == 0 && t->kind == NTO_DATA_FILE)
-      rc = nto_dataset_open_raw(test, t->path, in, k, err);
-    return rc;
-  }
-  const char *dir = o->data ? o->data : DEFAULT_DATA;
-  rc = nto_dataset_open_idx_dir(train, dir, "train", in, k, err);
-  if (rc == 0)
-    rc = nto_dataset_open_idx_dir(test, dir, "t10k", in, k, err);
-  return rc;
-}
-
 static void fmt_eta(double s, char *buf, size_t len) {
   long t = (long)(s + 0.5);
   if (t >= 3600)
@@ -268,6 +241,8 @@ static void progress(run *r, long epoch, long it, long it_in_epoch,
   r->correct = r->seen = 0;
 }
 
+/* The test set through the model (epoch 0: before the first iteration,
+ * with --init-weights). */
 static int evaluate(run *r, long epoch, nto_err *err) {
   if (!r->test || r->o.eval_samples == 0)
     return 0;
@@ -294,6 +269,15 @@ static int evaluate(run *r, long epoch, nto_err *err) {
   }
   if (rc != 0 || n == 0)
     return rc;
+  if (epoch == 0) { /* --init-weights: where fine-tuning starts from */
+    r->before_loss = loss / n;
+    r->before_acc = 100.0 * correct / n;
+    r->before_n = n;
+    printf("before training: test loss %.4f accuracy %.2f%% (%ld samples)\n",
+           r->before_loss, r->before_acc, n);
+    fflush(stdout);
+    return 0;
+  }
   r->test_loss = loss / n;
   r->test_acc = 100.0 * correct / n;
   r->test_n = n;
@@ -550,22 +534,13 @@ static int train_loop(run *r, nto_err *err) {
   return rc;
 }
 
-/* What will be resident, before training starts. */
+/* What will be resident, before training starts; the tuner's read-ahead. */
 static void print_plan(run *r) {
-  char a[32], b[32], c[32];
-  nto_mem_plan p = nto_model_mem_plan(r->m);
+  char a[32];
   nto_offload_stats st;
-  if (nto_model_offload_stats(r->m, &st) != 0) {
-    printf("planned memory: %s (all resident)\n",
-           nto_format_bytes(p.total, a, sizeof a));
+  setup_print_offload(r);
+  if (nto_model_offload_stats(r->m, &st) != 0)
     return;
-  }
-  printf("offload: window %d steps, %s, swap file %s in %s%s; resident "
-         "tensors in a region of %s + workspace %s\n",
-         st.window, st.io, nto_format_bytes(st.swap_bytes, a, sizeof a),
-         st.swap_dir, st.direct ? " (O_DIRECT)" : " (page cache)",
-         nto_format_bytes(st.region, b, sizeof b),
-         nto_format_bytes(p.workspace, c, sizeof c));
   nto_prefetch pf = nto_tuner_prefetch(nto_model_tuner(r->m));
   printf("offload: reads by %s (the tuner's choice%s)\n", nto_prefetch_name(pf),
          pf == NTO_PREFETCH_TIME
@@ -619,77 +594,13 @@ static int save(run *r, nto_err *err) {
   return rc;
 }
 
-/* The window: --window, else the INI's memory_swap_lookahead (when
- * memory_swap is on); "auto", "all" or a number; NULL if neither. */
-static const char *window_setting(const run *r, const char **what) {
-  const nto_model_conf *mc = &r->c.model;
-  *what = "--window";
-  if (r->o.window)
-    return r->o.window;
-  if (!mc->memory_swap)
-    return NULL;
-  *what = "memory_swap_lookahead";
-  return mc->swap_lookahead[0] ? mc->swap_lookahead : "2";
-}
-
-/* The memory budget: --memory-budget, else the INI's memory_budget. */
-static int budget_setting(run *r, nto_model_opts *mo) {
-  const char *b = r->o.budget ? r->o.budget : r->c.model.memory_budget;
-  r->budget = 0;
-  if (!b || !b[0])
-    return 0;
-  nto_err e = {0};
-  if (nto_parse_size(b, &r->budget, &e) != 0 || r->budget == 0) {
-    cli_error("%s: expected a size > 0 with an optional K, M or G suffix, "
-              "got '%s'",
-              r->o.budget ? "--memory-budget" : "[Model] memory_budget", b);
-    return -1;
-  }
-  mo->memory_budget = r->budget;
-  if (r->o.budget) {
-    mo->budget_source = "--memory-budget";
-  } else {
-    snprintf(r->budget_src, sizeof r->budget_src,
-             "%.200s: [Model] memory_budget", r->o.model);
-    mo->budget_source = r->budget_src;
-  }
-  return 0;
-}
-
-/* The memory settings: options first, then the INI's memory_swap* / fsu*
- * and memory_budget keys; the trace's hooks. Returns 0, or -1 after
- * printing a usage error. */
+/* The memory settings (setup.h) and the trace's hooks. Returns 0, or -1
+ * after printing a usage error. */
 static int model_opts(run *r, nto_model_opts *mo) {
-  const train_opts *o = &r->o;
-  const nto_model_conf *mc = &r->c.model;
-  nto_offload_opts *oo = &mo->offload;
-  const char *what, *w = window_setting(r, &what);
-  if (budget_setting(r, mo) != 0 || cli_recompute(o->recompute, &mo->recompute))
-    return -1;
-  mo->window_mode = NTO_WINDOW_FIXED;
-  r->window_mode = "all";
-  if (!w && r->budget) {
-    mo->window_mode = NTO_WINDOW_BUDGET;
-    r->window_mode = "budget";
-  } else if (w && !strcmp(w, "auto")) {
-    mo->window_mode = NTO_WINDOW_AUTO;
-    r->window_mode = "auto";
-  } else if (w && strcmp(w, "all") != 0) {
-    long n;
-    if (cli_int(what, w, 1, 1L << 20, &n) != 0)
-      return -1;
-    oo->window = (int)n;
-    r->window_mode = "fixed";
-  }
-  oo->swap_dir = o->swap_dir        ? o->swap_dir
-                 : mc->swap_path[0] ? mc->swap_path
-                                    : NULL;
-  oo->no_direct = o->no_direct;
-  oo->io = NTO_IO_AUTO;
-  if (o->io && cli_io(o->io, &oo->io) != 0)
-    return -1;
   nto_err err = {0};
-  if (o->trace && trace_open(&r->tr, o->trace, &err) != 0) {
+  if (setup_memory_opts(r, mo) != 0)
+    return -1;
+  if (r->o.trace && trace_open(&r->tr, r->o.trace, &err) != 0) {
     cli_error("%s", err.msg);
     return -1;
   }
@@ -726,7 +637,7 @@ static int open_run(run *r, nto_err *err) {
   nto_shape in = nto_model_input_shape(r->m);
   r->sample = nto_shape_sample(in);
   r->tty = isatty(STDOUT_FILENO);
-  int rc = open_data(&r->o, &r->c, in, r->k, &r->train, &r->test, err);
+  int rc = setup_open_data(&r->o, &r->c, in, r->k, &r->train, &r->test, err);
   if (rc == 0) {
     if (r->o.train_samples && !(r->o.data && !strcmp(r->o.data, "synthetic")))
       nto_dataset_limit(r->train, (size_t)r->o.train_samples);
@@ -861,7 +772,10 @@ int cmd_train(int argc, char **argv) {
     return cli_status(rc);
   }
   print_setup(&r);
-  rc = train_loop(&r, &err);
+  if (r.o.init_weights) /* the accuracy fine-tuning starts from */
+    rc = evaluate(&r, 0, &err);
+  if (rc == 0 && !r.stopped)
+    rc = train_loop(&r, &err);
   int status = CLI_OK;
   if (rc == 0 && r.stopped)
     status = stopped(&r, &err);

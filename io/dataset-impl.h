@@ -35,6 +35,11 @@ typedef struct nto_dataset_ops {
   int (*fetch)(nto_dataset *ds, unsigned char *s, nto_err *err);
   void (*adapt)(const nto_dataset *ds, const unsigned char *s, float *x,
                 float *y);
+  /* A stream: every sample's label, in source order, into out[0..count)
+   * without reading the samples (nto_dataset_keep_classes); the next
+   * rewind starts the stream again. Returns 0 or a read error. NULL for
+   * random access (the labels come from sample). */
+  int (*labels)(nto_dataset *ds, int32_t *out, nto_err *err);
   /* Back to the first sample for a new epoch; NULL: nothing to do.
    * Returns 0 or an error naming the file. */
   int (*rewind)(nto_dataset *ds, nto_err *err);
@@ -55,7 +60,9 @@ struct nto_dataset {
   const nto_dataset_ops *ops;
   void *src;        /* the source's own state, freed by ops->close */
   nto_shape sample; /* model input shape; n unused */
-  int num_classes;
+  int num_classes;  /* label width of the source (what the ops write) */
+  int out_classes;  /* label width of the batches: num_classes, or the
+                       classes kept (nto_dataset_keep_classes) */
   size_t feat;            /* c*h*w floats per sample */
   size_t count;           /* samples in the source */
   uint64_t id[2];         /* what else fixes the samples, for the position's
@@ -63,6 +70,15 @@ struct nto_dataset {
                              0 where it does not apply */
   size_t limit;           /* 0: all */
   size_t pos;             /* source samples consumed in this epoch */
+  size_t drawn;           /* samples drawn this epoch (of the kept ones) */
+
+  /* classes kept (nto_dataset_keep_classes); kept NULL: every sample */
+  uint32_t *kept;   /* source indices of the kept samples, ascending */
+  size_t n_kept;
+  int *remap;       /* (num_classes): source label -> batch label, -1 */
+  float *ysrc;      /* (num_classes): one label as the source writes it */
+  uint64_t classes_hash; /* of the kept list, for the source hash */
+  char classes_desc[96]; /* e.g. "classes 5,6,7,8,9 as 0-4" */
   int started;            /* an epoch has been started by a rewind */
   unsigned char *scratch; /* one slot: reads in file order, skips */
 

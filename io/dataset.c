@@ -60,7 +60,7 @@ int nto_dataset_new(nto_dataset **out, const nto_dataset_ops *ops,
     return nto_err_set(err, NTO_ENOMEM, "dataset: out of memory");
   ds->ops = ops;
   ds->sample = sample;
-  ds->num_classes = num_classes;
+  ds->num_classes = ds->out_classes = num_classes;
   ds->feat = nto_shape_sample(sample);
   *out = ds;
   return 0;
@@ -80,17 +80,25 @@ void nto_dataset_base_name(const char *path, char *buf, size_t len) {
   buf[m] = '\0';
 }
 
+/* Samples the source yields: all, or those of the kept classes. */
+static size_t avail(const nto_dataset *ds) {
+  return ds->kept ? ds->n_kept : ds->count;
+}
+
 static size_t epoch_size(const nto_dataset *ds) {
-  return ds->limit && ds->limit < ds->count ? ds->limit : ds->count;
+  return ds->limit && ds->limit < avail(ds) ? ds->limit : avail(ds);
 }
 
 static void build_desc(nto_dataset *ds) {
-  char count[64];
-  if (epoch_size(ds) < ds->count)
-    snprintf(count, sizeof count, "%zu of %zu samples", epoch_size(ds),
-             ds->count);
+  char count[192];
+  int n;
+  if (epoch_size(ds) < avail(ds))
+    n = snprintf(count, sizeof count, "%zu of %zu samples", epoch_size(ds),
+                 avail(ds));
   else
-    snprintf(count, sizeof count, "%zu samples", ds->count);
+    n = snprintf(count, sizeof count, "%zu samples", avail(ds));
+  if (ds->kept && n > 0 && (size_t)n < sizeof count)
+    snprintf(count + n, sizeof count - (size_t)n, " (%s)", ds->classes_desc);
   ds->ops->describe(ds, count, ds->desc, sizeof ds->desc);
 }
 
@@ -114,31 +122,58 @@ int nto_dataset_finish(nto_dataset **out, int rc, nto_err *err) {
 
 /* ----------------------------------------------------------------- slots */
 
-/* Read the next source sample (index ds->pos) into slot s; advance pos. */
+/* Read the next sample drawn (source index ds->pos, or with kept classes
+ * the next kept one: a stream reads through the others) into slot s;
+ * advance drawn and pos. */
 static int slot_fill(nto_dataset *ds, unsigned char *s, nto_err *err) {
+  uint64_t i = ds->kept ? ds->kept[ds->drawn] : ds->drawn;
   if (ds->ops->sample) { /* its index: read or generated when emitted */
-    uint64_t i = ds->pos;
     memcpy(s, &i, sizeof i);
+    ds->pos = (size_t)i + 1;
   } else {
-    int rc = ds->ops->fetch(ds, s, err);
-    if (rc)
-      return rc;
+    for (; ds->pos <= i; ds->pos++) {
+      int rc = ds->ops->fetch(ds, s, err);
+      if (rc)
+        return rc;
+    }
   }
-  ds->pos++;
+  ds->drawn++;
   return 0;
+}
+
+/* First index of the largest of y[0..k) (a one-hot row's class). */
+static int label_of(const float *y, int k) {
+  int b = 0;
+  for (int j = 1; j < k; j++)
+    if (y[j] > y[b])
+      b = j;
+  return b;
+}
+
+/* y (out_classes) from the source's row ds->ysrc: the kept label. */
+static void relabel(const nto_dataset *ds, float *y) {
+  memset(y, 0, (size_t)ds->out_classes * sizeof *y);
+  int l = ds->remap[label_of(ds->ysrc, ds->num_classes)];
+  if (l >= 0) /* always: only kept samples are drawn */
+    y[l] = 1.0f;
 }
 
 /* Write the sample held in slot s into a batch row x (c, h, w), y.
  * Returns 0, or the source's read error. */
 static int slot_emit(const nto_dataset *ds, const unsigned char *s, float *x,
                      float *y, nto_err *err) {
+  float *ys = ds->kept ? ds->ysrc : y;
+  int rc = 0;
   if (!ds->ops->sample) {
-    ds->ops->adapt(ds, s, x, y);
-    return 0;
+    ds->ops->adapt(ds, s, x, ys);
+  } else {
+    uint64_t i;
+    memcpy(&i, s, sizeof i);
+    rc = ds->ops->sample(ds, i, x, ys, err);
   }
-  uint64_t i;
-  memcpy(&i, s, sizeof i);
-  return ds->ops->sample(ds, i, x, y, err);
+  if (rc == 0 && ds->kept)
+    relabel(ds, y);
+  return rc;
 }
 
 /* The next source sample in file order into x, y (x NULL: skipped, read
@@ -147,6 +182,104 @@ static int src_next(nto_dataset *ds, float *x, float *y, nto_err *err) {
   int rc = slot_fill(ds, ds->scratch, err);
   return rc == 0 && x ? slot_emit(ds, ds->scratch, x, y, err) : rc;
 }
+
+/* Every source sample's label into lab[0..count): the stream's own scan,
+ * or through sample() for random access. */
+static int scan_labels(nto_dataset *ds, int32_t *lab, nto_err *err) {
+  if (ds->ops->labels)
+    return ds->ops->labels(ds, lab, err);
+  float *x = malloc(ds->feat * sizeof *x);
+  if (!x)
+    return nto_err_set(err, NTO_ENOMEM, "dataset: out of memory");
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < ds->count; i++) {
+    rc = ds->ops->sample(ds, i, x, ds->ysrc, err);
+    lab[i] = label_of(ds->ysrc, ds->num_classes);
+  }
+  free(x);
+  return rc;
+}
+
+/* "classes 5,6,7,8,9 as 0-4" (shortened with "..." past the buffer). */
+static void describe_classes(nto_dataset *ds, const int *classes, int n) {
+  size_t at = (size_t)snprintf(ds->classes_desc, sizeof ds->classes_desc,
+                               "class%s ", n > 1 ? "es" : "");
+  for (int j = 0; j < n && at + 24 < sizeof ds->classes_desc; j++) {
+    at += (size_t)snprintf(ds->classes_desc + at, sizeof ds->classes_desc - at,
+                           "%s%d", j ? "," : "", classes[j]);
+    if (j + 1 < n && at + 24 >= sizeof ds->classes_desc)
+      at += (size_t)snprintf(ds->classes_desc + at,
+                             sizeof ds->classes_desc - at, ",...");
+  }
+  snprintf(ds->classes_desc + at, sizeof ds->classes_desc - at,
+           n > 1 ? " as 0-%d" : " as 0", n - 1);
+}
+
+/* The remap table and the hash of the list; NTO_EINVAL for a bad list. */
+static int classes_table(nto_dataset *ds, const int *classes, int n,
+                         nto_err *err) {
+  if (n < 1)
+    return nto_err_set(err, NTO_EINVAL, "no class listed");
+  for (int c = 0; c < ds->num_classes; c++)
+    ds->remap[c] = -1;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int j = 0; j < n; j++) {
+    int c = classes[j];
+    if (c < 0 || c >= ds->num_classes)
+      return nto_err_set(err, NTO_EINVAL,
+                         "class %d is not a label of this data (0 to %d)", c,
+                         ds->num_classes - 1);
+    if (ds->remap[c] >= 0)
+      return nto_err_set(err, NTO_EINVAL, "class %d listed twice", c);
+    ds->remap[c] = j;
+    h = (h ^ (uint64_t)c) * 0x100000001b3ull;
+  }
+  ds->classes_hash = h ^ (uint64_t)n;
+  return 0;
+}
+
+int nto_dataset_keep_classes(nto_dataset *ds, const int *classes, int n,
+                             nto_err *err) {
+  if (ds->kept || ds->started)
+    return nto_err_set(err, NTO_EINVAL,
+                       "classes: set once, before the first epoch");
+  if (ds->count > UINT32_MAX)
+    return nto_err_set(err, NTO_EINVAL,
+                       "classes: more than 2^32 samples in the source");
+  ds->remap = malloc((size_t)ds->num_classes * sizeof *ds->remap);
+  ds->ysrc = malloc((size_t)ds->num_classes * sizeof *ds->ysrc);
+  int32_t *lab = malloc((ds->count ? ds->count : 1) * sizeof *lab);
+  int rc = ds->remap && ds->ysrc && lab
+               ? classes_table(ds, classes, n, err)
+               : nto_err_set(err, NTO_ENOMEM, "dataset: out of memory");
+  if (rc == 0)
+    rc = scan_labels(ds, lab, err);
+  uint32_t *idx = (uint32_t *)lab; /* the kept indices, in place (k <= i) */
+  size_t k = 0;
+  for (size_t i = 0; rc == 0 && i < ds->count; i++)
+    if (lab[i] >= 0 && lab[i] < ds->num_classes && ds->remap[lab[i]] >= 0)
+      idx[k++] = (uint32_t)i;
+  if (rc == 0 && k == 0)
+    rc = nto_err_set(err, NTO_EDATA, "no sample of the listed classes in %s",
+                     ds->desc);
+  if (rc != 0) {
+    free(lab);
+    free(ds->remap);
+    free(ds->ysrc);
+    ds->remap = NULL;
+    ds->ysrc = NULL;
+    return rc;
+  }
+  uint32_t *kept = realloc(idx, k * sizeof *kept);
+  ds->kept = kept ? kept : idx; /* a failed shrink keeps the larger block */
+  ds->n_kept = k;
+  ds->out_classes = n;
+  describe_classes(ds, classes, n);
+  build_desc(ds);
+  return 0;
+}
+
+int nto_dataset_classes(const nto_dataset *ds) { return ds->out_classes; }
 
 /* ------------------------------------------------------------ the epochs */
 
@@ -178,6 +311,7 @@ static size_t shuffle_cap(const nto_dataset *ds) {
 int nto_dataset_rewind(nto_dataset *ds, nto_err *err) {
   ds->started = 0;
   ds->pos = 0;
+  ds->drawn = 0;
   ds->taken = 0;
   ds->fill = 0;
   ds->primed = 0;
@@ -211,10 +345,10 @@ int nto_dataset_rewind(nto_dataset *ds, nto_err *err) {
 /* Take up to want samples through the shuffle buffer (see take). */
 static int take_shuffled(nto_dataset *ds, float *x, float *y, size_t want,
                          size_t *k, nto_err *err) {
-  size_t feat = ds->feat, nc = (size_t)ds->num_classes;
+  size_t feat = ds->feat, nc = (size_t)ds->out_classes;
   size_t end = epoch_size(ds), slot = slot_bytes(ds);
   int rc = 0;
-  while (!ds->primed && ds->fill < ds->cap && ds->pos < end) {
+  while (!ds->primed && ds->fill < ds->cap && ds->drawn < end) {
     if ((rc = slot_fill(ds, ds->buf + ds->fill * slot, err)))
       return rc;
     ds->fill++;
@@ -227,7 +361,7 @@ static int take_shuffled(nto_dataset *ds, float *x, float *y, size_t want,
     if (rc)
       break;
     (*k)++;
-    if (ds->pos < end) {
+    if (ds->drawn < end) {
       rc = slot_fill(ds, ds->buf + j * slot, err);
     } else {
       size_t last = ds->fill - 1;
@@ -248,14 +382,14 @@ static int take_shuffled(nto_dataset *ds, float *x, float *y, size_t want,
  */
 static int take(nto_dataset *ds, float *x, float *y, size_t want, size_t *k,
                 nto_err *err) {
-  size_t feat = ds->feat, nc = (size_t)ds->num_classes;
+  size_t feat = ds->feat, nc = (size_t)ds->out_classes;
   size_t end = epoch_size(ds);
   int rc = 0;
   *k = 0;
   if (ds->cap > 1)
     rc = take_shuffled(ds, x, y, want, k, err);
   else
-    for (; *k < want && ds->pos < end; (*k)++) {
+    for (; *k < want && ds->drawn < end; (*k)++) {
       float *xr = x ? x + *k * feat : NULL, *yr = x ? y + *k * nc : NULL;
       if ((rc = src_next(ds, xr, yr, err)))
         break;
@@ -270,7 +404,7 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
     *got = 0;
   if (ds == NULL || x == NULL || y == NULL || got == NULL || batch < 1)
     return nto_err_set(err, NTO_EINVAL, "dataset: invalid next() arguments");
-  size_t feat = ds->feat, nc = (size_t)ds->num_classes;
+  size_t feat = ds->feat, nc = (size_t)ds->out_classes;
   int rc = 0;
   if (!ds->started)
     rc = nto_dataset_rewind(ds, err);
@@ -287,15 +421,17 @@ int nto_dataset_next(nto_dataset *ds, float *x, float *y, int batch, int *got,
 
 /* ------------------------------------------------------------- positions */
 
-/* What fixes the source's samples: kind, count, shape, classes, and for
- * synthetic data its seed, for IDX its image size (FNV-1a over the
- * values). */
+/* What fixes the source's samples: kind, count, shape, classes, for
+ * synthetic data its seed, for IDX its image size, and the classes kept
+ * (FNV-1a over the values; the last one only when classes are kept, so
+ * positions taken before it existed still match). */
 static uint64_t source_id(const nto_dataset *ds) {
-  const uint64_t v[6] = {ds->ops->kind,      (uint64_t)ds->count,
+  const uint64_t v[7] = {ds->ops->kind,      (uint64_t)ds->count,
                          (uint64_t)ds->feat, (uint64_t)ds->num_classes,
-                         ds->id[0],          ds->id[1]};
+                         ds->id[0],          ds->id[1],
+                         ds->classes_hash};
   uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < (ds->kept ? 7 : 6); i++)
     for (int b = 0; b < 8; b++) {
       h ^= (v[i] >> (8 * b)) & 0xff;
       h *= 0x100000001b3ull;
@@ -389,5 +525,8 @@ void nto_dataset_close(nto_dataset *ds) {
     free(ds->src);
   free(ds->scratch);
   free(ds->buf);
+  free(ds->kept);
+  free(ds->remap);
+  free(ds->ysrc);
   free(ds);
 }

@@ -62,6 +62,23 @@ int nto_dataset_open_synthetic(nto_dataset **out, size_t num_samples,
                                nto_shape sample, int num_classes, uint64_t seed,
                                nto_err *err);
 
+/*
+ * Keep only the samples whose label is one of classes[0..n) (labels of
+ * the source, each in [0, the num_classes it was opened with), without
+ * repeats), in source order; class classes[j] becomes label j, so batches
+ * carry n label values per sample (y rows of n floats). The labels are
+ * scanned once here (IDX: the labels file only; raw and synthetic: every
+ * sample). Call once, before the first rewind or next; a limit then counts
+ * kept samples. Memory: 4 bytes per kept sample.
+ * Returns 0; NTO_EINVAL (n < 1, a class out of range or repeated: names
+ * it), NTO_EDATA (no sample of these classes), NTO_ENOMEM, or a read error.
+ */
+int nto_dataset_keep_classes(nto_dataset *ds, const int *classes, int n,
+                             nto_err *err);
+
+/* Label width of the batches: the source's, or the classes kept. */
+int nto_dataset_classes(const nto_dataset *ds);
+
 /* Number of samples one epoch yields (after nto_dataset_limit). */
 size_t nto_dataset_size(const nto_dataset *ds);
 

@@ -202,6 +202,23 @@ static int idx_rewind(nto_dataset *ds, nto_err *err) {
   return rc ? rc : idx_rewind_file(&s->lbl, IDX_LABELS_HEADER, err);
 }
 
+/* Every label, from the labels file alone (nto_dataset_keep_classes); the
+ * next rewind starts both streams again. */
+static int idx_labels_all(nto_dataset *ds, int32_t *out, nto_err *err) {
+  idx_src *s = ds->src;
+  int rc = idx_rewind_file(&s->lbl, IDX_LABELS_HEADER, err);
+  unsigned char buf[4096];
+  for (size_t done = 0; rc == 0 && done < ds->count;) {
+    size_t n = ds->count - done < sizeof buf ? ds->count - done : sizeof buf;
+    rc = gz_read_full(s->lbl.f, buf, n, s->lbl.path,
+                      IDX_LABELS_HEADER + (uint64_t)done, "labels", err);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+      out[done + i] = buf[i];
+    done += n;
+  }
+  return rc;
+}
+
 static size_t idx_slot_bytes(const nto_dataset *ds) {
   const idx_src *s = ds->src;
   return (size_t)s->rows * (size_t)s->cols + 1;
@@ -369,6 +386,7 @@ const nto_dataset_ops nto_dataset_idx_ops = {
     .slot_bytes = idx_slot_bytes,
     .fetch = idx_fetch,
     .adapt = idx_adapt,
+    .labels = idx_labels_all,
     .rewind = idx_rewind,
     .describe = idx_describe,
     .close = idx_close,

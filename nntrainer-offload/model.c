@@ -83,6 +83,9 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   int rc = nto_graph_build(&m->g, m->conf, batch, err);
   if (rc == 0 && o->freeze_until)
     rc = nto_graph_freeze(&m->g, m->conf, o->freeze_until, err);
+  if (rc == 0 && o->inference)
+    rc = nto_graph_freeze(&m->g, m->conf,
+                          m->g.layers[m->g.n_layers - 1].name, err);
   if (rc == 0)
     rc = setup_loss(m, &to, err);
   if (rc == 0)

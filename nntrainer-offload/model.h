@@ -58,6 +58,11 @@ typedef struct nto_model_opts {
   const char *freeze_until;     /* NULL, or freeze the layers up to and
                                    including this one (graph.h
                                    nto_graph_freeze) */
+  int inference;                /* forward only (evaluate, predict): every
+                                   layer frozen, so no backward step,
+                                   gradient or optimizer state is planned
+                                   and a memory budget fits the forward
+                                   pass alone; use nto_model_eval_step */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                    "--memory-budget"; NULL: "memory budget" */
   nto_step_trace_fn step_trace; /* NULL: off */

@@ -461,6 +461,71 @@ static void test_frozen_layers(void **state) {
   tmpdir_remove(dir);
 }
 
+/* An inference model (model.h opts.inference: evaluate, predict) plans no
+ * backward, gradient or optimizer state, and its forward pass gives the
+ * same bits at every window and backend as the eval pass of the trained
+ * model whose weights it was given. */
+static void test_inference_model(void **state) {
+  (void)state;
+  const net_case nets[] = {{"test/data/nets/tiny_resnet.ini", 2, 3, 0},
+                           {"test/data/nets/mobile_block.ini", 2, 3, 0},
+                           {"test/data/nets/lenet.ini", 3, 3, 0}};
+  const nto_io_kind ios[] = {NTO_IO_AUTO, NTO_IO_PSYNC};
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "inference"), 0);
+  for (size_t c = 0; c < sizeof nets / sizeof *nets; c++) {
+    const net_case *nc = &nets[c];
+    nto_err err = {0};
+    nto_step_stats st, sb;
+    session a, b;
+    session_open(&a, nc->ini, &(nto_model_opts){.batch = nc->batch});
+    for (int s = 0; s < nc->steps; s++)
+      if (session_step(&a, s, 0, &st, &err) != 0)
+        fail_msg("%s: %s", nc->ini, err.msg);
+    assert_int_equal(session_step(&a, 9, 1, &st, &err), 0);
+    size_t n_out = (size_t)a.n * a.k;
+    int nw;
+    nto_named_tensor *w = weights_copy(a.m, &nw);
+    for (int window = 0; window <= 2; window++)
+      for (size_t io = 0; io < (window ? 2 : 1); io++) {
+        nto_model_opts o = {.batch = nc->batch, .inference = 1};
+        o.offload.window = window;
+        o.offload.io = ios[io];
+        o.offload.swap_dir = dir;
+        session_open(&b, nc->ini, &o);
+        assert_int_equal(nto_model_param_count(b.m), 0);
+        assert_int_equal(nto_model_mem_plan(b.m).opt_state, 0);
+        assert_true(nto_model_mem_plan(b.m).arena <
+                    nto_model_mem_plan(a.m).arena);
+        for (int i = 0; i < nto_model_graph(b.m)->n_layers; i++)
+          assert_int_equal(nto_model_backward(b.m, i), 0);
+        nto_named_tensor *ts;
+        int n;
+        assert_int_equal(nto_model_weights(b.m, &ts, &n, &err), 0);
+        assert_int_equal(n, nw);
+        for (int i = 0; i < n; i++) {
+          assert_string_equal(ts[i].name, w[i].name);
+          size_t bytes = nto_named_numel(&ts[i]) * sizeof(float);
+          if (ts[i].data)
+            memcpy(ts[i].data, w[i].data, bytes);
+          else if (ts[i].store(ts[i].ctx, ts[i].index, w[i].data, &err) != 0)
+            fail_msg("store %s: %s", ts[i].name, err.msg);
+        }
+        nto_model_weights_free(ts, n);
+        assert_int_equal(session_step(&b, 9, 1, &sb, &err), 0);
+        if (memcmp(nto_model_output(a.m), nto_model_output(b.m),
+                   n_out * sizeof(float)) != 0 ||
+            sb.loss != st.loss)
+          fail_msg("%s: inference at window %d (io %zu) differs", nc->ini,
+                   window, io);
+        session_close(&b);
+      }
+    weights_copy_free(w, nw);
+    session_close(&a);
+  }
+  tmpdir_remove(dir);
+}
+
 static void test_small_nets(void **state) {
   (void)state;
   const net_case nets[] = {
@@ -1598,6 +1663,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
       cmocka_unit_test(test_frozen_layers),
+      cmocka_unit_test(test_inference_model),
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_keep_resident),
       cmocka_unit_test(test_recompute),

@@ -383,6 +383,110 @@ static void test_idx_shuffle(void **state) {
   nto_dataset_close(b);
 }
 
+/* Read an epoch of a dataset keeping classes: images (identified by their
+ * origin pixel) into order[], each row's one-hot label checked against
+ * remap[labels7[image]] over k values. Returns the samples read. */
+static int read_kept(nto_dataset *ds, const int *remap, int k, int *order) {
+  float x[NIMG * 28 * 28], y[NIMG * 10];
+  nto_err err = {0};
+  int got = 0, total = 0;
+  do {
+    assert_int_equal(nto_dataset_next(ds, x, y, 2, &got, &err), 0);
+    for (int b = 0; b < got; b++) {
+      int img = (int)lroundf(x[b * 28 * 28] * 255.0f) / 37;
+      assert_in_range(img, 0, NIMG - 1);
+      assert_true(remap[labels7[img]] >= 0); /* only kept classes */
+      for (int j = 0; j < k; j++)
+        assert_true(y[b * k + j] == (j == remap[labels7[img]] ? 1.0f : 0.0f));
+      order[total++] = img;
+    }
+  } while (got == 2);
+  return total;
+}
+
+/* Keeping classes: labels7 = {3, 1, 4, 1, 5, 9, 2}; classes {9, 1} keep
+ * images 1, 3 (label 1 -> 1) and 5 (label 9 -> 0), in file order,
+ * shuffled, limited, and through a data position; the errors. */
+static void test_idx_keep_classes(void **state) {
+  fixture *fx = *state;
+  char img[512], lbl[512];
+  write_pair(fx, NULL, "train", 1, img, lbl, sizeof img);
+  nto_err err = {0};
+  nto_shape s = {1, 1, 28, 28};
+  const int keep[2] = {9, 1};
+  int remap[10] = {-1, 1, -1, -1, -1, -1, -1, -1, -1, 0}, order[NIMG];
+  nto_dataset *ds = NULL, *b = NULL;
+  assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s, 10, &err), 0);
+  assert_int_equal(nto_dataset_keep_classes(ds, keep, 2, &err), 0);
+  assert_int_equal(nto_dataset_size(ds), 3);
+  assert_int_equal(nto_dataset_classes(ds), 2);
+  assert_non_null(
+      strstr(nto_dataset_describe(ds), "3 samples (classes 9,1 as 0-1)"));
+  assert_int_equal(read_kept(ds, remap, 2, order), 3);
+  assert_int_equal(order[0], 1);
+  assert_int_equal(order[1], 3);
+  assert_int_equal(order[2], 5);
+  /* a second epoch, shuffled: the same three, each once */
+  nto_dataset_shuffle(ds, 3, 5);
+  assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+  assert_int_equal(read_kept(ds, remap, 2, order), 3);
+  assert_int_equal(order[0] + order[1] + order[2], 1 + 3 + 5);
+  assert_true(order[0] != order[1] && order[1] != order[2] &&
+              order[0] != order[2]);
+  /* the limit counts kept samples */
+  nto_dataset_limit(ds, 2);
+  nto_dataset_shuffle(ds, 0, 0);
+  assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+  assert_int_equal(read_kept(ds, remap, 2, order), 2);
+  assert_int_equal(order[1], 3);
+  assert_non_null(strstr(nto_dataset_describe(ds), "2 of 3 samples"));
+  nto_dataset_limit(ds, 0);
+
+  /* a position taken after one sample continues on a dataset keeping the
+   * same classes, and is refused by one keeping others or all */
+  float x[28 * 28], y[10];
+  int got;
+  nto_dataset_pos pos;
+  assert_int_equal(nto_dataset_rewind(ds, &err), 0);
+  assert_int_equal(nto_dataset_next(ds, x, y, 1, &got, &err), 0);
+  nto_dataset_tell(ds, &pos);
+  assert_int_equal(nto_dataset_open_idx(&b, img, lbl, s, 10, &err), 0);
+  assert_int_equal(nto_dataset_keep_classes(b, keep, 2, &err), 0);
+  assert_int_equal(nto_dataset_seek(b, &pos, &err), 0);
+  assert_int_equal(read_kept(b, remap, 2, order), 2);
+  assert_int_equal(order[0], 3);
+  assert_int_equal(order[1], 5);
+  nto_dataset_close(b);
+  const int other[2] = {1, 9};
+  assert_int_equal(nto_dataset_open_idx(&b, img, lbl, s, 10, &err), 0);
+  assert_int_equal(nto_dataset_keep_classes(b, other, 2, &err), 0);
+  assert_int_equal(nto_dataset_seek(b, &pos, &err), NTO_ECONFIG);
+  nto_dataset_close(b);
+  assert_int_equal(nto_dataset_open_idx(&b, img, lbl, s, 10, &err), 0);
+  assert_int_equal(nto_dataset_seek(b, &pos, &err), NTO_ECONFIG);
+  nto_dataset_close(b);
+
+  /* errors: once only, before the first epoch */
+  assert_int_equal(nto_dataset_keep_classes(ds, keep, 2, &err), NTO_EINVAL);
+  nto_dataset_close(ds);
+  assert_int_equal(nto_dataset_open_idx(&ds, img, lbl, s, 10, &err), 0);
+  const int out_of_range[2] = {1, 10}, twice[3] = {1, 4, 1}, none[1] = {7};
+  assert_int_equal(nto_dataset_keep_classes(ds, out_of_range, 2, &err),
+                   NTO_EINVAL);
+  assert_msg_has(&err, "class 10 is not a label of this data (0 to 9)");
+  assert_int_equal(nto_dataset_keep_classes(ds, twice, 3, &err), NTO_EINVAL);
+  assert_msg_has(&err, "class 1 listed twice");
+  assert_int_equal(nto_dataset_keep_classes(ds, none, 1, &err), NTO_EDATA);
+  assert_msg_has(&err, "no sample of the listed classes");
+  assert_int_equal(nto_dataset_keep_classes(ds, keep, 0, &err), NTO_EINVAL);
+  /* after failures the dataset is whole: every sample, then a keep works */
+  assert_int_equal(nto_dataset_size(ds), NIMG);
+  const int four[1] = {4};
+  assert_int_equal(nto_dataset_keep_classes(ds, four, 1, &err), 0);
+  assert_int_equal(nto_dataset_size(ds), 1);
+  nto_dataset_close(ds);
+}
+
 /* Bad headers of IDX files next to the good pair img, lbl: magic, counts,
  * labels, truncated labels. */
 static void idx_header_errors(fixture *fx, const char *img, const char *lbl) {
@@ -858,6 +962,53 @@ static void write_golden_pair(const fixture *fx, char *img, char *lbl,
   write_bytes(lbl, l, sizeof l, 1);
 }
 
+/* Synthetic data keeping classes {3, 0}: the samples of those labels, in
+ * order, relabelled 3 -> 0 and 0 -> 1, inputs unchanged. */
+static void test_synthetic_keep_classes(void **state) {
+  (void)state;
+  nto_shape s = {1, 3, 8, 8};
+  nto_err err = {0};
+  nto_dataset *a, *b;
+  assert_int_equal(nto_dataset_open_synthetic(&a, SN, s, SNC, 7, &err), 0);
+  assert_int_equal(nto_dataset_open_synthetic(&b, SN, s, SNC, 7, &err), 0);
+  const int keep[2] = {3, 0};
+  assert_int_equal(nto_dataset_keep_classes(b, keep, 2, &err), 0);
+  size_t rows = SN + 16;
+  float *xa = calloc(rows * SFEAT, 4), *ya = calloc(rows * SNC, 4);
+  float *xb = calloc(rows * SFEAT, 4), *yb = calloc(rows * 2, 4);
+  read_all(a, xa, ya, 8);
+  int got, n = 0, total = 0;
+  do {
+    assert_int_equal(nto_dataset_next(b, xb + (size_t)n * SFEAT,
+                                      yb + (size_t)n * 2, 8, &got, &err),
+                     0);
+    n += got;
+  } while (got == 8);
+  assert_int_equal(n, (int)nto_dataset_size(b));
+  for (int i = 0; i < SN; i++) {
+    int lab = 0;
+    for (int j = 1; j < SNC; j++)
+      if (ya[i * SNC + j] > ya[i * SNC + lab])
+        lab = j;
+    if (lab != 3 && lab != 0)
+      continue;
+    assert_in_range(total, 0, n - 1);
+    assert_memory_equal(xb + (size_t)total * SFEAT, xa + (size_t)i * SFEAT,
+                        SFEAT * 4);
+    assert_true(yb[total * 2 + 0] == (lab == 3 ? 1.0f : 0.0f));
+    assert_true(yb[total * 2 + 1] == (lab == 0 ? 1.0f : 0.0f));
+    total++;
+  }
+  assert_int_equal(total, n);
+  assert_true(n > 0 && n < SN);
+  free(xa);
+  free(ya);
+  free(xb);
+  free(yb);
+  nto_dataset_close(a);
+  nto_dataset_close(b);
+}
+
 /*
  * Check a (3, 32, 32) row against a reference adaptation computed here
  * (scale by 1/255, centre in 32x32, replicate) and return its image index.
@@ -1052,9 +1203,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idx_limit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_shuffle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idx_keep_classes, setup, teardown),
       cmocka_unit_test(test_fashion_mnist),
       cmocka_unit_test_setup_teardown(test_raw_round_trip, setup, teardown),
       cmocka_unit_test(test_synthetic),
+      cmocka_unit_test(test_synthetic_keep_classes),
       cmocka_unit_test_setup_teardown(test_golden_idx_shuffled, setup,
                                       teardown),
       cmocka_unit_test(test_golden_fashion_mnist),

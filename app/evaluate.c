@@ -1,0 +1,399 @@
+/*
+ * evaluate.c - `nntrainer-offload evaluate`: loss, accuracy, per-class
+ * accuracy and the confusion matrix of saved weights on a test set. A
+ * forward-only model (nto_model_opts.inference: no gradient, optimizer
+ * state or backward step) with the same offloading as train, so a memory
+ * budget fits the forward pass alone.
+ */
+#include "cli.h"
+#include "init_weights.h"
+#include "memstat.h"
+#include "parallel.h"
+#include "run.h"
+#include "setup.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Classes up to which stdout shows per-class accuracy and the confusion
+ * matrix (--report-json has them always). */
+#define SHOW_CLASSES 20
+
+static const char usage[] =
+    "usage: nntrainer-offload evaluate MODEL.ini --weights FILE [options]\n"
+    "\n"
+    "Runs the model forward (batch normalization on its running statistics,\n"
+    "no dropout) over the test set and prints loss, accuracy, per-class\n"
+    "accuracy and the confusion matrix.\n"
+    "\n"
+    "  --weights FILE        the weights: safetensors (every tensor by name\n"
+    "                        and shape) or nntrainer .bin; required\n"
+    "  --data DIR|synthetic  IDX directory, its t10k split (default: the\n"
+    "                        INI's [test_set], else " SETUP_DEFAULT_DATA ")\n"
+    "  --classes LIST        only these labels, as 0..k-1 (as for train)\n"
+    "  --eval-samples N      the first N test samples (default: all)\n"
+    "  --batch-size B        batch size (default: the INI's batch_size)\n"
+    "  --threads T           compute threads (default: online CPUs)\n"
+    "  --window N|auto|all   as for train (auto: starts at window 1 and\n"
+    "                        does not adapt)\n"
+    "  --memory-budget SIZE  bound on resident tensors + workspace of the\n"
+    "                        forward pass; alone: the largest window that\n"
+    "                        fits\n"
+    "  --swap-dir DIR, --io uring|psync, --no-direct   as for train\n"
+    "  --report-json FILE    the figures as JSON too\n"
+    "  --seed S              synthetic data's seed (default 1)\n";
+
+/* What the evaluation counted. */
+typedef struct tally {
+  int k;
+  long n;
+  double loss_sum; /* sum over samples of their loss */
+  long *confusion; /* k x k: [true class][predicted class] */
+  int *label;      /* (k): the data's label of class c (--classes), or c */
+} tally;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* First index of the largest of x[0..k), as the loss's accuracy counts. */
+static int argmax(const float *x, int k) {
+  int b = 0;
+  for (int j = 1; j < k; j++)
+    if (x[j] > x[b])
+      b = j;
+  return b;
+}
+
+static const char **string_opt(train_opts *o, const char *a) {
+  static const struct {
+    const char *name;
+    size_t off;
+  } opts[] = {
+      {"--weights", offsetof(train_opts, weights)},
+      {"--data", offsetof(train_opts, data)},
+      {"--classes", offsetof(train_opts, classes)},
+      {"--window", offsetof(train_opts, window)},
+      {"--memory-budget", offsetof(train_opts, budget)},
+      {"--swap-dir", offsetof(train_opts, swap_dir)},
+      {"--io", offsetof(train_opts, io)},
+      {"--report-json", offsetof(train_opts, report_json)},
+  };
+  for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+    if (!strcmp(a, opts[i].name))
+      return (const char **)((char *)o + opts[i].off);
+  return NULL;
+}
+
+static long *int_opt(train_opts *o, const char *a, long *min, long *max) {
+  static const struct {
+    const char *name;
+    size_t off;
+    long min, max;
+  } opts[] = {
+      {"--eval-samples", offsetof(train_opts, eval_samples), 1, 1L << 40},
+      {"--batch-size", offsetof(train_opts, batch), 1, 1L << 20},
+      {"--threads", offsetof(train_opts, threads), 1, 256},
+      {"--seed", offsetof(train_opts, seed), 0, 1L << 40},
+  };
+  for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+    if (!strcmp(a, opts[i].name)) {
+      *min = opts[i].min;
+      *max = opts[i].max;
+      return (long *)((char *)o + opts[i].off);
+    }
+  return NULL;
+}
+
+/* Returns 0, 1 after --help, or -1 after a usage error. */
+static int parse_opts(int argc, char **argv, train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->seed = 1;
+  o->threads = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], **str;
+    long *num, min, max;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return 1;
+    } else if (!strcmp(a, "--no-direct")) {
+      o->no_direct = 1;
+    } else if ((str = string_opt(o, a))) {
+      if (!(*str = cli_value(argc, argv, &i))) {
+        cli_error("option %s needs a value", a);
+        return -1;
+      }
+    } else if ((num = int_opt(o, a, &min, &max))) {
+      if (cli_int(a, cli_value(argc, argv, &i), min, max, num) != 0)
+        return -1;
+    } else if (a[0] == '-') {
+      cli_error("evaluate: unknown option '%s' (try evaluate --help)", a);
+      return -1;
+    } else if (!o->model) {
+      o->model = a;
+    } else {
+      cli_error("evaluate: unexpected argument '%s'", a);
+      return -1;
+    }
+  }
+  if (!o->model) {
+    fputs(usage, stderr);
+    return -1;
+  }
+  if (!o->weights) {
+    cli_error("evaluate: --weights FILE is required (the weights train "
+              "saved: --save or the INI's Save_Path)");
+    return -1;
+  }
+  return 0;
+}
+
+/* Every weight of the model from o->weights; a tensor the file lacks or
+ * has in another shape is an error (evaluate has no initialization to
+ * keep). */
+static int load_weights(run *r, nto_err *err) {
+  int rc = init_weights_load(r->m, r->o.weights, &r->init, err);
+  if (rc == 0 && r->init.tensors < r->init.of)
+    rc = nto_err_set(err, NTO_ECONFIG,
+                     "%s: %d of the model's %d weight tensors are missing or "
+                     "differ in shape: %s",
+                     r->o.weights, r->init.of - r->init.tensors, r->init.of,
+                     r->init.kept);
+  return rc;
+}
+
+/* The test set, its batch buffers and the tally. */
+static int open_eval(run *r, tally *t, nto_err *err) {
+  r->batch = nto_model_batch(r->m);
+  r->k = nto_model_output_size(r->m);
+  nto_shape in = nto_model_input_shape(r->m);
+  r->sample = nto_shape_sample(in);
+  r->tty = isatty(STDOUT_FILENO);
+  int rc = setup_open_data(&r->o, &r->c, in, r->k, NULL, &r->test, err);
+  if (rc == 0 && !r->test)
+    rc = nto_err_set(err, NTO_ECONFIG,
+                     "%s: no test set (a [test_set] or [valid_set] section, "
+                     "or --data)",
+                     r->o.model);
+  if (rc != 0)
+    return rc;
+  if (r->o.eval_samples)
+    nto_dataset_limit(r->test, (size_t)r->o.eval_samples);
+  r->x = nto_alloc_aligned(r->sample * r->batch * sizeof(float));
+  r->y = nto_alloc_aligned((size_t)r->k * r->batch * sizeof(float));
+  t->k = r->k;
+  t->confusion = calloc((size_t)r->k * r->k, sizeof *t->confusion);
+  t->label = malloc((size_t)r->k * sizeof *t->label);
+  if (!r->x || !r->y || !t->confusion || !t->label)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  int n = r->k;
+  for (int c = 0; c < r->k; c++)
+    t->label[c] = c;
+  return r->o.classes
+             ? setup_parse_classes(r->o.classes, t->label, r->k, &n, err)
+             : 0;
+}
+
+/* One forward pass per batch (the last one padded) into the tally. */
+static int eval_loop(run *r, tally *t, nto_err *err) {
+  int rc = nto_dataset_rewind(r->test, err);
+  size_t total = nto_dataset_size(r->test);
+  while (rc == 0) {
+    int got = 0;
+    nto_step_stats st;
+    rc = nto_dataset_next(r->test, r->x, r->y, r->batch, &got, err);
+    if (rc != 0 || got == 0)
+      break;
+    if ((rc = nto_model_eval_step(r->m, r->x, r->y, got, &st, err)) != 0)
+      break;
+    const float *out = nto_model_output(r->m);
+    for (int b = 0; b < got; b++) {
+      int truth = argmax(r->y + (size_t)b * r->k, r->k);
+      int pred = argmax(out + (size_t)b * r->k, r->k);
+      t->confusion[(size_t)truth * r->k + pred]++;
+    }
+    t->loss_sum += st.loss * got;
+    t->n += got;
+    if (r->tty) {
+      printf("\revaluated %ld/%zu samples\033[K", t->n, total);
+      fflush(stdout);
+    }
+  }
+  if (r->tty)
+    printf("\r\033[K");
+  if (rc == 0 && t->n == 0)
+    rc = nto_err_set(err, NTO_EDATA, "the test set has no samples");
+  return rc;
+}
+
+/* Samples of class c, and those predicted right. */
+static long class_n(const tally *t, int c) {
+  long n = 0;
+  for (int j = 0; j < t->k; j++)
+    n += t->confusion[(size_t)c * t->k + j];
+  return n;
+}
+
+static long correct(const tally *t) {
+  long n = 0;
+  for (int c = 0; c < t->k; c++)
+    n += t->confusion[(size_t)c * t->k + c];
+  return n;
+}
+
+static void print_tally(const tally *t, double secs) {
+  char rss[32];
+  nto_format_bytes(nto_peak_rss_bytes(), rss, sizeof rss);
+  printf("evaluated %ld samples in %.1f s (%.0f samples/s), peak RSS %s\n",
+         t->n, secs, secs > 0 ? t->n / secs : 0.0, rss);
+  printf("loss %.4f accuracy %.2f%% (%ld of %ld)\n", t->loss_sum / t->n,
+         100.0 * correct(t) / t->n, correct(t), t->n);
+  if (t->k > SHOW_CLASSES) {
+    printf("per-class accuracy and the confusion matrix of %d classes: "
+           "--report-json\n",
+           t->k);
+    return;
+  }
+  printf("class  samples  accuracy\n");
+  for (int c = 0; c < t->k; c++) {
+    long n = class_n(t, c);
+    if (n)
+      printf("%5d  %7ld  %7.2f%%\n", t->label[c], n,
+             100.0 * t->confusion[(size_t)c * t->k + c] / n);
+    else
+      printf("%5d  %7d  %8s\n", t->label[c], 0, "-");
+  }
+  printf("confusion matrix (rows: true class, columns: predicted class)\n");
+  printf("     ");
+  for (int j = 0; j < t->k; j++)
+    printf(" %6d", t->label[j]);
+  printf("\n");
+  for (int c = 0; c < t->k; c++) {
+    printf("%5d", t->label[c]);
+    for (int j = 0; j < t->k; j++)
+      printf(" %6ld", t->confusion[(size_t)c * t->k + j]);
+    printf("\n");
+  }
+}
+
+static int write_json(const run *r, const tally *t, double secs, nto_err *err) {
+  FILE *f = fopen(r->o.report_json, "w");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "--report-json: cannot open %s: %s",
+                       r->o.report_json, strerror(errno));
+  nto_offload_stats st;
+  int off = nto_model_offload_stats(r->m, &st) == 0;
+  fprintf(f, "{\n  \"command\": \"evaluate\",\n  \"model\": ");
+  cli_json_string(f, r->o.model);
+  fprintf(f, ",\n  \"weights\": ");
+  cli_json_string(f, r->o.weights);
+  fprintf(f, ",\n  \"data\": ");
+  cli_json_string(f, nto_dataset_describe(r->test));
+  fprintf(f, ",\n  \"batch\": %d,\n  \"window\": %d,\n", r->batch,
+          off ? st.window : 0);
+  fprintf(f, "  \"samples\": %ld,\n  \"loss\": %.6f,\n", t->n,
+          t->loss_sum / t->n);
+  fprintf(f, "  \"accuracy\": %.6f,\n", (double)correct(t) / t->n);
+  fprintf(f, "  \"total_s\": %.3f,\n  \"peak_rss_bytes\": %zu,\n", secs,
+          nto_peak_rss_bytes());
+  fprintf(f, "  \"classes\": [");
+  for (int c = 0; c < t->k; c++)
+    fprintf(f, "%s%d", c ? ", " : "", t->label[c]);
+  fprintf(f, "],\n  \"class_samples\": [");
+  for (int c = 0; c < t->k; c++)
+    fprintf(f, "%s%ld", c ? ", " : "", class_n(t, c));
+  fprintf(f, "],\n  \"confusion\": [");
+  for (int c = 0; c < t->k; c++) {
+    fprintf(f, "%s\n    [", c ? "," : "");
+    for (int j = 0; j < t->k; j++)
+      fprintf(f, "%s%ld", j ? ", " : "", t->confusion[(size_t)c * t->k + j]);
+    fprintf(f, "]");
+  }
+  fprintf(f, "\n  ]\n}\n");
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad)
+    return nto_err_set(err, NTO_EIO, "--report-json: cannot write %s",
+                       r->o.report_json);
+  return 0;
+}
+
+static void print_setup(const run *r) {
+  const nto_graph *g = nto_model_graph(r->m);
+  size_t params = 0;
+  for (int i = 0; i < g->n_layers; i++)
+    params += nto_layer_param_count(&g->layers[i]);
+  printf("model %s: %d layers, %zu parameters, batch %d, %ld threads\n",
+         r->o.model, g->n_layers, params, r->batch, r->o.threads);
+  printf("weights: %zu parameters (%d tensors) from %s (%s)\n", r->init.params,
+         r->init.tensors, r->o.weights, r->init.format);
+  cli_print_blas();
+  printf("test: %s\n", nto_dataset_describe(r->test));
+  setup_print_offload(r);
+  fflush(stdout);
+}
+
+static int cleanup(run *r, tally *t) {
+  nto_dataset_close(r->test);
+  nto_model_free(r->m);
+  nto_parallel_free();
+  nto_config_free(&r->c);
+  nto_free_aligned(r->x);
+  nto_free_aligned(r->y);
+  free(t->confusion);
+  free(t->label);
+  return 0;
+}
+
+int cmd_evaluate(int argc, char **argv) {
+  static run r; /* main thread only */
+  memset(&r, 0, sizeof r);
+  tally t = {0};
+  int prc = parse_opts(argc, argv, &r.o);
+  if (prc != 0)
+    return prc > 0 ? CLI_OK : CLI_USAGE;
+  nto_err err = {0};
+  openblas_set_num_threads(1); /* as train: GEMMs in our compute threads */
+  cli_compute_threads(r.o.threads);
+  int rc = nto_config_load(&r.c, r.o.model, &err);
+  nto_model_opts mo = {.batch = (int)r.o.batch,
+                       .seed = (uint64_t)r.o.seed,
+                       .inference = 1,
+                       .prefetch = NTO_PREFETCH_STEPS};
+  if (rc != 0 || setup_memory_opts(&r, &mo) != 0) {
+    if (rc != 0)
+      cli_error("%s", err.msg);
+    cleanup(&r, &t);
+    return CLI_USAGE;
+  }
+  rc = nto_model_create(&r.m, &r.c, &mo, &err);
+  if (rc == 0 && (rc = load_weights(&r, &err)) != 0 && rc != NTO_ENOMEM) {
+    cli_error("--weights: %s", err.msg);
+    cleanup(&r, &t);
+    return CLI_USAGE;
+  }
+  if (rc == 0)
+    rc = open_eval(&r, &t, &err);
+  if (rc != 0) {
+    cli_error("%s", err.msg);
+    cleanup(&r, &t);
+    return cli_status(rc);
+  }
+  print_setup(&r);
+  double t0 = now_s();
+  rc = eval_loop(&r, &t, &err);
+  double secs = now_s() - t0;
+  if (rc == 0)
+    print_tally(&t, secs);
+  if (rc == 0 && r.o.report_json)
+    rc = write_json(&r, &t, secs, &err);
+  if (rc != 0)
+    cli_error("%s", err.msg);
+  cleanup(&r, &t);
+  return rc == 0 ? CLI_OK : cli_status(rc);
+}
