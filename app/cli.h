@@ -58,6 +58,8 @@ int cmd_train(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 /* `evaluate MODEL.ini --weights FILE [options]` (app/evaluate.c). */
 int cmd_evaluate(int argc, char **argv);
+/* `predict MODEL.ini --weights FILE IMAGE...` (app/predict.c). */
+int cmd_predict(int argc, char **argv);
 
 /* `bench MODEL.ini [options]`: runs `train` once per --windows
  * configuration, each in a child process of this binary, and prints their

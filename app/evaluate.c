@@ -6,13 +6,11 @@
  * budget fits the forward pass alone.
  */
 #include "cli.h"
-#include "init_weights.h"
 #include "memstat.h"
 #include "parallel.h"
 #include "run.h"
 #include "setup.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +31,9 @@ static const char usage[] =
     "  --weights FILE        the weights: safetensors (every tensor by name\n"
     "                        and shape) or nntrainer .bin; required\n"
     "  --data DIR|synthetic  IDX directory, its t10k split (default: the\n"
-    "                        INI's [test_set], else " SETUP_DEFAULT_DATA ")\n"
+    "                        INI's [test_set], else " SETUP_DEFAULT_DATA "),\n"
+    "                        or an image folder's test split (as for train)\n"
+    "  --valid-split F, --normalize M/S, --skip-bad-images   as for train\n"
     "  --classes LIST        only these labels, as 0..k-1 (as for train)\n"
     "  --eval-samples N      the first N test samples (default: all)\n"
     "  --batch-size B        batch size (default: the INI's batch_size)\n"
@@ -54,6 +54,7 @@ typedef struct tally {
   double loss_sum; /* sum over samples of their loss */
   long *confusion; /* k x k: [true class][predicted class] */
   int *label;      /* (k): the data's label of class c (--classes), or c */
+  const nto_dataset *ds; /* the test set: class names, if it has them */
 } tally;
 
 static double now_s(void) {
@@ -71,110 +72,44 @@ static int argmax(const float *x, int k) {
   return b;
 }
 
-static const char **string_opt(train_opts *o, const char *a) {
-  static const struct {
-    const char *name;
-    size_t off;
-  } opts[] = {
-      {"--weights", offsetof(train_opts, weights)},
-      {"--data", offsetof(train_opts, data)},
-      {"--classes", offsetof(train_opts, classes)},
-      {"--window", offsetof(train_opts, window)},
-      {"--memory-budget", offsetof(train_opts, budget)},
-      {"--swap-dir", offsetof(train_opts, swap_dir)},
-      {"--io", offsetof(train_opts, io)},
-      {"--report-json", offsetof(train_opts, report_json)},
-  };
-  for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-    if (!strcmp(a, opts[i].name))
-      return (const char **)((char *)o + opts[i].off);
-  return NULL;
-}
-
-static long *int_opt(train_opts *o, const char *a, long *min, long *max) {
-  static const struct {
-    const char *name;
-    size_t off;
-    long min, max;
-  } opts[] = {
-      {"--eval-samples", offsetof(train_opts, eval_samples), 1, 1L << 40},
-      {"--batch-size", offsetof(train_opts, batch), 1, 1L << 20},
-      {"--threads", offsetof(train_opts, threads), 1, 256},
-      {"--seed", offsetof(train_opts, seed), 0, 1L << 40},
-  };
-  for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-    if (!strcmp(a, opts[i].name)) {
-      *min = opts[i].min;
-      *max = opts[i].max;
-      return (long *)((char *)o + opts[i].off);
-    }
-  return NULL;
-}
+/* evaluate's options (the memory ones as train's). */
+static const setup_opt eval_opts[] = {
+    SETUP_OPT("--weights", weights, 's', 0, 0),
+    SETUP_OPT("--data", data, 's', 0, 0),
+    SETUP_OPT("--classes", classes, 's', 0, 0),
+    SETUP_OPT("--valid-split", valid_split, 's', 0, 0),
+    SETUP_OPT("--normalize", normalize, 's', 0, 0),
+    SETUP_OPT("--skip-bad-images", skip_bad_images, 'f', 0, 0),
+    SETUP_OPT("--window", window, 's', 0, 0),
+    SETUP_OPT("--memory-budget", budget, 's', 0, 0),
+    SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),
+    SETUP_OPT("--io", io, 's', 0, 0),
+    SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
+    SETUP_OPT("--report-json", report_json, 's', 0, 0),
+    SETUP_OPT("--eval-samples", eval_samples, 'i', 1, 1L << 40),
+    SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),
+    SETUP_OPT("--threads", threads, 'i', 1, 256),
+    SETUP_OPT("--seed", seed, 'i', 0, 1L << 40),
+};
 
 /* Returns 0, 1 after --help, or -1 after a usage error. */
 static int parse_opts(int argc, char **argv, train_opts *o) {
   memset(o, 0, sizeof *o);
   o->seed = 1;
   o->threads = sysconf(_SC_NPROCESSORS_ONLN);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], **str;
-    long *num, min, max;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(usage, stdout);
-      return 1;
-    } else if (!strcmp(a, "--no-direct")) {
-      o->no_direct = 1;
-    } else if ((str = string_opt(o, a))) {
-      if (!(*str = cli_value(argc, argv, &i))) {
-        cli_error("option %s needs a value", a);
-        return -1;
-      }
-    } else if ((num = int_opt(o, a, &min, &max))) {
-      if (cli_int(a, cli_value(argc, argv, &i), min, max, num) != 0)
-        return -1;
-    } else if (a[0] == '-') {
-      cli_error("evaluate: unknown option '%s' (try evaluate --help)", a);
-      return -1;
-    } else if (!o->model) {
-      o->model = a;
-    } else {
-      cli_error("evaluate: unexpected argument '%s'", a);
-      return -1;
-    }
-  }
-  if (!o->model) {
-    fputs(usage, stderr);
-    return -1;
-  }
-  if (!o->weights) {
+  int rc = setup_parse(argc, argv, usage, eval_opts,
+                       sizeof eval_opts / sizeof *eval_opts, o, NULL, NULL);
+  if (rc == 0 && !o->weights) {
     cli_error("evaluate: --weights FILE is required (the weights train "
               "saved: --save or the INI's Save_Path)");
     return -1;
   }
-  return 0;
-}
-
-/* Every weight of the model from o->weights; a tensor the file lacks or
- * has in another shape is an error (evaluate has no initialization to
- * keep). */
-static int load_weights(run *r, nto_err *err) {
-  int rc = init_weights_load(r->m, r->o.weights, &r->init, err);
-  if (rc == 0 && r->init.tensors < r->init.of)
-    rc = nto_err_set(err, NTO_ECONFIG,
-                     "%s: %d of the model's %d weight tensors are missing or "
-                     "differ in shape: %s",
-                     r->o.weights, r->init.of - r->init.tensors, r->init.of,
-                     r->init.kept);
   return rc;
 }
 
 /* The test set, its batch buffers and the tally. */
 static int open_eval(run *r, tally *t, nto_err *err) {
-  r->batch = nto_model_batch(r->m);
-  r->k = nto_model_output_size(r->m);
   nto_shape in = nto_model_input_shape(r->m);
-  r->sample = nto_shape_sample(in);
-  r->tty = isatty(STDOUT_FILENO);
   int rc = setup_open_data(&r->o, &r->c, in, r->k, NULL, &r->test, err);
   if (rc == 0 && !r->test)
     rc = nto_err_set(err, NTO_ECONFIG,
@@ -185,12 +120,11 @@ static int open_eval(run *r, tally *t, nto_err *err) {
     return rc;
   if (r->o.eval_samples)
     nto_dataset_limit(r->test, (size_t)r->o.eval_samples);
-  r->x = nto_alloc_aligned(r->sample * r->batch * sizeof(float));
-  r->y = nto_alloc_aligned((size_t)r->k * r->batch * sizeof(float));
   t->k = r->k;
+  t->ds = r->test;
   t->confusion = calloc((size_t)r->k * r->k, sizeof *t->confusion);
   t->label = malloc((size_t)r->k * sizeof *t->label);
-  if (!r->x || !r->y || !t->confusion || !t->label)
+  if (!t->confusion || !t->label)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   int n = r->k;
   for (int c = 0; c < r->k; c++)
@@ -263,11 +197,13 @@ static void print_tally(const tally *t, double secs) {
   printf("class  samples  accuracy\n");
   for (int c = 0; c < t->k; c++) {
     long n = class_n(t, c);
+    const char *name = nto_dataset_class_name(t->ds, c);
     if (n)
-      printf("%5d  %7ld  %7.2f%%\n", t->label[c], n,
+      printf("%5d  %7ld  %7.2f%%", t->label[c], n,
              100.0 * t->confusion[(size_t)c * t->k + c] / n);
     else
-      printf("%5d  %7d  %8s\n", t->label[c], 0, "-");
+      printf("%5d  %7d  %8s", t->label[c], 0, "-");
+    printf("%s%s\n", name ? "  " : "", name ? name : "");
   }
   printf("confusion matrix (rows: true class, columns: predicted class)\n");
   printf("     ");
@@ -305,6 +241,13 @@ static int write_json(const run *r, const tally *t, double secs, nto_err *err) {
   fprintf(f, "  \"classes\": [");
   for (int c = 0; c < t->k; c++)
     fprintf(f, "%s%d", c ? ", " : "", t->label[c]);
+  if (nto_dataset_class_name(t->ds, 0)) {
+    fprintf(f, "],\n  \"class_names\": [");
+    for (int c = 0; c < t->k; c++) {
+      fprintf(f, "%s", c ? ", " : "");
+      cli_json_string(f, nto_dataset_class_name(t->ds, c));
+    }
+  }
   fprintf(f, "],\n  \"class_samples\": [");
   for (int c = 0; c < t->k; c++)
     fprintf(f, "%s%ld", c ? ", " : "", class_n(t, c));
@@ -324,15 +267,7 @@ static int write_json(const run *r, const tally *t, double secs, nto_err *err) {
 }
 
 static void print_setup(const run *r) {
-  const nto_graph *g = nto_model_graph(r->m);
-  size_t params = 0;
-  for (int i = 0; i < g->n_layers; i++)
-    params += nto_layer_param_count(&g->layers[i]);
-  printf("model %s: %d layers, %zu parameters, batch %d, %ld threads\n",
-         r->o.model, g->n_layers, params, r->batch, r->o.threads);
-  printf("weights: %zu parameters (%d tensors) from %s (%s)\n", r->init.params,
-         r->init.tensors, r->o.weights, r->init.format);
-  cli_print_blas();
+  setup_print_inference(r);
   printf("test: %s\n", nto_dataset_describe(r->test));
   setup_print_offload(r);
   fflush(stdout);
@@ -358,24 +293,10 @@ int cmd_evaluate(int argc, char **argv) {
   if (prc != 0)
     return prc > 0 ? CLI_OK : CLI_USAGE;
   nto_err err = {0};
-  openblas_set_num_threads(1); /* as train: GEMMs in our compute threads */
-  cli_compute_threads(r.o.threads);
-  int rc = nto_config_load(&r.c, r.o.model, &err);
-  nto_model_opts mo = {.batch = (int)r.o.batch,
-                       .seed = (uint64_t)r.o.seed,
-                       .inference = 1,
-                       .prefetch = NTO_PREFETCH_STEPS};
-  if (rc != 0 || setup_memory_opts(&r, &mo) != 0) {
-    if (rc != 0)
-      cli_error("%s", err.msg);
+  int rc = 0, status = setup_inference(&r);
+  if (status != CLI_OK) {
     cleanup(&r, &t);
-    return CLI_USAGE;
-  }
-  rc = nto_model_create(&r.m, &r.c, &mo, &err);
-  if (rc == 0 && (rc = load_weights(&r, &err)) != 0 && rc != NTO_ENOMEM) {
-    cli_error("--weights: %s", err.msg);
-    cleanup(&r, &t);
-    return CLI_USAGE;
+    return status;
   }
   if (rc == 0)
     rc = open_eval(&r, &t, &err);
@@ -386,7 +307,8 @@ int cmd_evaluate(int argc, char **argv) {
   }
   print_setup(&r);
   double t0 = now_s();
-  rc = eval_loop(&r, &t, &err);
+  if (rc == 0)
+    rc = eval_loop(&r, &t, &err);
   double secs = now_s() - t0;
   if (rc == 0)
     print_tally(&t, secs);

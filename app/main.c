@@ -20,6 +20,8 @@ static const char usage[] =
     "                     time and peak memory\n"
     "  evaluate MODEL.ini loss, accuracy, per-class accuracy and confusion\n"
     "                     matrix of saved weights on a test set\n"
+    "  predict MODEL.ini  the most probable classes of images, with\n"
+    "                     their probabilities\n"
     "  summary MODEL.ini  per-layer shapes, parameters and memory\n"
     "  bench MODEL.ini    compare offload windows: iteration time, memory,\n"
     "                     swap traffic, identical weights\n"
@@ -65,6 +67,8 @@ int main(int argc, char **argv) {
     return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "evaluate"))
     return cmd_evaluate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "predict"))
+    return cmd_predict(argc - 1, argv + 1);
   if (!strcmp(cmd, "summary"))
     return cmd_summary(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench"))

@@ -36,6 +36,10 @@ typedef struct train_opts {
   const char *init_weights; /* --init-weights, NULL: initialized */
   const char *weights;      /* evaluate --weights (required) */
   const char *classes;      /* --classes LIST, NULL: every class */
+  const char *valid_split;  /* --valid-split F (image folders), NULL: none */
+  const char *normalize;    /* --normalize (image folders), NULL: none */
+  int skip_bad_images;      /* --skip-bad-images */
+  long top;                 /* predict --top */
 } train_opts;
 
 typedef struct run {

@@ -2,9 +2,14 @@
 #include "setup.h"
 
 #include "cli.h"
+#include "init_weights.h"
+
+#include <cblas.h>
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The window: --window, else the INI's memory_swap_lookahead (when
  * memory_swap is on); "auto", "all" or a number; NULL if neither. */
@@ -75,12 +80,55 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   return 0;
 }
 
+/* The kind of data the options and the config name. */
+typedef enum { DATA_IDX, DATA_RAW, DATA_SYNTHETIC, DATA_IMAGES } data_kind;
+
+static data_kind kind_of(const train_opts *o, const nto_config *c) {
+  if (o->data && !strcmp(o->data, "synthetic"))
+    return DATA_SYNTHETIC;
+  if (!o->data)
+    return c->train_set.kind == NTO_DATA_FILE ? DATA_RAW : DATA_IDX;
+  char p[4096];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", o->data);
+  if (stat(p, &st) == 0)
+    return DATA_IDX;
+  p[strlen(p) - 3] = '\0'; /* without .gz */
+  return stat(p, &st) == 0 ? DATA_IDX : DATA_IMAGES;
+}
+
+/* The image folder options for a split. */
+static int image_opts(const train_opts *o, nto_shape in, int train,
+                      nto_image_dir_opts *io, nto_err *err) {
+  memset(io, 0, sizeof *io);
+  io->split = train ? "train" : "test";
+  io->skip_bad = o->skip_bad_images;
+  if (o->valid_split) {
+    char *end;
+    io->valid_split = strtod(o->valid_split, &end);
+    if (end == o->valid_split || *end || !(io->valid_split > 0) ||
+        io->valid_split >= 1)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "--valid-split %s: expected a fraction between 0 "
+                         "and 1 (e.g. 0.2)",
+                         o->valid_split);
+  }
+  return o->normalize ? nto_image_norm_parse(o->normalize, in.c, &io->norm, err)
+                      : 0;
+}
+
 /* One split of the source the options and the config name (train: 1,
  * test: 0), its labels src_k wide; *ds NULL when there is no such split
  * (raw files without a [test_set] or [valid_set]). */
 static int open_split(const train_opts *o, const nto_config *c, nto_shape in,
                       int src_k, int train, nto_dataset **ds, nto_err *err) {
   *ds = NULL;
+  if (kind_of(o, c) == DATA_IMAGES) {
+    nto_image_dir_opts io;
+    int rc = image_opts(o, in, train, &io, err);
+    return rc ? rc
+              : nto_dataset_open_image_dir(ds, o->data, &io, in, src_k, err);
+  }
   if (o->data && !strcmp(o->data, "synthetic")) {
     size_t n = o->train_samples ? (size_t)o->train_samples : 2048;
     return train ? nto_dataset_open_synthetic(ds, n, in, src_k,
@@ -152,16 +200,23 @@ static int classes_setup(const train_opts *o, const nto_config *c, int k,
   int max = 0;
   for (int j = 0; j < *n; j++)
     max = list[j] > max ? list[j] : max;
-  if (o->data && !strcmp(o->data, "synthetic"))
+  switch (kind_of(o, c)) {
+  case DATA_SYNTHETIC:
     *src_k = max + 1;
-  else if (!o->data && c->train_set.kind == NTO_DATA_FILE)
+    return 0;
+  case DATA_RAW:
     return nto_err_set(err, NTO_ECONFIG,
                        "--classes: %s names nntrainer raw data files, whose "
                        "label width is the model's output size; --classes "
-                       "needs IDX data or synthetic data",
+                       "needs IDX, image folder or synthetic data",
                        o->model);
-  else
-    *src_k = 256; /* IDX labels are bytes */
+  case DATA_IMAGES:
+    *src_k = 0; /* as many as the class folders */
+    return 0;
+  case DATA_IDX:
+    break;
+  }
+  *src_k = 256; /* IDX labels are bytes */
   return 0;
 }
 
@@ -172,7 +227,7 @@ static int keep_classes(const train_opts *o, nto_dataset *ds, const int *list,
     return 0;
   int rc = nto_dataset_keep_classes(ds, list, n, err);
   if (rc != NTO_EINVAL && rc != NTO_EDATA)
-    return rc; /* 0, or a read error */
+    return rc;             /* 0, or a read error */
   err->code = NTO_ECONFIG; /* the list does not fit the data: usage */
   return nto_err_prefix(err, NTO_ECONFIG, "--classes %s: ", o->classes);
 }
@@ -213,4 +268,116 @@ void setup_print_offload(const run *r) {
          st.swap_dir, st.direct ? " (O_DIRECT)" : " (page cache)",
          nto_format_bytes(st.region, b, sizeof b),
          nto_format_bytes(p.workspace, c, sizeof c));
+}
+
+/* The entry of opts named a, or NULL. */
+static const setup_opt *find_opt(const setup_opt *opts, size_t n,
+                                 const char *a) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(a, opts[i].name))
+      return &opts[i];
+  return NULL;
+}
+
+int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
+                size_t n, train_opts *o, const char **args, int *n_args) {
+  const char *cmd = argv[0];
+  if (n_args)
+    *n_args = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const setup_opt *d = find_opt(opts, n, a);
+    char *field = d ? (char *)o + d->off : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return 1;
+    } else if (d && d->kind == 'f') {
+      *(int *)field = 1;
+    } else if (d && d->kind == 's') {
+      if (!(*(const char **)field = cli_value(argc, argv, &i))) {
+        cli_error("option %s needs a value", a);
+        return -1;
+      }
+    } else if (d) {
+      if (cli_int(a, cli_value(argc, argv, &i), d->min, d->max,
+                  (long *)field) != 0)
+        return -1;
+    } else if (a[0] == '-' && a[1]) {
+      cli_error("%s: unknown option '%s' (try %s --help)", cmd, a, cmd);
+      return -1;
+    } else if (!o->model) {
+      o->model = a;
+    } else if (args) {
+      args[(*n_args)++] = a;
+    } else {
+      cli_error("%s: unexpected argument '%s'", cmd, a);
+      return -1;
+    }
+  }
+  if (!o->model) {
+    fputs(usage, stderr);
+    return -1;
+  }
+  return 0;
+}
+
+/* Every weight of the model from o->weights; a tensor the file lacks or
+ * has in another shape is an error (there is no initialization to keep). */
+static int load_all_weights(run *r, nto_err *err) {
+  int rc = init_weights_load(r->m, r->o.weights, &r->init, err);
+  if (rc == 0 && r->init.tensors < r->init.of)
+    rc = nto_err_set(err, NTO_ECONFIG,
+                     "%s: %d of the model's %d weight tensors are missing or "
+                     "differ in shape: %s",
+                     r->o.weights, r->init.of - r->init.tensors, r->init.of,
+                     r->init.kept);
+  return rc;
+}
+
+int setup_inference(run *r) {
+  nto_err err = {0};
+  openblas_set_num_threads(1); /* as train: GEMMs in our compute threads */
+  cli_compute_threads(r->o.threads);
+  int rc = nto_config_load(&r->c, r->o.model, &err);
+  nto_model_opts mo = {.batch = (int)r->o.batch,
+                       .seed = (uint64_t)r->o.seed,
+                       .inference = 1,
+                       .prefetch = NTO_PREFETCH_STEPS};
+  if (rc != 0 || setup_memory_opts(r, &mo) != 0) {
+    if (rc != 0)
+      cli_error("%s", err.msg);
+    return CLI_USAGE;
+  }
+  rc = nto_model_create(&r->m, &r->c, &mo, &err);
+  if (rc == 0 && (rc = load_all_weights(r, &err)) != 0 && rc != NTO_ENOMEM) {
+    cli_error("--weights: %s", err.msg);
+    return CLI_USAGE;
+  }
+  if (rc != 0) {
+    cli_error("%s", err.msg);
+    return cli_status(rc);
+  }
+  r->batch = nto_model_batch(r->m);
+  r->k = nto_model_output_size(r->m);
+  r->sample = nto_shape_sample(nto_model_input_shape(r->m));
+  r->tty = isatty(STDOUT_FILENO);
+  r->x = nto_alloc_aligned(r->sample * r->batch * sizeof(float));
+  r->y = nto_alloc_aligned((size_t)r->k * r->batch * sizeof(float));
+  if (!r->x || !r->y) {
+    cli_error("out of memory");
+    return CLI_RUNTIME;
+  }
+  return CLI_OK;
+}
+
+void setup_print_inference(const run *r) {
+  const nto_graph *g = nto_model_graph(r->m);
+  size_t params = 0;
+  for (int i = 0; i < g->n_layers; i++)
+    params += nto_layer_param_count(&g->layers[i]);
+  printf("model %s: %d layers, %zu parameters, batch %d, %ld threads\n",
+         r->o.model, g->n_layers, params, r->batch, r->o.threads);
+  printf("weights: %zu parameters (%d tensors) from %s (%s)\n", r->init.params,
+         r->init.tensors, r->o.weights, r->init.format);
+  cli_print_blas();
 }

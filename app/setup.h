@@ -8,6 +8,8 @@
 
 #include "run.h"
 
+#include <stddef.h>
+
 #define SETUP_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define SETUP_MAX_CLASS 4095 /* the largest label --classes takes */
 
@@ -25,6 +27,30 @@
 int setup_open_data(const train_opts *o, const nto_config *c, nto_shape in,
                     int k, nto_dataset **train, nto_dataset **test,
                     nto_err *err);
+
+/* One option of a command: where its value goes in train_opts. */
+typedef struct setup_opt {
+  const char *name; /* "--weights" */
+  size_t off;       /* offsetof(train_opts, field) */
+  char kind;        /* 's': const char *; 'i': long in [min, max];
+                       'f': an int flag, set to 1 */
+  long min, max;
+} setup_opt;
+
+/* An entry of a setup_opt table. */
+#define SETUP_OPT(name, field, kind, min, max)                                 \
+  { name, offsetof(train_opts, field), kind, min, max }
+
+/*
+ * Parse argv[1..argc) of command cmd (argv[0]) by opts[0..n) into *o,
+ * whose defaults the caller set: "--help" prints usage; the first word
+ * that is not an option is the model; later ones go to args[0..*n_args)
+ * (pointers into argv; args NULL: refused). Returns 0, 1 after --help, or
+ * -1 after printing a usage error (an unknown option, a missing or bad
+ * value, no model).
+ */
+int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
+                size_t n, train_opts *o, const char **args, int *n_args);
 
 /* "5,6,7,8,9", "5-9" or a mix ("0,2-4") into out[0..*n) (at most max
  * entries; labels 0 to SETUP_MAX_CLASS). Returns 0, or NTO_ECONFIG with a
@@ -44,5 +70,19 @@ int setup_memory_opts(run *r, nto_model_opts *mo);
 /* "planned memory: S (all resident)", or the offload line: window, I/O
  * backend, swap file, region and workspace. Stdout. */
 void setup_print_offload(const run *r);
+
+/*
+ * evaluate and predict: the config r->o.model, a forward-only model
+ * (nto_model_opts.inference) with the memory settings, every weight from
+ * r->o.weights (a tensor missing or of another shape is a usage error),
+ * r->batch / k / sample / tty, and one batch's buffers r->x, r->y. Prints
+ * its errors. Returns CLI_OK, CLI_USAGE or CLI_RUNTIME; the caller frees
+ * what r holds either way.
+ */
+int setup_inference(run *r);
+
+/* "model ...: L layers, P parameters, batch B, T threads", the weights
+ * line and the BLAS line. Stdout. */
+void setup_print_inference(const run *r);
 
 #endif

@@ -30,8 +30,15 @@ static const char usage[] =
     "\n"
     "Data and schedule:\n"
     "  --data DIR|synthetic  IDX directory (default: the INI's [train_set],\n"
-    "                        else " SETUP_DEFAULT_DATA ");\n"
-    "                        'synthetic': generated data (fixed seed)\n"
+    "                        else " SETUP_DEFAULT_DATA "),\n"
+    "                        an image folder (DIR/train/CLASS/*.png|jpg|bmp\n"
+    "                        and DIR/test/CLASS/..., or DIR/CLASS/... with\n"
+    "                        --valid-split), or 'synthetic' (fixed seed)\n"
+    "  --valid-split F       image folder without train/ and test/: the\n"
+    "                        fraction of each class held out for testing\n"
+    "  --normalize M/S       images: per-channel mean/std after scaling to\n"
+    "                        [0, 1] (e.g. 0.5/0.25, or imagenet)\n"
+    "  --skip-bad-images     skip unreadable image files (counted)\n"
     "  --classes LIST        only these labels (e.g. 5-9 or 0,2,4), as\n"
     "                        0..k-1: k must be the model's output size\n"
     "  --epochs E            epochs (default: the INI's Epochs)\n"
@@ -115,6 +122,8 @@ static const char **string_opt(train_opts *o, const char *a) {
   } opts[] = {
       {"--data", offsetof(train_opts, data)},
       {"--classes", offsetof(train_opts, classes)},
+      {"--valid-split", offsetof(train_opts, valid_split)},
+      {"--normalize", offsetof(train_opts, normalize)},
       {"--save", offsetof(train_opts, save)},
       {"--window", offsetof(train_opts, window)},
       {"--memory-budget", offsetof(train_opts, budget)},
@@ -178,6 +187,8 @@ static int parse_opts(int argc, char **argv, train_opts *o) {
       return 1;
     } else if (!strcmp(a, "--no-direct")) {
       o->no_direct = 1;
+    } else if (!strcmp(a, "--skip-bad-images")) {
+      o->skip_bad_images = 1;
     } else if ((str = string_opt(o, a))) {
       if (!(*str = cli_value(argc, argv, &i))) {
         cli_error("option %s needs a value", a);
@@ -560,6 +571,23 @@ static void print_plan(run *r) {
            "recomputed, they would not fit the memory budget\n");
 }
 
+/* The training data's class names, one per line, in label order
+ * (malloc'ed), or NULL when it has none (IDX, raw, synthetic) or they
+ * would not read back as lines. */
+static char *class_names(const run *r) {
+  size_t len = 1;
+  for (int c = 0; c < r->k; c++) {
+    const char *n = nto_dataset_class_name(r->train, c);
+    if (!n || strchr(n, '\n'))
+      return NULL;
+    len += strlen(n) + 1;
+  }
+  char *s = malloc(len), *p = s;
+  for (int c = 0; s && c < r->k; c++)
+    p += sprintf(p, "%s%s", c ? "\n" : "", nto_dataset_class_name(r->train, c));
+  return s;
+}
+
 static int save(run *r, nto_err *err) {
   const char *path = r->o.save ? r->o.save : r->c.model.save_path;
   if (!path || !path[0])
@@ -575,6 +603,7 @@ static int save(run *r, nto_err *err) {
     snprintf(st, sizeof st, "%s.safetensors", path);
   char iters[32];
   snprintf(iters, sizeof iters, "%ld", nto_model_iteration(r->m));
+  char *names = class_names(r);
   const char *meta[] = {"format",
                         "nntrainer-offload",
                         "model",
@@ -583,7 +612,13 @@ static int save(run *r, nto_err *err) {
                         iters,
                         "fully_connected_weight_layout",
                         "in,unit",
+                        names ? "class_names" : NULL,
+                        names,
+                        r->o.classes ? "classes" : NULL,
+                        r->o.classes,
                         NULL};
+  if (!names) /* the optional pairs, packed */
+    memmove(&meta[8], &meta[10], 3 * sizeof *meta);
   if (rc == 0)
     rc = nto_weights_save_bin(path, ts, n, err);
   if (rc == 0)
@@ -591,6 +626,7 @@ static int save(run *r, nto_err *err) {
   if (rc == 0)
     printf("saved weights     %s (nntrainer layout) and %s\n", path, st);
   nto_model_weights_free(ts, n);
+  free(names);
   return rc;
 }
 

@@ -22,7 +22,7 @@
 typedef struct nto_dataset_ops {
   /* The source kind's number in nto_dataset_pos.source: IDX 0, raw 1,
    * synthetic 2. Checkpoints hold it: never renumber. */
-  uint64_t kind;
+  uint64_t kind; /* image folders 3 */
   /* Random access: sample i (< ds->count) into x (c*h*w floats, NCHW)
    * and y (num_classes floats, one-hot). Returns 0 or a read error (NTO_EIO
    * / NTO_EDATA naming the file and offset). NULL for a stream. */
@@ -35,11 +35,13 @@ typedef struct nto_dataset_ops {
   int (*fetch)(nto_dataset *ds, unsigned char *s, nto_err *err);
   void (*adapt)(const nto_dataset *ds, const unsigned char *s, float *x,
                 float *y);
-  /* A stream: every sample's label, in source order, into out[0..count)
-   * without reading the samples (nto_dataset_keep_classes); the next
-   * rewind starts the stream again. Returns 0 or a read error. NULL for
-   * random access (the labels come from sample). */
+  /* Every sample's label, in source order, into out[0..count) without
+   * reading the samples (nto_dataset_keep_classes); for a stream, the next
+   * rewind starts it again. Returns 0 or a read error. NULL: random
+   * access only, the labels then come from sample. */
   int (*labels)(nto_dataset *ds, int32_t *out, nto_err *err);
+  /* The name of source class c, or NULL; NULL: the source has none. */
+  const char *(*class_name)(const nto_dataset *ds, int c);
   /* Back to the first sample for a new epoch; NULL: nothing to do.
    * Returns 0 or an error naming the file. */
   int (*rewind)(nto_dataset *ds, nto_err *err);
@@ -55,6 +57,7 @@ typedef struct nto_dataset_ops {
 extern const nto_dataset_ops nto_dataset_idx_ops;
 extern const nto_dataset_ops nto_dataset_raw_ops;
 extern const nto_dataset_ops nto_dataset_synthetic_ops;
+extern const nto_dataset_ops nto_dataset_image_dir_ops;
 
 struct nto_dataset {
   const nto_dataset_ops *ops;
@@ -76,6 +79,7 @@ struct nto_dataset {
   uint32_t *kept;   /* source indices of the kept samples, ascending */
   size_t n_kept;
   int *remap;       /* (num_classes): source label -> batch label, -1 */
+  int *keep;        /* (out_classes): batch label -> source label */
   float *ysrc;      /* (num_classes): one label as the source writes it */
   uint64_t classes_hash; /* of the kept list, for the source hash */
   char classes_desc[96]; /* e.g. "classes 5,6,7,8,9 as 0-4" */

@@ -274,12 +274,22 @@ int nto_dataset_keep_classes(nto_dataset *ds, const int *classes, int n,
   ds->kept = kept ? kept : idx; /* a failed shrink keeps the larger block */
   ds->n_kept = k;
   ds->out_classes = n;
+  if ((ds->keep = malloc((size_t)n * sizeof *ds->keep)))
+    memcpy(ds->keep, classes, (size_t)n * sizeof *ds->keep);
   describe_classes(ds, classes, n);
   build_desc(ds);
   return 0;
 }
 
 int nto_dataset_classes(const nto_dataset *ds) { return ds->out_classes; }
+
+const char *nto_dataset_class_name(const nto_dataset *ds, int c) {
+  if (c < 0 || c >= ds->out_classes || !ds->ops->class_name)
+    return NULL;
+  if (ds->kept)
+    return ds->keep ? ds->ops->class_name(ds, ds->keep[c]) : NULL;
+  return ds->ops->class_name(ds, c);
+}
 
 /* ------------------------------------------------------------ the epochs */
 
@@ -527,6 +537,7 @@ void nto_dataset_close(nto_dataset *ds) {
   free(ds->buf);
   free(ds->kept);
   free(ds->remap);
+  free(ds->keep);
   free(ds->ysrc);
   free(ds);
 }

@@ -19,6 +19,7 @@
 #define NTO_DATASET_H
 
 #include "error.h"
+#include "image.h"
 #include "tensor.h"
 
 #include <stddef.h>
@@ -53,6 +54,39 @@ int nto_dataset_open_idx_dir(nto_dataset **out, const char *dir,
 int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
                          int num_classes, nto_err *err);
 
+/* Image folders (nto_dataset_open_image_dir). */
+typedef struct nto_image_dir_opts {
+  const char *split;  /* "train" or "test" */
+  double valid_split; /* a folder of class folders (no train/ and test/):
+                         the fraction of each class's images (evenly
+                         spaced in name order) that form the test split;
+                         0: all train, no test split */
+  nto_image_norm norm; /* per-channel mean/std (image.h), n = 0: none */
+  int skip_bad;       /* files stb_image cannot read at open: skipped and
+                         counted instead of an error */
+} nto_image_dir_opts;
+
+/*
+ * Open the split of an image folder: DIR/train/CLASS/FILE and
+ * DIR/test/CLASS/FILE, or DIR/CLASS/FILE split by o->valid_split. Classes are
+ * the class folders in byte order of their names (a class folder with no
+ * image keeps its label and is named in the description); image files by
+ * extension (png, jpg, jpeg, bmp, gif, tga, pnm, ppm, pgm, any case);
+ * other files and hidden ones are ignored and counted. Every file's header
+ * is read at open (an unreadable one is an error naming it, or skipped with
+ * skip_bad); a sample is decoded, resized and normalized when drawn
+ * (image.h nto_image_load; a corrupt body is then an NTO_EDATA naming the
+ * file). num_classes: the model's, which must equal the class folders, or
+ * 0 to take theirs (nto_dataset_classes). *out is NULL when the split does
+ * not exist (the test split of a flat folder without valid_split).
+ * Returns 0, NTO_EIO (a folder cannot be read), NTO_EDATA (no class
+ * folder, no image, an unreadable image), NTO_ECONFIG (class count, a
+ * valid split with train/ and test/), NTO_EINVAL, NTO_ENOMEM.
+ */
+int nto_dataset_open_image_dir(nto_dataset **out, const char *dir,
+                               const nto_image_dir_opts *o, nto_shape sample,
+                               int num_classes, nto_err *err);
+
 /*
  * Synthetic data: num_samples samples, deterministic for seed. Inputs are
  * N(0,1)-ish; the label of a sample is a fixed function of its input so that
@@ -78,6 +112,10 @@ int nto_dataset_keep_classes(nto_dataset *ds, const int *classes, int n,
 
 /* Label width of the batches: the source's, or the classes kept. */
 int nto_dataset_classes(const nto_dataset *ds);
+
+/* The name of batch label c (an image folder's class folder), or NULL
+ * when the source has no names. Owned by ds. */
+const char *nto_dataset_class_name(const nto_dataset *ds, int c);
 
 /* Number of samples one epoch yields (after nto_dataset_limit). */
 size_t nto_dataset_size(const nto_dataset *ds);

@@ -458,15 +458,23 @@ typedef struct {
 typedef struct {
   st_entry *e;
   int n, cap;
+  const char *meta_key; /* NULL, or the metadata value to keep: */
+  char *meta_value;     /* malloc'ed, NULL when absent */
 } st_list;
 
-/* "__metadata__": an object of string values. */
-static int st_metadata(nto_json *j) {
+/* "__metadata__": an object of string values; the one of l->meta_key
+ * kept. */
+static int st_metadata(nto_json *j, st_list *l) {
   int more, rc = nto_json_object(j, 0);
-  while (rc == 0 && (rc = nto_json_key(j, NULL, &more)) == 0 && more)
+  char *key = NULL;
+  while (rc == 0 && (rc = nto_json_key(j, &key, &more)) == 0 && more) {
+    int keep = l->meta_key && !l->meta_value && !strcmp(key, l->meta_key);
+    free(key);
+    key = NULL;
     rc = nto_json_peek(j) == NTO_JSON_STRING
-             ? nto_json_string(j, NULL)
+             ? nto_json_string(j, keep ? &l->meta_value : NULL)
              : nto_json_fail(j, "metadata values must be strings");
+  }
   return rc;
 }
 
@@ -567,7 +575,7 @@ static int st_header(nto_json *j, st_list *l, nto_err *err) {
   while (rc == 0 && (rc = nto_json_key(j, &key, &more)) == 0 && more) {
     if (strcmp(key, "__metadata__") == 0) {
       free(key);
-      rc = st_metadata(j);
+      rc = st_metadata(j, l);
     } else {
       rc = st_add(j, l, key, err);
     }
@@ -849,6 +857,27 @@ int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
     nto_err_set(err, rc, "%s (read as nntrainer .bin: no safetensors header)",
                 msg);
   }
+  return rc;
+}
+
+int nto_weights_metadata(const char *path, const char *key, char **value,
+                         nto_err *err) {
+  int fd, yes = 0;
+  uint64_t size, data_start;
+  *value = NULL;
+  int rc = nto_file_open_read(path, &fd, &size, err);
+  if (rc)
+    return rc;
+  rc = is_safetensors(fd, size, path, &yes, err);
+  st_list l = {.meta_key = key};
+  if (rc == 0 && yes)
+    rc = st_read_header(fd, size, path, &l, &data_start, err);
+  close(fd);
+  free_entries(l.e, l.n);
+  if (rc == 0)
+    *value = l.meta_value;
+  else
+    free(l.meta_value);
   return rc;
 }
 

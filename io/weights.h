@@ -132,4 +132,14 @@ int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
                           nto_weight_match *match, nto_weights_format *format,
                           int *unused, nto_err *err);
 
+/*
+ * The "__metadata__" value of key in the weights file at path (e.g.
+ * "class_names", written by train) into *value, malloc'ed (the caller
+ * frees it); NULL when the file has no such key or is an nntrainer .bin
+ * (which has no metadata). Returns 0, NTO_EIO (cannot open), NTO_EDATA
+ * (a malformed safetensors header, naming the file and byte), NTO_ENOMEM.
+ */
+int nto_weights_metadata(const char *path, const char *key, char **value,
+                         nto_err *err);
+
 #endif /* NTO_WEIGHTS_H */

@@ -10,7 +10,7 @@ set -eu
 cd "$(dirname "$0")/.."
 PKGS="gcc libc6-dev meson ninja-build pkg-config liburing-dev libopenblas-dev \
 libiniparser-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist \
-python3 gnuplot-nox"
+python3 gnuplot-nox libstb-dev"
 case "${1:-}" in
   --ci) PKGS="$PKGS clang libclang-rt-dev cppcheck" ;;
   "") ;;
