@@ -10,6 +10,7 @@
 #include "setup.h"
 #include "weights.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@ static const char usage[] =
     "                        --valid-split, ...); its labels are shown\n"
     "  --samples N           with --data: the first N samples (default 10)\n"
     "  --top K               classes per input (default 3)\n"
+    "  --json FILE           every input's probabilities of all classes:\n"
+    "                        {\"inputs\": [{\"input\": NAME, "
+    "\"probabilities\":\n"
+    "                        [p0, p1, ...]}, ...]}\n"
     "  --batch-size B        inputs per forward pass (default: the INI's)\n"
     "  --threads T, --window N|auto|all, --memory-budget SIZE,\n"
     "  --swap-dir DIR, --io uring|psync, --no-direct   as for evaluate\n";
@@ -51,6 +56,7 @@ static const setup_opt predict_opts[] = {
     SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),
     SETUP_OPT("--io", io, 's', 0, 0),
     SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
+    SETUP_OPT("--json", report_json, 's', 0, 0),
     SETUP_OPT("--samples", eval_samples, 'i', 1, 1L << 40),
     SETUP_OPT("--top", top, 'i', 1, 1L << 20),
     SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),
@@ -66,6 +72,8 @@ typedef struct predict {
   char *names_buf; /* what names point into */
   int *label;      /* (k): the data's label of output c (--classes), or c */
   nto_image_norm norm;
+  FILE *json; /* --json, or NULL */
+  int rows;   /* rows written to json */
 } predict;
 
 static int parse_opts(int argc, char **argv, train_opts *o, predict *p) {
@@ -165,12 +173,21 @@ static void probabilities(const run *r, int b, double *prob) {
     prob[c] /= sum;
 }
 
-/* "NAME: first 87.20%, second 10.11%, ..." for row b of the output. */
-static void print_row(const run *r, const predict *p, int b, const char *what,
+/* "NAME: first 87.20%, second 10.11%, ..." for row b of the output; its
+ * probabilities to --json. */
+static void print_row(const run *r, predict *p, int b, const char *what,
                       double *prob) {
   char buf[32];
   int top = (int)(r->o.top < r->k ? r->o.top : r->k);
   probabilities(r, b, prob);
+  if (p->json) {
+    fprintf(p->json, "%s\n    {\"input\": ", p->rows++ ? "," : "");
+    cli_json_string(p->json, what);
+    fprintf(p->json, ", \"probabilities\": [");
+    for (int c = 0; c < r->k; c++)
+      fprintf(p->json, "%s%.9g", c ? ", " : "", prob[c]);
+    fprintf(p->json, "]}");
+  }
   printf("%s:", what);
   for (int t = 0; t < top; t++) {
     int best = -1;
@@ -185,7 +202,7 @@ static void print_row(const run *r, const predict *p, int b, const char *what,
 }
 
 /* The image files, a batch at a time. */
-static int predict_files(run *r, const predict *p, double *prob, nto_err *err) {
+static int predict_files(run *r, predict *p, double *prob, nto_err *err) {
   nto_shape in = nto_model_input_shape(r->m);
   nto_step_stats st;
   int rc = 0;
@@ -205,7 +222,7 @@ static int predict_files(run *r, const predict *p, double *prob, nto_err *err) {
 }
 
 /* The first --samples samples of the test split, with their labels. */
-static int predict_data(run *r, const predict *p, double *prob, nto_err *err) {
+static int predict_data(run *r, predict *p, double *prob, nto_err *err) {
   nto_step_stats st;
   long i = 0;
   int rc = nto_dataset_rewind(r->test, err);
@@ -259,8 +276,21 @@ int cmd_predict(int argc, char **argv) {
     nto_image_describe(in, &p.norm, how, sizeof how);
     printf("input: %s\n", r.test ? nto_dataset_describe(r.test) : how);
     setup_print_offload(&r);
-    rc = r.test ? predict_data(&r, &p, prob, &err)
-                : predict_files(&r, &p, prob, &err);
+    if (r.o.report_json && !(p.json = fopen(r.o.report_json, "w")))
+      rc = nto_err_set(&err, NTO_EIO, "--json: cannot open %s: %s",
+                       r.o.report_json, strerror(errno));
+    if (p.json)
+      fprintf(p.json, "{\"inputs\": [");
+    if (rc == 0)
+      rc = r.test ? predict_data(&r, &p, prob, &err)
+                  : predict_files(&r, &p, prob, &err);
+    if (p.json) {
+      fprintf(p.json, "\n]}\n");
+      int bad = ferror(p.json);
+      if ((fclose(p.json) != 0 || bad) && rc == 0)
+        rc = nto_err_set(&err, NTO_EIO, "--json: cannot write %s",
+                         r.o.report_json);
+    }
   }
   if (rc != 0) {
     cli_error("%s", err.msg);

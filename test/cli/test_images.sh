@@ -62,6 +62,11 @@ expect predict_bin 0 "000.png: 1 " -- "$exe" predict "$net" --weights "$tmp/w.bi
   "$tmp/d/test/spots/000.png" --top 1
 expect predict_data 0 "^sample 29 (vstripes): vstripes" -- "$exe" predict "$net" \
   --weights "$tmp/w.safetensors" --data "$tmp/d" --samples 30 --top 1
+expect predict_json 0 "spots" -- "$exe" predict "$net" --weights "$tmp/w.safetensors" \
+  "$tmp/d/test/spots/000.png" --json "$tmp/p.json"
+grep -q '^    {"input": ".*/000.png", "probabilities": \[[0-9.e-]*, [0-9.e-]*, [0-9.e-]*\]}$' \
+  "$tmp/p.json" && passes=$((passes + 1)) ||
+  { echo "FAIL predict_json:"; sed 's/^/  /' "$tmp/p.json"; fails=$((fails + 1)); }
 expect predict_missing 1 "nope.png: cannot open" -- "$exe" predict "$net" \
   --weights "$tmp/w.safetensors" "$tmp/nope.png"
 expect predict_both 2 "image files or --data, not both" -- "$exe" predict "$net" \
