@@ -46,26 +46,26 @@ int init_weights_load(nto_model *m, const char *path, init_result *res,
   nto_named_tensor *ts = NULL;
   int n = 0;
   memset(res, 0, sizeof *res);
-  int rc = nto_model_weights(m, &ts, &n, err);
+  nto_weights_format fmt = NTO_WEIGHTS_BIN;
+  int rc = nto_weights_file_format(path, &fmt, err);
+  if (rc == 0) /* a .bin holds the layers in nntrainer's order */
+    rc = fmt == NTO_WEIGHTS_BIN ? nto_model_weights_bin(m, &ts, &n, err)
+                                : nto_model_weights(m, &ts, &n, err);
   nto_weight_match *mt = rc == 0 ? calloc((size_t)(n ? n : 1), sizeof *mt)
                                  : NULL;
   if (rc == 0 && !mt)
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-  nto_weights_format fmt = NTO_WEIGHTS_BIN;
   if (rc == 0)
     rc = nto_weights_load_init(path, ts, n, mt, &fmt, &res->unused, err);
-  /* the weights in nto_model_weights order: layer by layer */
-  const nto_graph *g = nto_model_graph(m);
-  for (int i = 0, c = 0; rc == 0 && i < g->n_layers; i++)
-    for (int j = 0; j < g->layers[i].n_w; j++, c++) {
-      if (mt[c].status != NTO_MATCH_LOADED) {
-        add_kept(res, &ts[c], &mt[c]);
-        continue;
-      }
-      res->tensors++;
-      if (g->layers[i].w[j].trainable)
-        res->params += nto_named_numel(&ts[c]);
+  for (int c = 0; rc == 0 && c < n; c++) {
+    if (mt[c].status != NTO_MATCH_LOADED) {
+      add_kept(res, &ts[c], &mt[c]);
+      continue;
     }
+    res->tensors++;
+    if (ts[c].param)
+      res->params += nto_named_numel(&ts[c]);
+  }
   res->of = n;
   res->format = fmt == NTO_WEIGHTS_SAFETENSORS ? "safetensors"
                                                : "nntrainer .bin";

@@ -619,8 +619,13 @@ static int save(run *r, nto_err *err) {
                         NULL};
   if (!names) /* the optional pairs, packed */
     memmove(&meta[8], &meta[10], 3 * sizeof *meta);
+  nto_named_tensor *tb = NULL; /* the same in nntrainer's layer order */
+  int nb = 0;
   if (rc == 0)
-    rc = nto_weights_save_bin(path, ts, n, err);
+    rc = nto_model_weights_bin(r->m, &tb, &nb, err);
+  if (rc == 0)
+    rc = nto_weights_save_bin(path, tb, nb, err);
+  nto_model_weights_free(tb, nb);
   if (rc == 0)
     rc = nto_safetensors_save(st, ts, n, meta, err);
   if (rc == 0)

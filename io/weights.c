@@ -222,24 +222,64 @@ static int read_tensor(int fd, uint64_t off, const nto_named_tensor *t, int le,
   return rc;
 }
 
+/* Is [w, size) of the .bin file fd what nntrainer appends after the
+ * weights in training mode? Its NeuralNetwork::save writes: filler bytes
+ * '1' up to a 4096-byte boundary (newer versions), then with Adam "adam"
+ * and Adam's two moments of every parameter (2 x param_bytes), then the
+ * epoch and iteration counters (4 bytes each); each part may be absent.
+ * *ok: 1 if so. Returns 0 or a read error. */
+static int bin_trailer(int fd, uint64_t w, uint64_t size, uint64_t param_bytes,
+                       const char *path, int *ok, nto_err *err) {
+  unsigned char b[4096];
+  uint64_t pos = w, pad_end = (w + 4095) / 4096 * 4096;
+  *ok = size == w;
+  if (*ok)
+    return 0;
+  int rc = nto_file_pread_full(fd, b, 1, pos, path, err);
+  if (rc == 0 && b[0] == '1' && pad_end <= size) {
+    size_t len = (size_t)(pad_end - pos);
+    rc = nto_file_pread_full(fd, b, len, pos, path, err);
+    for (size_t i = 0; rc == 0 && i < len; i++)
+      if (b[i] != '1')
+        return 0;
+    pos = pad_end;
+  }
+  uint64_t rest = size - pos, adam = 4 + 2 * param_bytes;
+  if (rc != 0 || (rest != 0 && rest != 8 && rest != adam && rest != adam + 8))
+    return rc;
+  if (rest >= adam) {
+    if ((rc = nto_file_pread_full(fd, b, 4, pos, path, err)) != 0)
+      return rc;
+    *ok = !memcmp(b, "adam", 4);
+    return 0;
+  }
+  *ok = 1;
+  return 0;
+}
+
 int nto_weights_load_bin(const char *path, nto_named_tensor *ts, int n,
                          nto_err *err) {
-  int rc = check_args(path, ts, n, 0, "weights", err);
+  int rc = check_args(path, ts, n, 0, "weights", err), ok = 0;
   if (rc)
     return rc;
-  uint64_t expect = 0;
-  for (int i = 0; i < n; i++)
+  uint64_t expect = 0, params = 0;
+  for (int i = 0; i < n; i++) {
     expect += (uint64_t)nto_named_numel(&ts[i]) * 4;
+    params += ts[i].param ? (uint64_t)nto_named_numel(&ts[i]) * 4 : 0;
+  }
   int fd;
   uint64_t size;
   rc = nto_file_open_read(path, &fd, &size, err);
   if (rc)
     return rc;
-  if (size != expect) {
+  if (size >= expect)
+    rc = bin_trailer(fd, expect, size, params, path, &ok, err);
+  if (rc == 0 && !ok) {
     close(fd);
     return nto_err_set(err, NTO_EDATA,
                        "%s: size %" PRIu64 " bytes, expected %" PRIu64
-                       " bytes for %d tensors",
+                       " bytes for %d tensors (or that plus nntrainer's "
+                       "training-mode trailer)",
                        path, size, expect, n);
   }
   uint64_t off = 0;
@@ -857,6 +897,19 @@ int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
     nto_err_set(err, rc, "%s (read as nntrainer .bin: no safetensors header)",
                 msg);
   }
+  return rc;
+}
+
+int nto_weights_file_format(const char *path, nto_weights_format *format,
+                            nto_err *err) {
+  int fd, yes = 0;
+  uint64_t size;
+  int rc = nto_file_open_read(path, &fd, &size, err);
+  if (rc)
+    return rc;
+  rc = is_safetensors(fd, size, path, &yes, err);
+  close(fd);
+  *format = yes ? NTO_WEIGHTS_SAFETENSORS : NTO_WEIGHTS_BIN;
   return rc;
 }
 

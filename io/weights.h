@@ -44,6 +44,8 @@ typedef struct nto_named_tensor {
   int (*store)(void *ctx, int index, const float *src, nto_err *err);
   void *ctx;
   int index;
+  int param; /* 1: a parameter (an optimizer updates it), 0: e.g. running
+                statistics; sizes nntrainer's training-mode .bin trailer */
 } nto_named_tensor;
 
 /* Number of elements of t. */
@@ -64,8 +66,12 @@ int nto_weights_save_bin(const char *path, const nto_named_tensor *ts, int n,
 /*
  * Read an nntrainer .bin file into ts[0..n): into data (preallocated), or,
  * when data is NULL, into a malloc'ed bounce buffer (one tensor at a time)
- * handed to store. The file size must equal the sum of sizes exactly:
- * NTO_EDATA otherwise, naming the file, the expected and the actual size.
+ * handed to store. The file size must equal the sum of sizes, or that
+ * plus what nntrainer appends in training mode (filler '1' bytes to a
+ * 4096-byte boundary, "adam" and two moments of every tensor with param
+ * set, the epoch and iteration counters; each optional), which is
+ * skipped: NTO_EDATA otherwise, naming the file, the expected and the
+ * actual size.
  * Returns 0, NTO_EINVAL (NULL data without store), NTO_ENOMEM, NTO_EIO,
  * NTO_EDATA, or the negative code a store returned (message prefixed with
  * the path and tensor name). On error the tensors before the failing one
@@ -131,6 +137,11 @@ typedef enum {
 int nto_weights_load_init(const char *path, nto_named_tensor *ts, int n,
                           nto_weight_match *match, nto_weights_format *format,
                           int *unused, nto_err *err);
+
+/* The format of the weights file at path, found as nto_weights_load_init
+ * finds it. Returns 0, NTO_EIO (cannot open) or a read error. */
+int nto_weights_file_format(const char *path, nto_weights_format *format,
+                            nto_err *err);
 
 /*
  * The "__metadata__" value of key in the weights file at path (e.g.

@@ -368,6 +368,47 @@ static int topo_sort(builder *b, int *order) {
   return 0;
 }
 
+int nto_graph_nntrainer_order(const nto_graph *g, int *order,
+                              nto_err *err) {
+  int n = g->n_layers, top = 0, done = 0;
+  int *by_file = malloc((size_t)n * sizeof *by_file);
+  int *stack = malloc((size_t)n * sizeof *stack);
+  int *next = calloc((size_t)n, sizeof *next); /* consumers tried */
+  char *seen = calloc((size_t)n, 1);
+  if (!by_file || !stack || !next || !seen) {
+    free(by_file), free(stack), free(next), free(seen);
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++)
+    by_file[g->file_pos[i]] = i;
+  /* post-order into order[] from the end: reverse post-order */
+  for (int r = 0; r < n; r++) {
+    if (seen[by_file[r]])
+      continue;
+    seen[by_file[r]] = 1;
+    stack[top++] = by_file[r];
+    while (top > 0) {
+      int v = stack[top - 1], best = -1;
+      for (int k = 0; k < g->n_consumers[v]; k++) { /* next in file order */
+        int c = g->consumers[v][k].layer;
+        if (!seen[c] && g->file_pos[c] >= next[v] &&
+            (best < 0 || g->file_pos[c] < g->file_pos[best]))
+          best = c;
+      }
+      if (best < 0) {
+        order[n - 1 - done++] = v;
+        top--;
+        continue;
+      }
+      next[v] = g->file_pos[best] + 1;
+      seen[best] = 1;
+      stack[top++] = best;
+    }
+  }
+  free(by_file), free(stack), free(next), free(seen);
+  return 0;
+}
+
 int nto_graph_find(const nto_graph *g, const char *name) {
   for (int i = 0; i < g->n_layers; i++)
     if (nto_streq(g->layers[i].name, name))
@@ -384,6 +425,7 @@ void nto_graph_free(nto_graph *g) {
   free(g->layers);
   free(g->consumers);
   free(g->n_consumers);
+  free(g->file_pos);
   memset(g, 0, sizeof *g);
 }
 
@@ -394,13 +436,15 @@ static int adopt(nto_graph *g, builder *b, const int *order) {
   g->layers = calloc((size_t)n, sizeof *g->layers);
   g->consumers = calloc((size_t)n, sizeof *g->consumers);
   g->n_consumers = calloc((size_t)n, sizeof *g->n_consumers);
-  if (!pos || !g->layers || !g->consumers || !g->n_consumers) {
+  g->file_pos = calloc((size_t)n, sizeof *g->file_pos);
+  if (!pos || !g->layers || !g->consumers || !g->n_consumers || !g->file_pos) {
     free(pos);
     return nto_err_set(b->err, NTO_ENOMEM, "out of memory");
   }
   for (int i = 0; i < n; i++)
     pos[order[i]] = i;
   for (int i = 0; i < n; i++) {
+    g->file_pos[i] = order[i]; /* protos are pushed in file order */
     g->layers[i] = b->p[order[i]].l;
     b->p[order[i]].l.priv = NULL; /* now owned by g */
     for (int k = 0; k < g->layers[i].n_in; k++)

@@ -32,6 +32,9 @@ typedef struct nto_graph {
   int batch;
   nto_edge **consumers; /* consumers[l]: n_consumers[l] edges, in order */
   int *n_consumers;
+  int *file_pos; /* file_pos[l]: layer l's place in file order (sections in
+                    order, a realized input or activation layer next to its
+                    section), 0..n_layers-1 */
 } nto_graph;
 
 /*
@@ -56,6 +59,17 @@ int nto_graph_freeze(nto_graph *g, const nto_config *c, const char *until,
 
 /* Release the graph (layers' priv included). Safe on a zeroed graph. */
 void nto_graph_free(nto_graph *g);
+
+/*
+ * The layers in nntrainer's order (its GraphCore::topologicalSort, which
+ * its .bin weight files follow) into order[0..n_layers): a depth-first
+ * search from each unvisited layer in file order that visits a layer's
+ * consumers in file order, listed in reverse post-order. At a fork the
+ * branch of the consumer LAST in the file comes first: in ResNet-18's
+ * downsampling blocks the shortcut convolution precedes the main branch.
+ * Returns 0 or NTO_ENOMEM.
+ */
+int nto_graph_nntrainer_order(const nto_graph *g, int *order, nto_err *err);
 
 /* Index of the layer named name (case-insensitive), or -1. */
 int nto_graph_find(const nto_graph *g, const char *name);

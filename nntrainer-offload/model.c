@@ -410,7 +410,9 @@ static int named_weight(nto_model *m, nto_named_tensor *nt, const nto_layer *l,
     d[k] = d4[4 - nd + k];
   if (nd == 1) /* vectors stored as (1, F, 1, 1) or (1, 1, 1, F) */
     d[0] = (int)nto_shape_numel(s);
-  return named(m, nt, name, d, nd, l->w[j].tensor, err);
+  int rc = named(m, nt, name, d, nd, l->w[j].tensor, err);
+  nt->param = l->w[j].trainable;
+  return rc;
 }
 
 int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
@@ -431,6 +433,37 @@ int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
   *out = ts;
   *n = count;
   return 0;
+}
+
+int nto_model_weights_bin(nto_model *m, nto_named_tensor **out, int *n,
+                          nto_err *err) {
+  int L = m->g.n_layers, *order = malloc((size_t)L * sizeof *order);
+  int *first = malloc((size_t)(L + 1) * sizeof *first); /* in *out */
+  nto_named_tensor *ts = NULL, *by = NULL;
+  int rc = order && first ? nto_model_weights(m, &ts, n, err)
+                          : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0)
+    rc = nto_graph_nntrainer_order(&m->g, order, err);
+  if (rc == 0 && !(by = malloc((size_t)(*n ? *n : 1) * sizeof *by)))
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0) {
+    first[0] = 0;
+    for (int i = 0; i < L; i++)
+      first[i + 1] = first[i] + m->g.layers[i].n_w;
+    int c = 0;
+    for (int k = 0; k < L; k++)
+      for (int j = first[order[k]]; j < first[order[k] + 1]; j++)
+        by[c++] = ts[j];
+    free(ts); /* the names moved to by */
+    ts = by;
+  } else if (ts) {
+    nto_model_weights_free(ts, *n);
+    ts = NULL;
+  }
+  free(order);
+  free(first);
+  *out = ts;
+  return rc;
 }
 
 void nto_model_weights_free(nto_named_tensor *ts, int n) {

@@ -165,6 +165,12 @@ int nto_model_weights(nto_model *m, nto_named_tensor **out, int *n,
                       nto_err *err);
 void nto_model_weights_free(nto_named_tensor *ts, int n);
 
+/* The same list in the order of nntrainer's .bin files: layers in
+ * nntrainer's order (graph.h nto_graph_nntrainer_order), each layer's
+ * weights in weight order. Free with nto_model_weights_free. */
+int nto_model_weights_bin(nto_model *m, nto_named_tensor **out, int *n,
+                          nto_err *err);
+
 /* Number of optimizer updates done. */
 long nto_model_iteration(const nto_model *m);
 

@@ -123,6 +123,22 @@ expect init_bin_size 2 "trunc.bin: size 2000 bytes, expected 6128" \
   --init-weights "$tmp/init/trunc.bin"
 expect init_resume 2 "--init-weights and --resume" -- "$exe" train "$tiny" \
   --init-weights "$tmp/init/a.bin" --resume "$tmp/none.ckpt"
+# ResNet-18's .bin in nntrainer's layer order (shortcut convolutions before
+# their main branch): saved, loaded back (.bin and safetensors) into an
+# all-frozen run and saved again, byte for byte
+r18() { # r18 SAVE.bin [options...]
+  out=$1
+  shift
+  "$exe" train res/resnet18.ini --data synthetic --batch-size 2 --iterations 1 \
+    --eval-samples 0 --train-samples 8 --save "$out" "$@" >"$tmp/out" 2>&1 ||
+    { echo "FAIL r18 $*:"; sed 's/^/  /' "$tmp/out"; fails=$((fails + 1)); }
+}
+r18 "$tmp/init/r.bin"
+r18 "$tmp/init/r_bin.bin" --init-weights "$tmp/init/r.bin" --freeze-until softmax
+r18 "$tmp/init/r_st.bin" --init-weights "$tmp/init/r.safetensors" --freeze-until softmax
+cmp -s "$tmp/init/r.bin" "$tmp/init/r_bin.bin" && cmp -s "$tmp/init/r.bin" "$tmp/init/r_st.bin" &&
+  passes=$((passes + 1)) ||
+  { echo "FAIL resnet18_bin_round_trip"; fails=$((fails + 1)); }
 expect recompute_bad 2 "--recompute: expected auto or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \

@@ -100,6 +100,55 @@ static void test_mobilenetv2_params(void **s) {
   nto_config_free(&c);
 }
 
+/* Layer names of g in nntrainer's order (graph.h), space-separated. */
+static void nntrainer_order(const char *ini, char *buf, size_t len) {
+  nto_config c;
+  nto_err err = {0};
+  nto_model *m = NULL;
+  assert_int_equal(nto_config_load(&c, ini, &err), 0);
+  nto_model_opts o = {.batch = 1, .plan_only = 1};
+  if (nto_model_create(&m, &c, &o, &err) != 0)
+    fail_msg("%s", err.msg);
+  const nto_graph *g = nto_model_graph(m);
+  int *order = malloc((size_t)g->n_layers * sizeof *order);
+  assert_int_equal(nto_graph_nntrainer_order(g, order, &err), 0);
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < g->n_layers; i++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? " " : "",
+                           g->layers[order[i]].name);
+  assert_true(at < len);
+  free(order);
+  nto_model_free(m);
+  nto_config_free(&c);
+}
+
+/* nntrainer's topological order, which its .bin files follow: a
+ * depth-first search over consumers in file order, in reverse post-order.
+ * tiny_resnet by hand: out0's consumers res_conv1 and add; the search goes
+ * through res_conv1 to the end of the net first, so the branch of the
+ * later consumer (add: nothing new) comes before it; fork's consumers maxp
+ * and avgp come out in reverse (avgp first). ResNet-18: each downsampling
+ * block's shortcut convolution (B<k>_original_reshaped, after the main
+ * branch in the file) comes right after the fan-out, before the main
+ * branch. */
+static void test_nntrainer_order(void **s) {
+  (void)s;
+  static char buf[8192];
+  nntrainer_order("test/data/nets/tiny_resnet.ini", buf, sizeof buf);
+  assert_string_equal(
+      buf, "input conv0 bn0 bn0/activation out0 res_conv1 res_bn1 "
+           "res_bn1/activation res_conv2 add bn_add bn_add/activation fork "
+           "avgp maxp cat head gap flatten softmax");
+  nntrainer_order("res/resnet18.ini", buf, sizeof buf);
+  const char *want[] = {"out2 b2_original_reshaped b2_1_conv_a b2_1_bn_a",
+                        "out4 b3_original_reshaped b3_1_conv_a b3_1_bn_a",
+                        "out6 b4_original_reshaped b4_1_conv_a b4_1_bn_a"};
+  for (int k = 0; k < 3; k++)
+    if (!strstr(buf, want[k]))
+      fail_msg("resnet18: '%s' not in: %s", want[k], buf);
+}
+
 /* nntrainer's MNIST application config style: inline comments after
  * values with tabs, learning rate in [LearningRateScheduler], mixed-case
  * keys, Activation on conv and fc layers. */
@@ -150,51 +199,65 @@ typedef struct bad_case {
 } bad_case;
 
 static const bad_case bad[] = {
-    {"unknown_type", "[in]\ntype=input\ninput_shape=1:4:4\n[x]\ntype=conv3d\n",
-     NTO_ECONFIG, {"[x]", "'type'", "conv3d"}},
+    {"unknown_type",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[x]\ntype=conv3d\n",
+     NTO_ECONFIG,
+     {"[x]", "'type'", "conv3d"}},
     {"unknown_key",
      "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=2\n"
      "kernel_size=3\nfliters=3\n",
-     NTO_ECONFIG, {"[c]", "fliters", "conv2d"}},
+     NTO_ECONFIG,
+     {"[c]", "fliters", "conv2d"}},
     {"bad_value",
      "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=abc\n"
      "kernel_size=3\n",
-     NTO_ECONFIG, {"[c]", "'filters'", "abc"}},
+     NTO_ECONFIG,
+     {"[c]", "'filters'", "abc"}},
     {"unknown_input",
      "[in]\ntype=input\ninput_shape=1:4:4\n[f]\ntype=flatten\n"
      "input_layers=nope\n",
-     NTO_ECONFIG, {"[f]", "input_layers", "nope"}},
-    {"missing_input", "[f]\ntype=flatten\n", NTO_ECONFIG,
+     NTO_ECONFIG,
+     {"[f]", "input_layers", "nope"}},
+    {"missing_input",
+     "[f]\ntype=flatten\n",
+     NTO_ECONFIG,
      {"[f]", "input_layers", NULL}},
     {"cycle",
      "[in]\ntype=input\ninput_shape=1:4:4\n[a]\ntype=addition\n"
      "input_layers=in,b\n[b]\ntype=multiout\ninput_layers=a\n[f]\n"
      "type=flatten\ninput_layers=b\n",
-     NTO_ECONFIG, {"cycle", "input_layers", NULL}},
+     NTO_ECONFIG,
+     {"cycle", "input_layers", NULL}},
     {"add_shape_mismatch",
      "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=2\n"
      "kernel_size=1\n[a]\ntype=addition\ninput_layers=c,in\n",
-     NTO_ESHAPE, {"[a]", "2:4:4", "1:4:4"}},
+     NTO_ESHAPE,
+     {"[a]", "2:4:4", "1:4:4"}},
     {"kernel_too_large",
      "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=2\n"
      "kernel_size=5\n",
-     NTO_ESHAPE, {"[c]", "5", "4"}},
+     NTO_ESHAPE,
+     {"[c]", "5", "4"}},
     {"two_outputs",
      "[in]\ntype=input\ninput_shape=1:4:4\n[m]\ntype=multiout\n[a]\n"
      "type=flatten\ninput_layers=m\n[b]\ntype=flatten\ninput_layers=m\n",
-     NTO_ECONFIG, {"'a'", "'b'", "output"}},
+     NTO_ECONFIG,
+     {"'a'", "'b'", "output"}},
     {"too_many_inputs",
      "[in]\ntype=input\ninput_shape=1:4:4\n[f]\ntype=flatten\n"
      "input_layers=in,in\n",
-     NTO_ECONFIG, {"[f]", "input_layers", "flatten"}},
+     NTO_ECONFIG,
+     {"[f]", "input_layers", "flatten"}},
     {"input_with_inputs",
      "[in]\ntype=input\ninput_shape=1:4:4\n[in2]\ntype=input\n"
      "input_shape=1:4:4\ninput_layers=in\n",
-     NTO_ECONFIG, {"[in2]", "input_layers", NULL}},
+     NTO_ECONFIG,
+     {"[in2]", "input_layers", NULL}},
     {"bad_activation",
      "[in]\ntype=input\ninput_shape=1:4:4\n[f]\ntype=flatten\n"
      "activation=swishy\n",
-     NTO_ECONFIG, {"[f]", "activation", "swishy"}},
+     NTO_ECONFIG,
+     {"[f]", "activation", "swishy"}},
 };
 
 static void test_bad_graphs(void **s) {
@@ -211,8 +274,7 @@ static void test_bad_graphs(void **s) {
       fail_msg("%s: code %d, expected %d (%s)", bad[i].name, rc, bad[i].code,
                err.msg);
     if (!strstr(err.msg, name))
-      fail_msg("%s: message does not name the file: %s", bad[i].name,
-               err.msg);
+      fail_msg("%s: message does not name the file: %s", bad[i].name, err.msg);
     for (int k = 0; k < 3 && bad[i].expect[k]; k++)
       if (!strstr(err.msg, bad[i].expect[k]))
         fail_msg("%s: message lacks '%s': %s", bad[i].name, bad[i].expect[k],
@@ -226,6 +288,7 @@ int main(void) {
       cmocka_unit_test(test_mobilenetv2_params),
       cmocka_unit_test(test_nntrainer_mnist_dialect),
       cmocka_unit_test(test_bad_graphs),
+      cmocka_unit_test(test_nntrainer_order),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

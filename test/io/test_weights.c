@@ -137,6 +137,68 @@ static void test_bin_round_trip(void **state) {
   assert_model_equal(&a, &b);
 }
 
+/* Append len bytes of b (or len copies of byte fill when b is NULL). */
+static void append(const char *path, const void *b, size_t len, int fill) {
+  FILE *f = fopen(path, "ab");
+  assert_non_null(f);
+  for (size_t i = 0; i < len; i++)
+    fputc(b ? ((const unsigned char *)b)[i] : fill, f);
+  fclose(f);
+}
+
+/* nntrainer's training-mode .bin: after the 504 bytes of weights, filler
+ * '1' bytes to 4096 (newer versions), "adam" with two moments of the 122
+ * parameter floats (conv, bias, fc: 976 bytes; the running mean has
+ * none), the epoch and iteration (8 bytes); each part optional. Loads the
+ * weights; a trailer of another shape is refused. */
+static void test_bin_training_trailer(void **state) {
+  fixture *fx = *state;
+  char path[512];
+  path_in(fx, path, sizeof path, "train.bin");
+  model a, b;
+  model_init(&a, 1, names_plain);
+  a.t[0].param = a.t[1].param = a.t[3].param = 1;
+  nto_err err = {0};
+  const struct {
+    int pad, adam, counters, ok;
+    size_t adam_bytes;
+    const char *tag;
+  } cases[] = {
+      {1, 1, 1, 1, 976, "adam"}, {0, 1, 1, 1, 976, "adam"},
+      {0, 0, 1, 1, 0, NULL},     {1, 0, 0, 1, 0, NULL},
+      {1, 1, 0, 1, 976, "adam"}, {1, 1, 1, 0, 976, "adma"},
+      {0, 1, 0, 0, 972, "adam"}, {0, 0, 0, 0, 7, NULL},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    unlink(path);
+    assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), 0);
+    if (cases[c].pad)
+      append(path, NULL, 4096 - 504, '1');
+    if (cases[c].tag)
+      append(path, cases[c].tag, 4, 0);
+    append(path, NULL, cases[c].adam_bytes, 0x3f);
+    if (cases[c].counters)
+      append(path, NULL, 8, 2);
+    model_init(&b, 2, names_plain);
+    b.t[0].param = b.t[1].param = b.t[3].param = 1;
+    int rc = nto_weights_load_bin(path, b.t, NT, &err);
+    if (cases[c].ok) {
+      if (rc != 0)
+        fail_msg("case %zu: %s", c, err.msg);
+      assert_model_equal(&a, &b);
+    } else {
+      assert_int_equal(rc, NTO_EDATA);
+      assert_msg_has(&err, "training-mode trailer");
+    }
+  }
+  /* filler that is not all '1' */
+  unlink(path);
+  assert_int_equal(nto_weights_save_bin(path, a.t, NT, &err), 0);
+  append(path, NULL, 100, '1');
+  append(path, NULL, 4096 - 604, '2');
+  assert_int_equal(nto_weights_load_bin(path, b.t, NT, &err), NTO_EDATA);
+}
+
 static void test_bin_wrong_size(void **state) {
   fixture *fx = *state;
   char path[512];
@@ -880,6 +942,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bin_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_load_init, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bin_wrong_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bin_training_trailer, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_safetensors_round_trip, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_safetensors_mismatch, setup,
