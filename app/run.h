@@ -27,6 +27,7 @@ typedef struct train_opts {
   int no_direct;           /* --no-direct */
   const char *recompute;   /* --recompute auto|off, NULL: auto */
   const char *freeze_until; /* --freeze-until LAYER, NULL: none */
+  const char *frozen_bn;    /* --frozen-bn running|batch, NULL: the INI's */
   const char *report_json; /* NULL: off */
   const char *trace;       /* --trace, NULL: off */
   long warmup;             /* iterations left out of the report */

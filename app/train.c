@@ -56,6 +56,9 @@ static const char usage[] =
     "                        or nntrainer .bin (whole)\n"
     "  --freeze-until LAYER  train only the layers after LAYER (as INI\n"
     "                        trainable = false up to LAYER)\n"
+    "  --frozen-bn running|batch  frozen batch normalization normalizes\n"
+    "                        with its running statistics (default), or the\n"
+    "                        batch's, updating the running ones\n"
     "\n"
     "Memory (default: the INI's memory_swap* / fsu* keys, else all resident):\n"
     "  --window N|auto|all   keep the tensors of N steps in RAM, the rest in\n"
@@ -131,6 +134,7 @@ static const char **string_opt(train_opts *o, const char *a) {
       {"--io", offsetof(train_opts, io)},
       {"--recompute", offsetof(train_opts, recompute)},
       {"--freeze-until", offsetof(train_opts, freeze_until)},
+      {"--frozen-bn", offsetof(train_opts, frozen_bn)},
       {"--init-weights", offsetof(train_opts, init_weights)},
       {"--report-json", offsetof(train_opts, report_json)},
       {"--trace", offsetof(train_opts, trace)},
@@ -213,6 +217,11 @@ static int parse_opts(int argc, char **argv, train_opts *o) {
   }
   if (o->checkpoint_every && !o->checkpoint) {
     cli_error("--checkpoint-every needs --checkpoint FILE");
+    return -1;
+  }
+  if (o->frozen_bn && strcmp(o->frozen_bn, "running") &&
+      strcmp(o->frozen_bn, "batch")) {
+    cli_error("--frozen-bn: expected running or batch, got '%s'", o->frozen_bn);
     return -1;
   }
   if (o->init_weights && o->resume) {
@@ -695,11 +704,12 @@ static int open_run(run *r, nto_err *err) {
  * the layers whose backward runs. */
 static void print_frozen(const run *r) {
   const nto_graph *g = nto_model_graph(r->m);
-  int frozen = 0, bwd = 0;
+  int frozen = 0, bwd = 0, batch_stats = 0;
   size_t params = 0;
   for (int i = 0; i < g->n_layers; i++) {
     const nto_layer *l = &g->layers[i];
     bwd += nto_model_backward(r->m, i);
+    batch_stats |= l->frozen_batch_stats;
     if (l->trainable || l->n_w == 0)
       continue;
     frozen++;
@@ -707,9 +717,11 @@ static void print_frozen(const run *r) {
   }
   if (frozen)
     printf("frozen: %d layers with weights (%zu parameters, batch "
-           "normalization on its running statistics); backward runs for %d "
-           "of %d layers\n",
-           frozen, params, bwd, g->n_layers);
+           "normalization on %s); backward runs for %d of %d layers\n",
+           frozen, params,
+           batch_stats ? "the batch's statistics, running ones updated"
+                       : "its running statistics",
+           bwd, g->n_layers);
 }
 
 /* What is trained, on what, with which memory plan. */
@@ -788,6 +800,9 @@ int cmd_train(int argc, char **argv) {
   nto_model_opts mo = {.batch = (int)r.o.batch,
                        .seed = (uint64_t)r.o.seed,
                        .freeze_until = r.o.freeze_until};
+  if (r.o.frozen_bn)
+    mo.frozen_bn = !strcmp(r.o.frozen_bn, "batch") ? NTO_FROZEN_BN_BATCH
+                                                   : NTO_FROZEN_BN_RUNNING;
   if (rc != 0 || model_opts(&r, &mo) != 0) { /* an unreadable or invalid
                                                 model file, or an option */
     if (rc != 0)

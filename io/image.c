@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,13 +49,18 @@ int nto_image_norm_parse(const char *s, int channels, nto_image_norm *n,
         break;
       p++;
     }
-    if (part == 0 && *p++ != '/')
+    if (part == 1)
+      break;
+    if (*p != '/') { /* no STD part */
       got[0] = 0;
+      break;
+    }
+    p++;
   }
   int ok =
       *p == '\0' && got[0] == got[1] && (got[0] == channels || got[0] == 1);
   for (int i = 0; ok && i < got[1]; i++)
-    ok = v[1][i] > 0;
+    ok = isfinite(v[0][i]) && isfinite(v[1][i]) && v[1][i] > 0;
   if (!ok)
     return nto_err_set(err, NTO_ECONFIG,
                        "--normalize %s: expected 'imagenet' or MEAN/STD with "

@@ -126,7 +126,7 @@ static int list_dir(const char *dir, int dirs, strlist *out, size_t *ignored,
       rc = nto_err_set(err, NTO_ENOMEM, "dataset: out of memory");
   }
   closedir(d);
-  if (rc == 0)
+  if (rc == 0 && out->n > 1) /* qsort takes no NULL array */
     qsort(out->s, out->n, sizeof *out->s, cmp_str);
   return rc;
 }

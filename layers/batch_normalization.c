@@ -30,6 +30,10 @@
  * when fine-tuning), and the backward of that affine map,
  *   dx = dy * gamma / sqrt(moving_variance + epsilon)
  * with the forward's float scale; nothing saved, the input not needed.
+ * Frozen with l->frozen_batch_stats: the training forward and backward
+ * above (batch statistics, running ones updated), without dgamma and
+ * dbeta; below the first trainable layer (no backward: no saved tensors)
+ * the forward keeps the batch mean and inv_std of a feature on the stack.
  *
  * Keys: epsilon (default 0.001, > 0), momentum (default 0.99, in [0, 1)),
  * moving_mean_initializer (zeros), moving_variance_initializer (ones),
@@ -111,12 +115,18 @@ static int bn_set_prop(nto_layer *l, const char *key, const char *value,
   return NTO_ENOKEY;
 }
 
+/* Normalizes with the batch's statistics in training: trainable, or
+ * frozen with frozen_batch_stats. */
+static int batch_stats(const nto_layer *l) {
+  return l->trainable || l->frozen_batch_stats;
+}
+
 /* out_shape = in_shape; requests the four weights and the two saved
  * vectors. Returns 0 or NTO_ESHAPE. */
 static int bn_plan(nto_layer *l, nto_err *err) {
   bn_priv *p = l->priv;
   nto_layer_plan_reset(l);
-  l->bwd_needs_input = l->trainable; /* frozen: an affine map */
+  l->bwd_needs_input = batch_stats(l); /* else an affine map */
   l->bwd_in_place = 1; /* per feature: its sums of dy first, then dx */
   if (l->n_in != 1)
     return nto_err_set(err, NTO_ESHAPE, "expected 1 input, got %d", l->n_in);
@@ -134,7 +144,7 @@ static int bn_plan(nto_layer *l, nto_err *err) {
     p->iw[k] = nto_layer_add_weight(l, bn_weight_names[k], v, 1, p->init[k],
                                     p->nf, p->nf, k >= BN_GAMMA);
   p->imean = p->iinv = -1;
-  if (!l->trainable)
+  if (!batch_stats(l))
     return 0;
   p->imean = nto_layer_add_saved(l, "mean", v);
   p->iinv = nto_layer_add_saved(l, "inv_std", v);
@@ -178,32 +188,41 @@ NTO_CLONES static double feature_sum(const float *x, int n, int inner,
 }
 
 /*
- * y = (x - mean) * (gamma * inv_std) + beta over features [f0, f1), with
- * the float mean and inv_std of the batch: the training forward's output,
- * and its replay's (one function, so that both round alike). x, y:
- * (n, nf, inner); the vectors (nf).
+ * y = (x - mean) * (gamma * inv_std) + beta over feature f, with the float
+ * mean and inv_std of the batch: the training forward's output, and its
+ * replay's (one function, so that both round alike). x, y: (n, nf,
+ * inner).
  */
-NTO_CLONES static void bn_normalize(const float *x, float *y, int n, int nf,
-                                    int inner, const float *gamma,
-                                    const float *beta, const float *mean,
-                                    const float *inv_std, int f0, int f1) {
+NTO_CLONES static void bn_normalize_feature(const float *x, float *y, int n,
+                                            int nf, int inner, int f,
+                                            float mean, float gamma_inv,
+                                            float beta) {
   size_t fstride = (size_t)nf * inner;
-  for (int f = f0; f < f1; f++) {
-    float muf = mean[f], scale = gamma[f] * inv_std[f], b = beta[f];
-    const float *xf = x + (size_t)f * inner;
-    float *yf = y + (size_t)f * inner;
-    for (int i = 0; i < n; i++) {
-      const float *xr = xf + i * fstride;
-      float *yr = yf + i * fstride;
-      for (int k = 0; k < inner; k++)
-        yr[k] = (xr[k] - muf) * scale + b;
-    }
+  const float *xf = x + (size_t)f * inner;
+  float *yf = y + (size_t)f * inner;
+  for (int i = 0; i < n; i++) {
+    const float *xr = xf + i * fstride;
+    float *yr = yf + i * fstride;
+    for (int k = 0; k < inner; k++)
+      yr[k] = (xr[k] - mean) * gamma_inv + beta;
   }
+}
+
+/* bn_normalize_feature over features [f0, f1) with the vectors (nf) of
+ * the batch's mean and inv_std. */
+static void bn_normalize(const float *x, float *y, int n, int nf, int inner,
+                         const float *gamma, const float *beta,
+                         const float *mean, const float *inv_std, int f0,
+                         int f1) {
+  for (int f = f0; f < f1; f++)
+    bn_normalize_feature(x, y, n, nf, inner, f, mean[f], gamma[f] * inv_std[f],
+                         beta[f]);
 }
 
 /*
  * Training forward. x, y: (n, nf, inner); gamma, beta: (nf);
- * mean, inv_std: (nf) written; rmean, rvar: (nf) updated with momentum.
+ * mean, inv_std: (nf) written, or NULL (no backward); rmean, rvar: (nf)
+ * updated with momentum.
  */
 NTO_CLONES static void bn_forward_train(const float *x, float *y, int n, int nf,
                                         int inner, const float *gamma,
@@ -220,10 +239,14 @@ NTO_CLONES static void bn_forward_train(const float *x, float *y, int n, int nf,
     double var_u = m > 1 ? var * (double)m / (double)(m - 1) : var;
     rmean[f] = (float)(momentum * rmean[f] + (1.0 - momentum) * mu);
     rvar[f] = (float)(momentum * rvar[f] + (1.0 - momentum) * var_u);
-    mean[f] = (float)mu;
-    inv_std[f] = (float)inv;
+    float muf = (float)mu, invf = (float)inv;
+    if (mean) {
+      mean[f] = muf;
+      inv_std[f] = invf;
+    }
     /* while the feature's x is in cache */
-    bn_normalize(x, y, n, nf, inner, gamma, beta, mean, inv_std, f, f + 1);
+    bn_normalize_feature(x, y, n, nf, inner, f, muf, gamma[f] * invf,
+                         beta[f]);
   }
 }
 
@@ -261,10 +284,11 @@ static void bn_forward_range(void *ctx, size_t a, size_t b, int slot) {
   const nto_fwd *f = j->f;
   const bn_priv *p = l->priv;
   (void)slot;
-  if (f->training && l->trainable)
+  if (f->training && batch_stats(l))
     bn_forward_train(f->in[0], f->out, l->batch, p->nf, p->inner,
                      f->w[p->iw[BN_GAMMA]], f->w[p->iw[BN_BETA]],
-                     f->saved[p->imean], f->saved[p->iinv],
+                     p->imean >= 0 ? f->saved[p->imean] : NULL,
+                     p->iinv >= 0 ? f->saved[p->iinv] : NULL,
                      f->w[p->iw[BN_MEAN]], f->w[p->iw[BN_VAR]], p->epsilon,
                      p->momentum, (int)a, (int)b);
   else
@@ -294,7 +318,7 @@ static void bn_replay(nto_layer *l, const nto_fwd *f) {
   const bn_priv *p = l->priv;
   bn_job j = {l, f, NULL};
   nto_parallel_for((size_t)p->nf, 1, 0,
-                   l->trainable ? bn_replay_range : bn_forward_range, &j);
+                   batch_stats(l) ? bn_replay_range : bn_forward_range, &j);
 }
 
 /* f->in[0] -> f->out, both (N, C, H, W); see the formulas at the top.
@@ -386,17 +410,18 @@ static void bn_backward_range(void *ctx, size_t a, size_t c, int slot) {
   const nto_bwd *b = j->b;
   const bn_priv *p = j->l->priv;
   (void)slot;
-  if (!j->l->trainable) {
+  if (!batch_stats(j->l)) {
     if (b->din[0])
       bn_backward_frozen(b->dout, b->din[0], j->l->batch, p->nf, p->inner,
                          b->w[p->iw[BN_GAMMA]], b->w[p->iw[BN_VAR]], p->epsilon,
                          (int)a, (int)c);
     return;
   }
+  int tr = j->l->trainable; /* frozen: no dgamma, dbeta */
   bn_backward_train(b->in[0], b->dout, b->din[0], j->l->batch, p->nf, p->inner,
                     b->w[p->iw[BN_GAMMA]], b->saved[p->imean],
-                    b->saved[p->iinv], b->dw[p->iw[BN_GAMMA]],
-                    b->dw[p->iw[BN_BETA]], (int)a, (int)c);
+                    b->saved[p->iinv], tr ? b->dw[p->iw[BN_GAMMA]] : NULL,
+                    tr ? b->dw[p->iw[BN_BETA]] : NULL, (int)a, (int)c);
 }
 
 /* dout, in[0] -> din[0], dgamma, dbeta; see the formulas at the top.

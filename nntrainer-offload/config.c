@@ -585,6 +585,7 @@ static const char *const model_keys[] = {"type",
                                          "fsu_lookahead",
                                          "fsu_path",
                                          "memory_budget",
+                                         "frozen_bn_statistics",
                                          NULL};
 enum {
   MK_TYPE,
@@ -598,7 +599,8 @@ enum {
   MK_FSU,
   MK_FSU_LOOKAHEAD,
   MK_FSU_PATH,
-  MK_BUDGET
+  MK_BUDGET,
+  MK_FROZEN_BN
 };
 
 static const char *const loss_names[] = {"cross", "mse", "cross_softmax",
@@ -691,6 +693,15 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
                      err);
       break;
     }
+    case MK_FROZEN_BN:
+      if (nto_streq(v, "batch") || nto_streq(v, "running"))
+        m->frozen_bn_batch = nto_streq(v, "batch");
+      else
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': expected running or batch, got "
+                         "'%s'",
+                         L->file, sec, k, v);
+      break;
     default:
       rc = unknown_key(L, sec, k, model_keys, err);
       break;

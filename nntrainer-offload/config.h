@@ -56,6 +56,9 @@ typedef struct nto_model_conf {
   char swap_lookahead[32];         /* "" if absent; an int or "auto" */
   char swap_path[NTO_CONF_STR];    /* "" if absent */
   char memory_budget[32];          /* "" if absent; e.g. "64M" */
+  int frozen_bn_batch; /* frozen_bn_statistics = batch (1) or running (0,
+                          default): what frozen batch normalization
+                          normalizes with in training (layer.h) */
 } nto_model_conf;
 
 typedef struct nto_opt_conf {

@@ -583,6 +583,14 @@ int nto_graph_freeze(nto_graph *g, const nto_config *c, const char *until,
   return plan_all(g, c, err);
 }
 
+int nto_graph_frozen_bn_batch(nto_graph *g, const nto_config *c,
+                              nto_err *err) {
+  for (int i = 0; i < g->n_layers; i++)
+    g->layers[i].frozen_batch_stats =
+        g->layers[i].ops == &nto_batch_normalization_layer;
+  return plan_all(g, c, err);
+}
+
 int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
                     nto_err *err) {
   memset(g, 0, sizeof *g);

@@ -57,6 +57,15 @@ int nto_graph_build(nto_graph *g, const nto_config *c, int batch,
 int nto_graph_freeze(nto_graph *g, const nto_config *c, const char *until,
                      nto_err *err);
 
+/*
+ * Frozen batch normalization layers normalize with the batch's statistics
+ * in training and update the running ones (layer.h frozen_batch_stats),
+ * instead of using the running statistics; plans the graph again. Returns
+ * 0 or plan's error.
+ */
+int nto_graph_frozen_bn_batch(nto_graph *g, const nto_config *c,
+                              nto_err *err);
+
 /* Release the graph (layers' priv included). Safe on a zeroed graph. */
 void nto_graph_free(nto_graph *g);
 

@@ -192,6 +192,13 @@ struct nto_layer {
                       statistics and keeps them); plan may then ask less
                       for backward (the model may skip a frozen layer's
                       backward entirely, tensors.h) */
+  int frozen_batch_stats; /* batch normalization, frozen: in training,
+                             normalize with the batch's statistics and
+                             update the running ones, as a trainable layer
+                             does (PyTorch's train() mode with the
+                             parameters frozen); gamma and beta still get
+                             no gradient. 0: the running statistics.
+                             Set before plan */
 };
 
 /*

@@ -86,6 +86,11 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   if (rc == 0 && o->inference)
     rc = nto_graph_freeze(&m->g, m->conf,
                           m->g.layers[m->g.n_layers - 1].name, err);
+  int bn_batch = o->frozen_bn == NTO_FROZEN_BN_CONFIG
+                     ? m->conf->model.frozen_bn_batch
+                     : o->frozen_bn == NTO_FROZEN_BN_BATCH;
+  if (rc == 0 && bn_batch && !o->inference)
+    rc = nto_graph_frozen_bn_batch(&m->g, m->conf, err);
   if (rc == 0)
     rc = setup_loss(m, &to, err);
   if (rc == 0)

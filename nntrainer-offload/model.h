@@ -37,6 +37,13 @@
 
 typedef struct nto_model nto_model;
 
+/* Frozen batch normalization in training (layer.h frozen_batch_stats). */
+typedef enum {
+  NTO_FROZEN_BN_CONFIG,  /* the config's [Model] frozen_bn_statistics */
+  NTO_FROZEN_BN_RUNNING, /* running statistics, left as they are */
+  NTO_FROZEN_BN_BATCH,   /* the batch's, running ones updated */
+} nto_frozen_bn;
+
 typedef struct nto_model_opts {
   int batch;                /* 0: the config's batch_size */
   uint64_t seed;            /* weight initialization and dropout */
@@ -58,6 +65,9 @@ typedef struct nto_model_opts {
   const char *freeze_until;     /* NULL, or freeze the layers up to and
                                    including this one (graph.h
                                    nto_graph_freeze) */
+  nto_frozen_bn frozen_bn;       /* what frozen batch normalization
+                                   normalizes with in training; default
+                                   (0): the config's frozen_bn_statistics */
   int inference;                /* forward only (evaluate, predict): every
                                    layer frozen, so no backward step,
                                    gradient or optimizer state is planned

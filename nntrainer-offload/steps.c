@@ -32,10 +32,12 @@ static void forward_uses(builder *b, int pass, int i) {
     use(b, pass, i, tt->out_t[i], NTO_USE_WRITE);
   for (int k = 0; k < l->n_in; k++)
     use(b, pass, i, tt->out_t[l->in[k]], NTO_USE_READ);
-  for (int j = 0; j < l->n_w; j++) /* a frozen layer writes no weight */
+  /* a training forward updates running statistics; a frozen layer writes
+   * no weight, unless its batch normalization keeps batch statistics */
+  int stats = train && (l->trainable || l->frozen_batch_stats);
+  for (int j = 0; j < l->n_w; j++)
     use(b, pass, i, l->w[j].tensor,
-        NTO_USE_READ |
-            (train && l->trainable && !l->w[j].trainable ? NTO_USE_WRITE : 0));
+        NTO_USE_READ | (stats && !l->w[j].trainable ? NTO_USE_WRITE : 0));
   for (int k = 0; k < l->n_saved; k++)
     if (l->saved[k].tensor >= 0) /* none without a backward */
       use(b, pass, i, l->saved[k].tensor, NTO_USE_WRITE);

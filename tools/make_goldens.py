@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NETS = ["mlp", "lenet", "tiny_resnet", "mobile_block", "mse_net",
-        "frozen_backbone"]
+        "frozen_backbone", "frozen_batch_stats"]
 
 BATCH = 4
 STEPS = 3
@@ -242,11 +242,17 @@ class Graph:
             # consumers that name this section read its activation output
             final[low] = len(self.nodes) - 1
         self.loss = self.model.get("loss", "").lower()
+        # frozen_bn_statistics = batch: a frozen batch normalization still
+        # normalizes with the batch's statistics and updates the running
+        # ones (torch's train() mode with its parameters frozen)
+        self.frozen_bn_batch = (self.model.get("frozen_bn_statistics",
+                                               "running").lower() == "batch")
         self.batch = int(self.model.get("batch_size", BATCH))
         self.plan()
         # a frozen layer (trainable = false): no weight gets a gradient,
         # batch normalization normalizes by its running statistics and
-        # leaves them as they are (nntrainer-offload's fine-tuning mode)
+        # leaves them as they are (nntrainer-offload's fine-tuning mode),
+        # unless frozen_bn_statistics = batch
         for n in self.nodes:
             if not as_bool(n.props.get("trainable", "true")):
                 n.weights = [(wn, s, False, i, f)
@@ -392,7 +398,8 @@ class Graph:
                                  W[n.name + ".moving_variance"],
                                  W[n.name + ".gamma"], W[n.name + ".beta"],
                                  training=training and
-                                 not n.cfg.get("frozen"),
+                                 (not n.cfg.get("frozen") or
+                                  self.frozen_bn_batch),
                                  momentum=1.0 - n.cfg["momentum"],
                                  eps=n.cfg["eps"])
             elif t == "pooling2d":

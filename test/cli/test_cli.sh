@@ -139,6 +139,17 @@ r18 "$tmp/init/r_st.bin" --init-weights "$tmp/init/r.safetensors" --freeze-until
 cmp -s "$tmp/init/r.bin" "$tmp/init/r_bin.bin" && cmp -s "$tmp/init/r.bin" "$tmp/init/r_st.bin" &&
   passes=$((passes + 1)) ||
   { echo "FAIL resnet18_bin_round_trip"; fails=$((fails + 1)); }
+expect frozen_bn_batch 0 "batch normalization on the batch's statistics, running ones updated" \
+  -- "$exe" train test/data/nets/frozen_backbone.ini --data synthetic --iterations 1 \
+  --eval-samples 0 --frozen-bn batch
+expect frozen_bn_ini 0 "batch normalization on its running statistics" \
+  -- "$exe" train test/data/nets/frozen_batch_stats.ini --data synthetic --iterations 1 \
+  --eval-samples 0 --frozen-bn running
+expect frozen_bn_bad 2 "--frozen-bn: expected running or batch, got 'maybe'" \
+  -- "$exe" train test/data/nets/frozen_backbone.ini --frozen-bn maybe
+printf '[Model]\nfrozen_bn_statistics = often\n[in]\ntype=input\ninput_shape=1:4:4\n' >"$tmp/fbn.ini"
+expect frozen_bn_key 2 "fbn.ini: \[model\] key 'frozen_bn_statistics': expected running or batch, got 'often'" \
+  -- "$exe" summary "$tmp/fbn.ini"
 expect recompute_bad 2 "--recompute: expected auto or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \

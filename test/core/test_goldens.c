@@ -37,9 +37,8 @@
 #define TOL 1e-4
 
 /* Hyperparameters written by tools/make_goldens.py (file metadata). */
-static const nto_opt_conf sgd = {.kind = NTO_OPT_SGD,
-                                 .learning_rate = 0.05,
-                                 .momentum = 0.9};
+static const nto_opt_conf sgd = {
+    .kind = NTO_OPT_SGD, .learning_rate = 0.05, .momentum = 0.9};
 static const nto_opt_conf adam = {.kind = NTO_OPT_ADAM,
                                   .learning_rate = 0.01,
                                   .beta1 = 0.9,
@@ -201,22 +200,49 @@ static void run_net_with(const char *net, int input_grad) {
 
 static void run_net(const char *net) { run_net_with(net, 1); }
 
-static void test_mlp(void **s) { (void)s; run_net("mlp"); }
-static void test_lenet(void **s) { (void)s; run_net("lenet"); }
-static void test_tiny_resnet(void **s) { (void)s; run_net("tiny_resnet"); }
-static void test_mobile_block(void **s) { (void)s; run_net("mobile_block"); }
-static void test_mse_net(void **s) { (void)s; run_net("mse_net"); }
+static void test_mlp(void **s) {
+  (void)s;
+  run_net("mlp");
+}
+static void test_lenet(void **s) {
+  (void)s;
+  run_net("lenet");
+}
+static void test_tiny_resnet(void **s) {
+  (void)s;
+  run_net("tiny_resnet");
+}
+static void test_mobile_block(void **s) {
+  (void)s;
+  run_net("mobile_block");
+}
+static void test_mse_net(void **s) {
+  (void)s;
+  run_net("mse_net");
+}
 static void test_frozen_backbone(void **s) {
   (void)s;
   run_net_with("frozen_backbone", 1);
   run_net_with("frozen_backbone", 0);
 }
+/* frozen batch normalization on batch statistics (frozen_bn_statistics =
+ * batch): the frozen layers' running statistics move, gamma and beta
+ * stay, gradients flow through the batch statistics */
+static void test_frozen_batch_stats(void **s) {
+  (void)s;
+  run_net_with("frozen_batch_stats", 1);
+  run_net_with("frozen_batch_stats", 0);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mlp),          cmocka_unit_test(test_lenet),
-      cmocka_unit_test(test_tiny_resnet),  cmocka_unit_test(test_mobile_block),
-      cmocka_unit_test(test_mse_net),      cmocka_unit_test(test_frozen_backbone),
+      cmocka_unit_test(test_mlp),
+      cmocka_unit_test(test_lenet),
+      cmocka_unit_test(test_tiny_resnet),
+      cmocka_unit_test(test_mobile_block),
+      cmocka_unit_test(test_mse_net),
+      cmocka_unit_test(test_frozen_backbone),
+      cmocka_unit_test(test_frozen_batch_stats),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

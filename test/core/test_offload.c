@@ -461,6 +461,25 @@ static void test_frozen_layers(void **state) {
   tmpdir_remove(dir);
 }
 
+/* Frozen batch normalization on batch statistics (frozen_bn = batch): the
+ * running statistics of frozen layers are written by their forward, also
+ * below the first trainable layer; the same bits at every window and
+ * backend as everything resident. */
+static void test_frozen_batch_stats(void **state) {
+  (void)state;
+  const struct {
+    net_case nc;
+    const char *until;
+  } cases[] = {{{"test/data/nets/tiny_resnet.ini", 2, 3, 0}, "bn_add"},
+               {{"test/data/nets/tiny_resnet.ini", 2, 3, 0}, "res_bn1"},
+               {{"test/data/nets/mobile_block.ini", 2, 3, 0}, "dw_bn"}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    nto_model_opts o = {.freeze_until = cases[c].until,
+                        .frozen_bn = NTO_FROZEN_BN_BATCH};
+    check_net_opts(&cases[c].nc, o);
+  }
+}
+
 /* An inference model (model.h opts.inference: evaluate, predict) plans no
  * backward, gradient or optimizer state, and its forward pass gives the
  * same bits at every window and backend as the eval pass of the trained
@@ -1664,6 +1683,7 @@ int main(void) {
       cmocka_unit_test(test_small_nets),
       cmocka_unit_test(test_frozen_layers),
       cmocka_unit_test(test_inference_model),
+      cmocka_unit_test(test_frozen_batch_stats),
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_keep_resident),
       cmocka_unit_test(test_recompute),

@@ -164,8 +164,8 @@ static void test_normalize(void **state) {
   assert_true(n.mean[2] == 0.5f && n.std[0] == 0.25f);
   assert_int_equal(nto_image_norm_parse("0.1,0.2,0.3/1,2,4", 3, &n, &err), 0);
   assert_true(n.mean[1] == 0.2f && n.std[2] == 4.0f);
-  const char *bad[] = {"0.5", "0.5/0", "1,2/3,4",        "0.5/",
-                       "a/b", "1/2/3", "0.1,0.2,0.3/1,2"};
+  const char *bad[] = {"0.5",   "0.5/0",           "1,2/3,4", "0.5/",   "a/b",
+                       "1/2/3", "0.1,0.2,0.3/1,2", "nan/1",   "0.5/inf"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     assert_int_equal(nto_image_norm_parse(bad[i], 3, &n, &err), NTO_ECONFIG);
     assert_msg_has(&err, bad[i]);
