@@ -293,7 +293,7 @@ int cmd_evaluate(int argc, char **argv) {
   if (prc != 0)
     return prc > 0 ? CLI_OK : CLI_USAGE;
   nto_err err = {0};
-  int rc = 0, status = setup_inference(&r);
+  int rc = 0, status = setup_inference(&r, 0);
   if (status != CLI_OK) {
     cleanup(&r, &t);
     return status;

@@ -40,7 +40,8 @@ static const char usage[] =
     "                        {\"inputs\": [{\"input\": NAME, "
     "\"probabilities\":\n"
     "                        [p0, p1, ...]}, ...]}\n"
-    "  --batch-size B        inputs per forward pass (default: the INI's)\n"
+    "  --batch-size B        inputs per forward pass (default: the INI's,\n"
+    "                        at most the number of images)\n"
     "  --threads T, --window N|auto|all, --memory-budget SIZE,\n"
     "  --swap-dir DIR, --io uring|psync, --no-direct   as for evaluate\n";
 
@@ -252,7 +253,9 @@ int cmd_predict(int argc, char **argv) {
   predict p = {0};
   memset(&r, 0, sizeof r);
   int status = parse_opts(argc, argv, &r.o, &p);
-  status = status > 0 ? -1 : status < 0 ? CLI_USAGE : setup_inference(&r);
+  status = status > 0   ? -1
+           : status < 0 ? CLI_USAGE
+                        : setup_inference(&r, p.n_files);
   nto_err err = {0};
   double *prob = status == CLI_OK ? malloc((size_t)r.k * sizeof *prob) : NULL;
   int rc = status != CLI_OK ? 0

@@ -334,7 +334,7 @@ static int load_all_weights(run *r, nto_err *err) {
   return rc;
 }
 
-int setup_inference(run *r) {
+int setup_inference(run *r, int max_batch) {
   nto_err err = {0};
   openblas_set_num_threads(1); /* as train: GEMMs in our compute threads */
   cli_compute_threads(r->o.threads);
@@ -348,6 +348,8 @@ int setup_inference(run *r) {
       cli_error("%s", err.msg);
     return CLI_USAGE;
   }
+  if (!mo.batch && max_batch > 0 && max_batch < r->c.model.batch_size)
+    mo.batch = max_batch; /* no buffers for inputs that do not exist */
   rc = nto_model_create(&r->m, &r->c, &mo, &err);
   if (rc == 0 && (rc = load_all_weights(r, &err)) != 0 && rc != NTO_ENOMEM) {
     cli_error("--weights: %s", err.msg);

@@ -75,11 +75,13 @@ void setup_print_offload(const run *r);
  * evaluate and predict: the config r->o.model, a forward-only model
  * (nto_model_opts.inference) with the memory settings, every weight from
  * r->o.weights (a tensor missing or of another shape is a usage error),
- * r->batch / k / sample / tty, and one batch's buffers r->x, r->y. Prints
- * its errors. Returns CLI_OK, CLI_USAGE or CLI_RUNTIME; the caller frees
- * what r holds either way.
+ * r->batch / k / sample / tty, and one batch's buffers r->x, r->y. The
+ * batch is --batch-size, else the INI's, at most max_batch when that is >
+ * 0 (predict on 2 images: a batch of 2). Prints its errors. Returns
+ * CLI_OK, CLI_USAGE or CLI_RUNTIME; the caller frees what r holds either
+ * way.
  */
-int setup_inference(run *r);
+int setup_inference(run *r, int max_batch);
 
 /* "model ...: L layers, P parameters, batch B, T threads", the weights
  * line and the BLAS line. Stdout. */
