@@ -444,12 +444,14 @@ int nto_model_weights_bin(nto_model *m, nto_named_tensor **out, int *n,
                           nto_err *err) {
   int L = m->g.n_layers, *order = malloc((size_t)L * sizeof *order);
   int *first = malloc((size_t)(L + 1) * sizeof *first); /* in *out */
-  nto_named_tensor *ts = NULL, *by = NULL;
+  nto_named_tensor *ts = NULL;
   int rc = order && first ? nto_model_weights(m, &ts, n, err)
                           : nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0)
     rc = nto_graph_nntrainer_order(&m->g, order, err);
-  if (rc == 0 && !(by = malloc((size_t)(*n ? *n : 1) * sizeof *by)))
+  nto_named_tensor *by =
+      rc == 0 ? malloc((size_t)(*n ? *n : 1) * sizeof *by) : NULL;
+  if (rc == 0 && !by)
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (rc == 0) {
     first[0] = 0;
