@@ -35,9 +35,11 @@ typedef struct nto_place_item {
  * Place v[0..n) in time [0, T) and set each offset. With fit > 0, the
  * first order whose region is within fit bytes is kept without trying the
  * others. Returns the region's size in bytes (the largest end), or
- * (size_t)-1 when out of memory (offsets then undefined). Time: O(n^2)
- * per order in the worst case, a sweep over the placed buffers sorted by
- * offset.
+ * (size_t)-1 when out of memory (offsets then undefined). Time per
+ * order: for each buffer, the placed buffers alive around it (found
+ * through an index of time buckets; long-lived ones are read by every
+ * query) sorted by offset and swept; O(n^2) only when most buffers live
+ * long. Test: test_place (the same offsets as the plain quadratic sweep).
  */
 size_t nto_place(nto_place_item *v, int n, long T, size_t fit);
 

@@ -303,11 +303,18 @@ static int range_free(const range *r, const size_t *pm, int n, size_t o,
   return lo == 0 || pm[lo - 1] <= o;
 }
 
-/* Scratch of best_offset, sized for every interval. */
+/* Scratch of best_offset, sized for every interval, and the time index
+ * that finds an interval's neighbours. */
 typedef struct spread_buf {
   int *near, *busy;
   size_t *cand, *pm;
   range *br;
+  /* the index: the time [0, T) in nb buckets of w instants, each with its
+   * one-segment intervals touching it (a pool of nodes); the two-segment
+   * and long ones (more than NBR_LONG buckets) in lng, read by every
+   * query */
+  long w;
+  int nb, *head, *node, *next, n_node, *lng, n_lng, *stamp, *cand_iv;
 } spread_buf;
 
 static void spread_buf_free(spread_buf *b) {
@@ -316,9 +323,132 @@ static void spread_buf_free(spread_buf *b) {
   free(b->cand);
   free(b->br);
   free(b->pm);
+  free(b->head);
+  free(b->node);
+  free(b->next);
+  free(b->lng);
+  free(b->stamp);
+  free(b->cand_iv);
+}
+
+#define NBR_LONG 64
+
+/* Buckets [*a, *a + return) that instants [x, y] (0 <= x <= y < T) touch. */
+static long nbr_buckets(const spread_buf *b, long x, long y, long *a) {
+  *a = x / b->w;
+  long e = y / b->w;
+  if (e >= b->nb)
+    e = b->nb - 1;
+  return e - *a + 1;
+}
+
+/* Every spreadable interval into the index. Returns 0 or NTO_ENOMEM. */
+static int nbr_build(const model *m, spread_buf *b) {
+  long T = 3L * m->S, a;
+  int n = m->n_iv, cap = 0;
+  b->nb = (int)(T < 4096 ? (T > 0 ? T : 1) : 4096);
+  b->w = (T + b->nb - 1) / b->nb;
+  b->head = malloc((size_t)b->nb * sizeof *b->head);
+  b->lng = malloc(((size_t)n + 1) * sizeof *b->lng);
+  b->stamp = malloc(((size_t)n + 1) * sizeof *b->stamp);
+  b->cand_iv = malloc(((size_t)n + 1) * sizeof *b->cand_iv);
+  if (!b->head || !b->lng || !b->stamp || !b->cand_iv)
+    return NTO_ENOMEM;
+  for (int i = 0; i < b->nb; i++)
+    b->head[i] = -1;
+  for (int j = 0; j < n; j++) {
+    const interval *u = &m->iv[j];
+    b->stamp[j] = -1;
+    if (!used(u) || m->p->bytes[u->t] == 0)
+      continue;
+    long nbk = nbr_buckets(b, u->seg[0][0], u->seg[0][1], &a);
+    if (u->n_seg != 1 || nbk > NBR_LONG) {
+      b->lng[b->n_lng++] = j;
+      continue;
+    }
+    for (long k = a; k < a + nbk; k++) {
+      if (b->n_node == cap) {
+        cap = cap ? 2 * cap : 4096;
+        int *nd = realloc(b->node, (size_t)cap * sizeof *nd);
+        if (!nd)
+          return NTO_ENOMEM;
+        b->node = nd;
+        int *nx = realloc(b->next, (size_t)cap * sizeof *nx);
+        if (!nx)
+          return NTO_ENOMEM;
+        b->next = nx;
+      }
+      b->node[b->n_node] = j;
+      b->next[b->n_node] = b->head[k];
+      b->head[k] = b->n_node++;
+    }
+  }
+  return 0;
+}
+
+static int by_index(const void *x, const void *y) {
+  int a = *(const int *)x, c = *(const int *)y;
+  return (a > c) - (a < c);
+}
+
+/* The intervals (other than k, used, with bytes) that overlap interval k
+ * in time into b->busy[0..*nb) and those within SPREAD_HORIZON instants of
+ * it into b->near[0..*nn), each in index order. One-segment intervals are
+ * found through the buckets of k's instants widened by the horizon on
+ * both sides (around the cycle): an interval ending less than the horizon
+ * before k starts, or starting less than it after k ends, touches them;
+ * the others are in lng. A two-segment k reads every interval. */
+static void neighbours(const model *m, spread_buf *b, int k, int *nb,
+                       int *nn) {
+  long T = 3L * m->S;
+  const interval *v = &m->iv[k];
+  int nc = 0;
+  if (v->n_seg != 1 || T <= 2 * SPREAD_HORIZON + 2) {
+    for (int j = 0; j < m->n_iv; j++)
+      b->cand_iv[nc++] = j;
+  } else {
+    long x = v->seg[0][0] - SPREAD_HORIZON, y = v->seg[0][1] + SPREAD_HORIZON;
+    long parts[3][2], np = 0;
+    if (y - x + 1 >= T) {
+      parts[np][0] = 0, parts[np++][1] = T - 1;
+    } else {
+      if (x < 0)
+        parts[np][0] = x + T, parts[np++][1] = T - 1, x = 0;
+      if (y >= T)
+        parts[np][0] = 0, parts[np++][1] = y - T, y = T - 1;
+      parts[np][0] = x, parts[np++][1] = y;
+    }
+    for (long p = 0; p < np; p++) {
+      long a, nbk = nbr_buckets(b, parts[p][0], parts[p][1], &a);
+      for (long q = a; q < a + nbk; q++)
+        for (int e = b->head[q]; e >= 0; e = b->next[e])
+          if (b->stamp[b->node[e]] != k) {
+            b->stamp[b->node[e]] = k;
+            b->cand_iv[nc++] = b->node[e];
+          }
+    }
+    for (int i = 0; i < b->n_lng; i++)
+      if (b->stamp[b->lng[i]] != k) {
+        b->stamp[b->lng[i]] = k;
+        b->cand_iv[nc++] = b->lng[i];
+      }
+    qsort(b->cand_iv, (size_t)nc, sizeof *b->cand_iv, by_index);
+  }
+  *nb = *nn = 0;
+  for (int i = 0; i < nc; i++) {
+    int j = b->cand_iv[i];
+    const interval *u = &m->iv[j];
+    if (j == k || !used(u) || m->p->bytes[u->t] == 0)
+      continue;
+    if (time_overlap(u, v))
+      b->busy[(*nb)++] = j;
+    else if (time_gap(u, v, T) < SPREAD_HORIZON)
+      b->near[(*nn)++] = j;
+  }
 }
 
 static int spread_buf_init(spread_buf *b, int n) {
+  memset(b, 0, sizeof *b);
   b->near = malloc(((size_t)n + 1) * sizeof *b->near);
   b->busy = malloc(((size_t)n + 1) * sizeof *b->busy);
   b->cand = malloc((2 * (size_t)n + 3) * sizeof *b->cand);
@@ -326,7 +456,6 @@ static int spread_buf_init(spread_buf *b, int n) {
   b->pm = malloc(((size_t)n + 1) * sizeof *b->pm);
   if (b->near && b->busy && b->cand && b->br && b->pm)
     return 0;
-  spread_buf_free(b);
   return NTO_ENOMEM;
 }
 
@@ -341,15 +470,7 @@ static size_t best_offset(const model *m, int k, size_t region, int other,
   const interval *v = &m->iv[k];
   size_t len = m->p->bytes[v->t];
   int nb = 0, nn = 0, nc = 0;
-  for (int j = 0; j < m->n_iv; j++) {
-    const interval *u = &m->iv[j];
-    if (j == k || !used(u) || m->p->bytes[u->t] == 0)
-      continue;
-    if (time_overlap(u, v))
-      b->busy[nb++] = j;
-    else if (time_gap(u, v, T) < SPREAD_HORIZON)
-      b->near[nn++] = j;
-  }
+  neighbours(m, b, k, &nb, &nn);
   b->cand[nc++] = v->offset;
   b->cand[nc++] = 0;
   if (region >= len)
@@ -405,7 +526,10 @@ static int movable(const model *m, const interval *v) {
  * still running and the step that needs the buffer waits for it. Offsets
  * only: the region, the actions and every byte moved stay; the placement
  * stays valid (each move checks every interval overlapping in time). The
- * permanent intervals stay. Costs O(intervals^2) plus, per interval, its
+ * permanent intervals stay. Each interval's neighbours in time (those it
+ * overlaps, and those within the horizon) come from an index of time
+ * buckets (neighbours()), not a scan of all intervals, which made
+ * planning a 2000-layer net quadratic; then per interval its
  * candidates times the nearby intervals (a candidate's clash with the
  * intervals overlapping in time is a binary search in their byte ranges;
  * with a scan of them per candidate, MobileNetV2 224 b10 window 32's
@@ -418,10 +542,11 @@ static int movable(const model *m, const interval *v) {
  * time, once every interval has its final offset.
  */
 static int spread_placement(model *m, size_t region) {
-  spread_buf b;
+  spread_buf b = {0};
   unsigned char *crowded = calloc((size_t)m->n_iv + 1, 1);
-  if (!crowded || spread_buf_init(&b, m->n_iv) != 0) {
+  if (!crowded || spread_buf_init(&b, m->n_iv) != 0 || nbr_build(m, &b) != 0) {
     free(crowded);
+    spread_buf_free(&b);
     return NTO_ENOMEM;
   }
   long score;
