@@ -919,8 +919,12 @@ static int keep_batch(nto_schedule *sc, const nto_plan *p, int n_win,
 }
 
 /* Gaps tried per schedule build: a batch that fits (the usual case) costs
- * one build; one that does not is split in halves. */
+ * one build; one that does not is split in halves. KEEP_BATCH gaps, or
+ * 1/KEEP_BUILDS of them when there are more (beyond 2048 gaps: only
+ * deep nets; ResNet-18 has about 650, MobileNetV2 224 about 1350), so
+ * that the builds, each as long as the net, stay about KEEP_BUILDS. */
 #define KEEP_BATCH 32
+#define KEEP_BUILDS 64
 
 /* The kept schedule with holds h[0..n_h) built again with the smallest
  * region of every placement order (a trial stopped at the first order
@@ -958,6 +962,7 @@ static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
   if (rc == 0 && !(h = malloc(((size_t)n_g + 1) * sizeof *h)))
     rc = NTO_ENOMEM;
   size_t region = sc->region, fit = sc->peak;
+  int batch = n_g / KEEP_BUILDS > KEEP_BATCH ? n_g / KEEP_BUILDS : KEEP_BATCH;
   if (rc == 0)
     memcpy(live, sc->live, (size_t)T * sizeof *live);
   for (int i = 0, k = 0; i <= n_g && rc == 0; i++) {
@@ -969,7 +974,7 @@ static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
         live[x % T] += p->bytes[g[i].t];
       h[n_h + k++] = (nto_plan_hold){g[i].t, g[i].a + 1, g[i].b - 1};
     }
-    if (k > 0 && (k == KEEP_BATCH || i == n_g)) {
+    if (k > 0 && (k == batch || i == n_g)) {
       int kept = 0;
       rc = keep_batch(sc, p, n, upto, h, n_h, k, 0, region, &kept, err);
       n_h += kept;
