@@ -29,7 +29,7 @@ deep_ini() { # deep_ini LAYERS FILE
   }' >"$2"
 }
 printf '%8s %8s %14s %22s\n' layers graph "summary user s" "train --window 1 user s"
-for n in 500 1000 2000; do
+for n in ${NTO_DEPTHS:-500 1000 2000}; do
   deep_ini "$n" "$tmp/deep.ini"
   layers=$("$exe" summary "$tmp/deep.ini" | sed -n 's/^model .*, batch.*//; s/.*: \([0-9]*\) layers.*/\1/p' | head -1)
   s=$( { /usr/bin/time -f %U "$exe" summary "$tmp/deep.ini" >/dev/null; } 2>&1 | tail -1)
