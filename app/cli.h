@@ -48,6 +48,22 @@ const char *cli_value(int argc, char **argv, int *i);
  * half the GEMM speed; nntrainer-offload/blas.h). Stdout. */
 void cli_print_blas(void);
 
+struct run;
+
+/*
+ * Under an address-space limit (RLIMIT_AS, `ulimit -v`; nothing without
+ * one), after the model and the data of r are set up and before the first
+ * GEMM: takes the executor's OpenBLAS GEMM buffer (measuring its size) and
+ * checks that what is mapped now (VmSize), the buffers of the other
+ * compute threads, the growth of --window auto up to its cap and a margin
+ * fit the limit; if not, runs on fewer compute threads (a note on stdout;
+ * r->o.threads updated), else refuses. rc: the status so far, returned as
+ * it is (an NTO_ENOMEM message gains the limit). Returns rc, 0, or
+ * NTO_ECONFIG "the address-space limit (ulimit -v) X is below the Y this
+ * run needs: ...". Main thread.
+ */
+int cli_address_space(struct run *r, int rc, nto_err *err);
+
 /* Prints "nntrainer-offload: <msg>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

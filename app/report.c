@@ -36,8 +36,12 @@ void report_measure(const run *r, metrics *mx) {
   mx->from = r->it0 + r->o.warmup < r->n_steps ? r->it0 + r->o.warmup : r->it0;
   mx->n = r->n_steps - mx->from;
   double n = mx->n > 0 ? (double)mx->n : 1;
-  mx->median_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.5) * 1e3;
-  mx->p90_ms = percentile(r->step_s + mx->from, (size_t)mx->n, 0.9) * 1e3;
+  /* Nothing timed (a run resumed at or past its end): step_s has no entry
+   * at from, not even one past its last. */
+  const double *t = mx->n > 0 ? r->step_s + mx->from : r->step_s;
+  size_t nt = mx->n > 0 ? (size_t)mx->n : 0;
+  mx->median_ms = percentile(t, nt, 0.5) * 1e3;
+  mx->p90_ms = percentile(t, nt, 0.9) * 1e3;
   mx->stall_ms = r->stall_ms / n;
   mx->relocated = (double)r->relocated / n;
   mx->read_busy_ms = r->busy_ms[0] / n;

@@ -355,6 +355,7 @@ int setup_inference(run *r, int max_batch) {
     cli_error("--weights: %s", err.msg);
     return CLI_USAGE;
   }
+  rc = cli_address_space(r, rc, &err); /* ulimit -v: threads or refusal */
   if (rc != 0) {
     cli_error("%s", err.msg);
     return cli_status(rc);

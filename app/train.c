@@ -5,14 +5,15 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "memstat.h"
+#include "outputs.h"
 #include "parallel.h"
 #include "report.h"
 #include "run.h"
 #include "setup.h"
-#include "weights.h"
 
 #include <cblas.h>
-#include <signal.h>
+#include <float.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -82,7 +83,8 @@ static const char usage[] =
     "  --log-every K         non-terminal output: a line every K iterations\n"
     "  --warmup K            leave the first K iterations out of the report\n"
     "\n"
-    "Checkpoints (SIGINT/SIGTERM: finish the iteration, then exit):\n"
+    "Checkpoints (SIGINT/SIGTERM/SIGHUP: finish the iteration, then exit;\n"
+    "a second signal aborts):\n"
     "  --checkpoint FILE     the training state, atomically, after every\n"
     "                        epoch, at the end and on a signal\n"
     "  --checkpoint-every K  also every K iterations\n"
@@ -92,89 +94,45 @@ static const char usage[] =
     "weight gradients are computed are the tuner's choices; train prints\n"
     "them (docs/cli.md).\n";
 
-/* The signal that asks the run to stop (SIGINT, SIGTERM), 0: none. Set by
- * the handler; the loop checks it between iterations. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop_signal(int sig) { stop_signal = sig; }
-
-/* SA_RESETHAND: a second signal of the same kind kills at once (the swap
- * file is unnamed; a checkpoint being written stays in FILE.tmp). The
- * offload engine's I/O threads block all signals. */
-static void install_signals(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART | SA_RESETHAND;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The option's string value, or NULL when a is not one of them. */
-static const char **string_opt(train_opts *o, const char *a) {
-  static const struct {
-    const char *name;
-    size_t off;
-  } opts[] = {
-      {"--data", offsetof(train_opts, data)},
-      {"--classes", offsetof(train_opts, classes)},
-      {"--valid-split", offsetof(train_opts, valid_split)},
-      {"--normalize", offsetof(train_opts, normalize)},
-      {"--save", offsetof(train_opts, save)},
-      {"--window", offsetof(train_opts, window)},
-      {"--memory-budget", offsetof(train_opts, budget)},
-      {"--swap-dir", offsetof(train_opts, swap_dir)},
-      {"--io", offsetof(train_opts, io)},
-      {"--recompute", offsetof(train_opts, recompute)},
-      {"--freeze-until", offsetof(train_opts, freeze_until)},
-      {"--frozen-bn", offsetof(train_opts, frozen_bn)},
-      {"--init-weights", offsetof(train_opts, init_weights)},
-      {"--report-json", offsetof(train_opts, report_json)},
-      {"--trace", offsetof(train_opts, trace)},
-      {"--checkpoint", offsetof(train_opts, checkpoint)},
-      {"--resume", offsetof(train_opts, resume)},
-  };
-  for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-    if (!strcmp(a, opts[i].name))
-      return (const char **)((char *)o + opts[i].off);
-  return NULL;
-}
-
-/* The option's integer value and its range, or NULL. */
-static long *int_opt(train_opts *o, const char *a, long *min, long *max) {
-  static const struct {
-    const char *name;
-    size_t off;
-    long min, max;
-  } opts[] = {
-      {"--epochs", offsetof(train_opts, epochs), 1, 1L << 40},
-      {"--iterations", offsetof(train_opts, iterations), 1, 1L << 40},
-      {"--batch-size", offsetof(train_opts, batch), 1, 1L << 20},
-      {"--train-samples", offsetof(train_opts, train_samples), 1, 1L << 40},
-      {"--eval-samples", offsetof(train_opts, eval_samples), 0, 1L << 40},
-      {"--shuffle-buffer", offsetof(train_opts, shuffle), 0, 1L << 24},
-      {"--seed", offsetof(train_opts, seed), 0, 1L << 40},
-      {"--threads", offsetof(train_opts, threads), 1, 256},
-      {"--log-every", offsetof(train_opts, log_every), 1, 1L << 40},
-      {"--warmup", offsetof(train_opts, warmup), 0, 1L << 40},
-      {"--checkpoint-every", offsetof(train_opts, checkpoint_every), 1,
-       1L << 40},
-  };
-  for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-    if (!strcmp(a, opts[i].name)) {
-      *min = opts[i].min;
-      *max = opts[i].max;
-      return (long *)((char *)o + opts[i].off);
-    }
-  return NULL;
-}
+/* train's options (setup.h setup_parse). */
+static const setup_opt train_opts_table[] = {
+    SETUP_OPT("--data", data, 's', 0, 0),
+    SETUP_OPT("--classes", classes, 's', 0, 0),
+    SETUP_OPT("--valid-split", valid_split, 's', 0, 0),
+    SETUP_OPT("--normalize", normalize, 's', 0, 0),
+    SETUP_OPT("--skip-bad-images", skip_bad_images, 'f', 0, 0),
+    SETUP_OPT("--save", save, 's', 0, 0),
+    SETUP_OPT("--window", window, 's', 0, 0),
+    SETUP_OPT("--memory-budget", budget, 's', 0, 0),
+    SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),
+    SETUP_OPT("--io", io, 's', 0, 0),
+    SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
+    SETUP_OPT("--recompute", recompute, 's', 0, 0),
+    SETUP_OPT("--freeze-until", freeze_until, 's', 0, 0),
+    SETUP_OPT("--frozen-bn", frozen_bn, 's', 0, 0),
+    SETUP_OPT("--init-weights", init_weights, 's', 0, 0),
+    SETUP_OPT("--report-json", report_json, 's', 0, 0),
+    SETUP_OPT("--trace", trace, 's', 0, 0),
+    SETUP_OPT("--checkpoint", checkpoint, 's', 0, 0),
+    SETUP_OPT("--resume", resume, 's', 0, 0),
+    SETUP_OPT("--epochs", epochs, 'i', 1, 1L << 40),
+    SETUP_OPT("--iterations", iterations, 'i', 1, 1L << 40),
+    SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),
+    SETUP_OPT("--train-samples", train_samples, 'i', 1, 1L << 40),
+    SETUP_OPT("--eval-samples", eval_samples, 'i', 0, 1L << 40),
+    SETUP_OPT("--shuffle-buffer", shuffle, 'i', 0, 1L << 24),
+    SETUP_OPT("--seed", seed, 'i', 0, 1L << 40),
+    SETUP_OPT("--threads", threads, 'i', 1, 256),
+    SETUP_OPT("--log-every", log_every, 'i', 1, 1L << 40),
+    SETUP_OPT("--warmup", warmup, 'i', 0, 1L << 40),
+    SETUP_OPT("--checkpoint-every", checkpoint_every, 'i', 1, 1L << 40),
+};
 
 /* Returns 0, 1 after --help, or -1 after a usage error. */
 static int parse_opts(int argc, char **argv, train_opts *o) {
@@ -183,38 +141,11 @@ static int parse_opts(int argc, char **argv, train_opts *o) {
   o->shuffle = 512;
   o->seed = 1;
   o->threads = sysconf(_SC_NPROCESSORS_ONLN);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], **str;
-    long *num, min, max;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(usage, stdout);
-      return 1;
-    } else if (!strcmp(a, "--no-direct")) {
-      o->no_direct = 1;
-    } else if (!strcmp(a, "--skip-bad-images")) {
-      o->skip_bad_images = 1;
-    } else if ((str = string_opt(o, a))) {
-      if (!(*str = cli_value(argc, argv, &i))) {
-        cli_error("option %s needs a value", a);
-        return -1;
-      }
-    } else if ((num = int_opt(o, a, &min, &max))) {
-      if (cli_int(a, cli_value(argc, argv, &i), min, max, num) != 0)
-        return -1;
-    } else if (a[0] == '-') {
-      cli_error("train: unknown option '%s' (try train --help)", a);
-      return -1;
-    } else if (!o->model) {
-      o->model = a;
-    } else {
-      cli_error("train: unexpected argument '%s'", a);
-      return -1;
-    }
-  }
-  if (!o->model) {
-    fputs(usage, stderr);
-    return -1;
-  }
+  int rc = setup_parse(argc, argv, usage, train_opts_table,
+                       sizeof train_opts_table / sizeof *train_opts_table, o,
+                       NULL, NULL);
+  if (rc != 0)
+    return rc;
   if (o->checkpoint_every && !o->checkpoint) {
     cli_error("--checkpoint-every needs --checkpoint FILE");
     return -1;
@@ -274,7 +205,8 @@ static int evaluate(run *r, long epoch, nto_err *err) {
   for (;;) {
     int got = 0;
     nto_step_stats st;
-    if (stop_signal) { /* the checkpoint is from before the evaluation */
+    if (outputs_stop_signal()) { /* the checkpoint is from before the evaluation
+                                  */
       r->stopped = 1;
       return rc;
     }
@@ -376,6 +308,71 @@ static int write_checkpoint(run *r, nto_err *err) {
   return 0;
 }
 
+/* The most iterations and epochs a run counts (the options' bound). */
+#define MAX_COUNT (1L << 40)
+
+/* The integer value name of a checkpoint in [0, max] into *out, else
+ * NTO_EDATA naming it. */
+static int ckpt_count(const run *r, const char *name, uint64_t v, long max,
+                      long *out, nto_err *err) {
+  if (v > (uint64_t)max)
+    return nto_err_set(err, NTO_EDATA,
+                       "checkpoint %s: value %s = %" PRIu64 " is out of "
+                       "range (at most %ld): the file is damaged or was not "
+                       "written by train",
+                       r->o.resume, name, v, max);
+  *out = (long)v;
+  return 0;
+}
+
+/* A checkpoint's double value name in [lo, hi] into *out, else NTO_EDATA
+ * naming it. */
+static int ckpt_real(const run *r, const char *name, uint64_t v, double lo,
+                     double hi, double *out, nto_err *err) {
+  double d = bitsd(v);
+  if (!(d >= lo && d <= hi)) /* NaN too */
+    return nto_err_set(err, NTO_EDATA,
+                       "checkpoint %s: value %s = %g is out of range (%g to "
+                       "%g): the file is damaged or was not written by train",
+                       r->o.resume, name, d, lo, hi);
+  *out = d;
+  return 0;
+}
+
+/* The loop's state from checkpoint values v[0..n) written at iteration
+ * it. The file's checksums hold, but its values are still bounded before
+ * use: counts and pointers are computed from them. Returns 0 or
+ * NTO_EDATA naming the value out of range. */
+static int loop_values(run *r, long it, const nto_ckpt_value *v, int n,
+                       nto_err *err) {
+  long iterations = 0;
+  int rc = ckpt_count(r, "model.iteration", (uint64_t)it, MAX_COUNT,
+                      &iterations, err);
+  if (rc == 0)
+    rc = ckpt_count(r, "loop.epoch", nto_ckpt_get(v, n, "loop.epoch", 0),
+                    MAX_COUNT, &r->epoch, err);
+  if (rc == 0)
+    rc = ckpt_count(r, "loop.iter_in_epoch",
+                    nto_ckpt_get(v, n, "loop.iter_in_epoch", 0), iterations,
+                    &r->ie, err);
+  if (rc == 0) /* samples since the last progress line */
+    rc = ckpt_count(r, "loop.seen", nto_ckpt_get(v, n, "loop.seen", 0),
+                    iterations * r->batch, &r->seen, err);
+  if (rc == 0)
+    rc = ckpt_count(r, "loop.correct", nto_ckpt_get(v, n, "loop.correct", 0),
+                    r->seen, &r->correct, err);
+  if (rc == 0)
+    rc = ckpt_real(r, "loop.loss_sum", nto_ckpt_get(v, n, "loop.loss_sum", 0),
+                   -DBL_MAX, DBL_MAX, &r->loss_sum, err);
+  if (rc == 0)
+    rc = ckpt_real(r, "loop.last_loss", nto_ckpt_get(v, n, "loop.last_loss", 0),
+                   -DBL_MAX, DBL_MAX, &r->last_loss, err);
+  if (rc == 0)
+    rc = ckpt_real(r, "loop.last_acc", nto_ckpt_get(v, n, "loop.last_acc", 0),
+                   0, 100, &r->last_acc, err);
+  return rc;
+}
+
 /* --resume: restore the model, the data position and the loop's state.
  * Returns 0 or the checkpoint's error (NTO_ECONFIG: another model). */
 static int resume(run *r, nto_err *err) {
@@ -398,14 +395,9 @@ static int resume(run *r, nto_err *err) {
                          "checkpoint %s has no value %s: it was not written "
                          "by train",
                          r->o.resume, need[i]);
+  if ((rc = loop_values(r, st.iteration, v, n, err)) != 0)
+    return rc;
   r->it0 = r->n_steps = nto_model_iteration(r->m);
-  r->epoch = (long)nto_ckpt_get(v, n, "loop.epoch", 0);
-  r->ie = (long)nto_ckpt_get(v, n, "loop.iter_in_epoch", 0);
-  r->loss_sum = bitsd(nto_ckpt_get(v, n, "loop.loss_sum", 0));
-  r->correct = (long)nto_ckpt_get(v, n, "loop.correct", 0);
-  r->seen = (long)nto_ckpt_get(v, n, "loop.seen", 0);
-  r->last_loss = bitsd(nto_ckpt_get(v, n, "loop.last_loss", 0));
-  r->last_acc = bitsd(nto_ckpt_get(v, n, "loop.last_acc", 0));
   /* The file at --checkpoint already holds this state when it is the one
    * resumed from. */
   r->ckpt_it =
@@ -526,7 +518,7 @@ static int train_loop(run *r, nto_err *err) {
       rc = nto_dataset_rewind(r->train, err);
     while (rc == 0 && it < r->planned) {
       int got = 0;
-      if (stop_signal) {
+      if (outputs_stop_signal()) {
         r->stopped = 1;
         break;
       }
@@ -580,70 +572,6 @@ static void print_plan(run *r) {
            "recomputed, they would not fit the memory budget\n");
 }
 
-/* The training data's class names, one per line, in label order
- * (malloc'ed), or NULL when it has none (IDX, raw, synthetic) or they
- * would not read back as lines. */
-static char *class_names(const run *r) {
-  size_t len = 1;
-  for (int c = 0; c < r->k; c++) {
-    const char *n = nto_dataset_class_name(r->train, c);
-    if (!n || strchr(n, '\n'))
-      return NULL;
-    len += strlen(n) + 1;
-  }
-  char *s = malloc(len), *p = s;
-  for (int c = 0; s && c < r->k; c++)
-    p += sprintf(p, "%s%s", c ? "\n" : "", nto_dataset_class_name(r->train, c));
-  return s;
-}
-
-static int save(run *r, nto_err *err) {
-  const char *path = r->o.save ? r->o.save : r->c.model.save_path;
-  if (!path || !path[0])
-    return 0;
-  nto_named_tensor *ts = NULL;
-  int n = 0;
-  int rc = nto_model_weights(r->m, &ts, &n, err);
-  char st[NTO_CONF_STR + 32];
-  size_t len = strlen(path);
-  if (len > 4 && !strcmp(path + len - 4, ".bin"))
-    snprintf(st, sizeof st, "%.*s.safetensors", (int)(len - 4), path);
-  else
-    snprintf(st, sizeof st, "%s.safetensors", path);
-  char iters[32];
-  snprintf(iters, sizeof iters, "%ld", nto_model_iteration(r->m));
-  char *names = class_names(r);
-  const char *meta[] = {"format",
-                        "nntrainer-offload",
-                        "model",
-                        r->o.model,
-                        "iteration",
-                        iters,
-                        "fully_connected_weight_layout",
-                        "in,unit",
-                        names ? "class_names" : NULL,
-                        names,
-                        r->o.classes ? "classes" : NULL,
-                        r->o.classes,
-                        NULL};
-  if (!names) /* the optional pairs, packed */
-    memmove(&meta[8], &meta[10], 3 * sizeof *meta);
-  nto_named_tensor *tb = NULL; /* the same in nntrainer's layer order */
-  int nb = 0;
-  if (rc == 0)
-    rc = nto_model_weights_bin(r->m, &tb, &nb, err);
-  if (rc == 0)
-    rc = nto_weights_save_bin(path, tb, nb, err);
-  nto_model_weights_free(tb, nb);
-  if (rc == 0)
-    rc = nto_safetensors_save(st, ts, n, meta, err);
-  if (rc == 0)
-    printf("saved weights     %s (nntrainer layout) and %s\n", path, st);
-  nto_model_weights_free(ts, n);
-  free(names);
-  return rc;
-}
-
 /* The memory settings (setup.h) and the trace's hooks. Returns 0, or -1
  * after printing a usage error. */
 static int model_opts(run *r, nto_model_opts *mo) {
@@ -673,6 +601,7 @@ static int cleanup(run *r, nto_err *err) {
   free(r->step_s);
   free(r->step_ms);
   free(r->step_tmp);
+  outputs_release();
   return trace_close(r->tr, err); /* also after a failed run: valid JSON */
 }
 
@@ -745,16 +674,24 @@ static void print_setup(run *r) {
   fflush(stdout);
 }
 
-/* SIGINT/SIGTERM stopped the loop: the checkpoint, and what was kept;
- * exit status 128 + the signal. */
+/* A signal stopped the loop: the checkpoint, or without --checkpoint the
+ * weights (--save, Save_Path), and what was kept; exit status 128 + the
+ * signal. */
 static int stopped(run *r, nto_err *err) {
-  int sig = stop_signal;
-  int rc = write_checkpoint(r, err);
-  const char *sn = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  int sig = outputs_stop_signal();
+  const char *sn = outputs_signal_name(sig), *path = outputs_save_path(r);
+  int rc = write_checkpoint(r, err), saved = 0;
+  if (rc == 0 && !r->o.checkpoint && path && r->n_steps > r->it0)
+    saved = (rc = outputs_save(r, err)) == 0;
   if (rc == 0 && r->o.checkpoint && r->ckpt_it == r->n_steps && r->n_steps > 0)
     cli_error("interrupted by %s after iteration %ld; checkpoint %s holds "
               "it (continue with --resume %s)",
               sn, r->n_steps, r->o.checkpoint, r->o.checkpoint);
+  else if (saved)
+    cli_error("interrupted by %s after iteration %ld; no --checkpoint: the "
+              "weights are saved to %s, without the optimizer state (go on "
+              "from them with --init-weights, not --resume)",
+              sn, r->n_steps, path);
   else if (rc == 0 && r->n_steps > r->it0)
     cli_error("interrupted by %s after iteration %ld (no --checkpoint: "
               "iterations %ld-%ld are lost)",
@@ -772,7 +709,7 @@ static int finish(run *r, double t0, nto_err *err) {
   /* Save before the report so that its peak RSS covers saving too. */
   double total_s = now_s() - t0;
   if (rc == 0)
-    rc = save(r, err);
+    rc = outputs_save(r, err);
   metrics mx;
   if (rc == 0) {
     report_measure(r, &mx);
@@ -791,7 +728,7 @@ int cmd_train(int argc, char **argv) {
     return prc > 0 ? CLI_OK : CLI_USAGE;
   nto_err err = {0}, cerr = {0};
   double t0 = now_s();
-  install_signals();
+  outputs_install_signals();
   /* every GEMM runs single-threaded in a range of the compute threads
    * (parallel.h nto_parallel_for_blas): OpenBLAS needs no threads */
   openblas_set_num_threads(1);
@@ -803,8 +740,9 @@ int cmd_train(int argc, char **argv) {
   if (r.o.frozen_bn)
     mo.frozen_bn = !strcmp(r.o.frozen_bn, "batch") ? NTO_FROZEN_BN_BATCH
                                                    : NTO_FROZEN_BN_RUNNING;
-  if (rc != 0 || model_opts(&r, &mo) != 0) { /* an unreadable or invalid
-                                                model file, or an option */
+  if (rc != 0 || outputs_check(&r) != 0 ||
+      model_opts(&r, &mo) != 0) { /* an unreadable or invalid model file,
+                                     an output or an option */
     if (rc != 0)
       cli_error("%s", err.msg);
     cleanup(&r, &cerr);
@@ -821,6 +759,7 @@ int cmd_train(int argc, char **argv) {
   }
   if (rc == 0)
     rc = open_run(&r, &err);
+  rc = cli_address_space(&r, rc, &err); /* ulimit -v: threads or refusal */
   if (rc != 0) { /* the budget, the data or --resume (another model: usage
                     error; a corrupt file: runtime) */
     cli_error("%s", err.msg);

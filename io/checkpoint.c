@@ -5,10 +5,10 @@
  * The checkpoint knows no model: the caller describes the state
  * (nto_ckpt_state), tensors reached in RAM or through fetch/store
  * callbacks. Saving streams the file through the atomic save of
- * io/fileio.h into FILE.tmp: the header, then one record per persistent
- * tensor (a tensor without data, e.g. an offloading model's, is fetched
- * one at a time into a bounce buffer of its size), the values, the
- * trailer.
+ * io/fileio.h into FILE.tmp.<pid>: the header, then one record per
+ * persistent tensor (a tensor without data, e.g. an offloading model's,
+ * is fetched one at a time into a bounce buffer of its size), the values,
+ * the trailer.
  * Every record carries its own CRC-32 and the trailer one over the whole
  * file, computed while writing. Then fsync, rename over FILE, fsync of the
  * directory.
@@ -43,10 +43,10 @@
 
 #define MAGIC "NTO-CKPT"
 #define END_MAGIC "NTO-END\n"
-#define HDR_FIXED 56u      /* header bytes before the model path */
-#define OPT_NAME 16u       /* optimizer name field */
+#define HDR_FIXED 56u /* header bytes before the model path */
+#define OPT_NAME 16u  /* optimizer name field */
 #define MAX_MODEL_PATH 4096u
-#define MAX_NAME 1024u     /* tensor name length */
+#define MAX_NAME 1024u /* tensor name length */
 #define MAX_TENSORS (1u << 20)
 #define MAX_VALUES 4096u
 #define VALUE_BYTES (NTO_CKPT_VALUE_NAME + 8u)
@@ -129,8 +129,8 @@ static void dims4(const nto_named_tensor *t, uint32_t d[4]) {
 }
 
 static void shape_str(const uint32_t d[4], char *buf, size_t len) {
-  snprintf(buf, len, "%" PRIu32 ":%" PRIu32 ":%" PRIu32 ":%" PRIu32, d[0],
-           d[1], d[2], d[3]);
+  snprintf(buf, len, "%" PRIu32 ":%" PRIu32 ":%" PRIu32 ":%" PRIu32, d[0], d[1],
+           d[2], d[3]);
 }
 
 uint64_t nto_ckpt_get(const nto_ckpt_value *v, int n, const char *name,
@@ -279,13 +279,12 @@ static int write_tensor(writer *w, const nto_named_tensor *t, nto_err *err) {
     rc = w_floats(w, t->data, (size_t)numel, err);
   } else if (numel > 0) {
     if (!t->fetch)
-      return nto_err_set(err, NTO_EINVAL, "%s: tensor %s has no data",
-                         w->path, t->name);
+      return nto_err_set(err, NTO_EINVAL, "%s: tensor %s has no data", w->path,
+                         t->name);
     float *bounce = malloc((size_t)numel * sizeof *bounce);
     if (!bounce)
       return nto_err_set(err, NTO_ENOMEM,
-                         "%s: out of memory for tensor %s (%" PRIu64
-                         " bytes)",
+                         "%s: out of memory for tensor %s (%" PRIu64 " bytes)",
                          w->path, t->name, numel * 4);
     rc = t->fetch(t->ctx, t->index, bounce, err);
     if (rc)
@@ -402,7 +401,9 @@ int nto_checkpoint_save(const char *path, const char *model_path,
                       .n_t = s->n_tensors,
                       .v = all,
                       .n_v = n_all};
-    rc = nto_file_save(path, ".tmp", write_file, &c, err);
+    char suffix[32]; /* ".tmp.<pid>": two runs never share a temp file */
+    rc = nto_file_save(path, nto_file_tmp_suffix(suffix, sizeof suffix),
+                       write_file, &c, err);
   }
   free(all);
   return rc;
@@ -449,8 +450,7 @@ static void ckpt_close(ckpt *c) {
 }
 
 /* Read n bytes (what: for messages) at the current offset. */
-static int r_get(reader *r, void *p, size_t n, const char *what,
-                 nto_err *err) {
+static int r_get(reader *r, void *p, size_t n, const char *what, nto_err *err) {
   ckpt *c = r->c;
   if (n > c->size - r->off)
     return nto_err_set(err, NTO_EDATA,
@@ -458,8 +458,8 @@ static int r_get(reader *r, void *p, size_t n, const char *what,
                        ": %s needs %zu bytes from byte offset %" PRIu64,
                        c->path, c->size, what, n, r->off);
   if (n && fread(p, 1, n, c->f) != n)
-    return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s",
-                       c->path, r->off,
+    return nto_err_set(err, NTO_EIO, "%s: byte offset %" PRIu64 ": %s", c->path,
+                       r->off,
                        ferror(c->f) ? strerror(errno) : "unexpected end");
   r->crc = crc_update(r->crc, p, n);
   r->rec = crc_update(r->rec, p, n);
@@ -763,8 +763,8 @@ static int check_state(const ckpt *c, const nto_ckpt_state *s, nto_err *err) {
 }
 
 /* Pass 2: the data of file entry e into tensor t (data, or store). */
-static int load_tensor(const ckpt *c, const entry *e,
-                       const nto_named_tensor *t, nto_err *err) {
+static int load_tensor(const ckpt *c, const entry *e, const nto_named_tensor *t,
+                       nto_err *err) {
   size_t bytes = (size_t)e->numel * 4;
   float *dst = t->data;
   float *bounce = NULL;
@@ -774,8 +774,8 @@ static int load_tensor(const ckpt *c, const entry *e,
                          t->name);
     if (!(dst = bounce = malloc(bytes ? bytes : 4)))
       return nto_err_set(err, NTO_ENOMEM,
-                         "%s: out of memory for tensor %s (%zu bytes)",
-                         c->path, t->name, bytes);
+                         "%s: out of memory for tensor %s (%zu bytes)", c->path,
+                         t->name, bytes);
   }
   int rc =
       nto_file_pread_full(fileno(c->f), dst, bytes, e->data_off, c->path, err);
@@ -808,14 +808,13 @@ static int need_value(const ckpt *c, const char *name, uint64_t *v,
 
 /* Restore the data position recorded in c into data. */
 static int restore_data(const ckpt *c, nto_dataset *data, nto_err *err) {
-  static const char *const names[] = {"data.epoch", "data.taken",
-                                      "data.rng0",  "data.rng1",
-                                      "data.size",  "data.shuffle",
-                                      "data.seed",  "data.source"};
+  static const char *const names[] = {
+      "data.epoch", "data.taken",   "data.rng0", "data.rng1",
+      "data.size",  "data.shuffle", "data.seed", "data.source"};
   uint64_t v[8];
   if (!has_value(c->v, (int)c->n_v, "data.epoch"))
-    return nto_err_set(err, NTO_ECONFIG,
-                       "checkpoint %s holds no data position", c->path);
+    return nto_err_set(err, NTO_ECONFIG, "checkpoint %s holds no data position",
+                       c->path);
   for (int i = 0; i < 8; i++) {
     int rc = need_value(c, names[i], &v[i], err);
     if (rc)

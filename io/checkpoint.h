@@ -30,13 +30,16 @@
  * "model.batch" and "data.*" (nto_dataset_pos); the caller's must not
  * start with "model." or "data.".
  *
- * Writing is atomic: FILE.tmp in the same directory, fsync, rename over
- * FILE, fsync of the directory; a crash at any point leaves the old or the
- * new checkpoint, never a torn one (at worst a stale FILE.tmp, replaced by
- * the next write). Tensors of an offloading model are fetched from the
- * swap file one at a time into a bounce buffer of that tensor's size, so
- * the state never needs to be in RAM at once; loading stores them back the
- * same way. Executor thread, between training steps.
+ * Writing is atomic: FILE.tmp.<pid> in the same directory, fsync, rename
+ * over FILE, fsync of the directory; a crash at any point leaves the old
+ * or the new checkpoint, never a torn one (at worst a stale
+ * FILE.tmp.<pid>, which nto_file_remove_stale of io/fileio.h removes once
+ * its process is gone). A symbolic link at FILE is written through; a
+ * FILE that is not a regular file is refused (NTO_EIO). Tensors of an
+ * offloading model are fetched from the swap file one at a time into a
+ * bounce buffer of that tensor's size, so the state never needs to be in
+ * RAM at once; loading stores them back the same way. Executor thread,
+ * between training steps.
  */
 #ifndef NTO_CHECKPOINT_H
 #define NTO_CHECKPOINT_H

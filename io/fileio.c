@@ -11,20 +11,34 @@
  * (headers, checksums) in a 64 KiB buffer and sends large ones (tensor
  * data) straight on; both go out with full writes (pwrite_full), so an
  * interrupted or partial write is continued, never taken for the whole.
+ *
+ * A save writes through a symbolic link (the link stays, the file it
+ * leads to is replaced next to itself) and never replaces what is not a
+ * regular file: renaming over /dev/null would leave a regular file there.
+ * Temp files carry the pid (".tmp.<pid>"), so two processes saving one
+ * file never write the same temp file, and one left by a crash is known
+ * to be stale once its process is gone (nto_file_remove_stale). Outputs
+ * are checked before a run starts (nto_file_check_output) with the same
+ * probe a save makes: creating and removing that temp file.
  */
 #include "fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define OUT_BUFFER (1u << 16) /* bytes gathered before a write */
-#define PATH_BYTES 4200       /* a target path and its suffix */
+#define PATH_BYTES NTO_PATH_BYTES
+#define MAX_LINKS 40 /* symbolic links followed, as the kernel's limit */
 
 struct nto_file_out {
   int fd;
@@ -36,16 +50,29 @@ struct nto_file_out {
 
 int nto_file_open_read(const char *path, int *fd, uint64_t *size,
                        nto_err *err) {
-  *fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking first: opening a FIFO for reading waits for a writer,
+   * forever if none comes; the flag is cleared once the file is known to
+   * be regular (where it changes nothing). */
+  *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (*fd < 0)
     return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
                        strerror(errno));
   struct stat st;
-  if (fstat(*fd, &st) != 0) {
-    int e = errno;
+  int rc = 0;
+  if (fstat(*fd, &st) != 0)
+    rc = nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode)) /* its size says nothing of its content */
+    rc = nto_err_set(err, NTO_EIO, "%s: is %s, expected a regular file", path,
+                     S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a device");
+  else if (fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) != 0)
+    rc = nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(errno));
+  if (rc) {
     close(*fd);
     *fd = -1;
-    return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(e));
+    return rc;
   }
   *size = (uint64_t)st.st_size;
   return 0;
@@ -145,16 +172,21 @@ int nto_file_put(nto_file_out *o, const void *p, size_t n, nto_err *err) {
   return 0;
 }
 
+/* Length of path's directory part with its last slash; 0: none. */
+static size_t dir_len(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? (size_t)(slash - path) + 1 : 0;
+}
+
 /* Directory part of path into buf ("." when there is none). */
 static void dir_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) {
+  size_t n = dir_len(path);
+  if (n == 0) {
     snprintf(buf, len, ".");
     return;
   }
-  size_t n = (size_t)(slash - path);
-  if (n == 0)
-    n = 1; /* "/file" */
+  if (n > 1)
+    n--; /* without the slash, except for "/file" */
   if (n >= len)
     n = len - 1;
   memcpy(buf, path, n);
@@ -194,10 +226,61 @@ static int create_tmp(const char *path, const char *tmp, nto_err *err) {
   return fd;
 }
 
+const char *nto_file_tmp_suffix(char *buf, size_t len) {
+  snprintf(buf, len, ".tmp.%ld", (long)getpid());
+  return buf;
+}
+
+int nto_file_resolve(const char *path, char *out, size_t len, nto_err *err) {
+  int n = snprintf(out, len, "%s", path);
+  if (n < 0 || (size_t)n >= len)
+    return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
+  for (int hops = 0;; hops++) {
+    struct stat st;
+    /* Not there, or not a link: the file is out. Other errors (a
+     * directory that cannot be searched) show when it is written. */
+    if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode))
+      return 0;
+    if (hops == MAX_LINKS)
+      return nto_err_set(err, NTO_EIO, "%s: too many levels of symbolic links",
+                         path);
+    char target[PATH_BYTES];
+    ssize_t t = readlink(out, target, sizeof target);
+    if (t < 0)
+      return nto_err_set(err, NTO_EIO, "%s: cannot read the link %s: %s", path,
+                         out, strerror(errno));
+    /* a relative target is taken from the link's directory */
+    size_t d = target[0] == '/' ? 0 : dir_len(out);
+    if ((size_t)t >= sizeof target || d + (size_t)t >= len)
+      return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
+    memcpy(out + d, target, (size_t)t);
+    out[d + (size_t)t] = '\0';
+  }
+}
+
+/* What a file of mode m is, for messages. */
+static const char *kind_name(mode_t m) {
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a regular file";
+}
+
 int nto_file_save(const char *path, const char *tmp_suffix,
                   nto_file_writer fill, const void *ctx, nto_err *err) {
-  char tmp[PATH_BYTES];
-  int n = snprintf(tmp, sizeof tmp, "%s%s", path, tmp_suffix);
+  char file[PATH_BYTES], tmp[PATH_BYTES];
+  int rc = nto_file_resolve(path, file, sizeof file, err);
+  if (rc)
+    return rc;
+  /* A device, FIFO or socket would become a regular file (a directory
+   * makes the rename fail) */
+  struct stat st;
+  if (stat(file, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return nto_err_set(err, NTO_EIO, "%s: is %s: not replaced", path,
+                       kind_name(st.st_mode));
+  int n = snprintf(tmp, sizeof tmp, "%s%s", file, tmp_suffix);
   if (n < 0 || (size_t)n >= sizeof tmp)
     return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
   nto_file_out *o = malloc(sizeof *o);
@@ -212,7 +295,7 @@ int nto_file_save(const char *path, const char *tmp_suffix,
   o->path = path;
   o->off = 0;
   o->len = 0;
-  int rc = fill(o, ctx, err);
+  rc = fill(o, ctx, err);
   if (rc == 0)
     rc = out_flush(o, err);
   if (rc == 0 && fsync(o->fd) != 0)
@@ -222,14 +305,200 @@ int nto_file_save(const char *path, const char *tmp_suffix,
     rc = nto_err_set(err, NTO_EIO, "%s: close failed: %s", path,
                      strerror(errno));
   free(o);
-  if (rc == 0 && rename(tmp, path) != 0)
+  if (rc == 0 && rename(tmp, file) != 0)
     rc = nto_err_set(err, NTO_EIO, "%s: cannot rename %s over it: %s", path,
                      tmp, strerror(errno));
   if (rc) {
     unlink(tmp);
     return rc;
   }
-  return sync_dir(path, err);
+  return sync_dir(file, err);
+}
+
+/* Create and remove "<file>.tmp.<pid>", the temp file a save of path
+ * would write. Returns 0 or NTO_EIO naming path and the temp file. */
+static int probe_create(const char *path, const char *file, nto_err *err) {
+  char tmp[PATH_BYTES], suffix[32];
+  int n = snprintf(tmp, sizeof tmp, "%s%s", file,
+                   nto_file_tmp_suffix(suffix, sizeof suffix));
+  if (n < 0 || (size_t)n >= sizeof tmp)
+    return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
+  int fd = create_tmp(path, tmp, err);
+  if (fd < 0)
+    return fd;
+  close(fd);
+  unlink(tmp);
+  return 0;
+}
+
+int nto_file_check_output(const char *path, nto_file_write_kind kind,
+                          nto_err *err) {
+  char file[PATH_BYTES];
+  int rc = nto_file_resolve(path, file, sizeof file, err);
+  if (rc)
+    return rc;
+  struct stat st;
+  if (stat(file, &st) != 0) {
+    if (errno != ENOENT) /* e.g. a path through a regular file */
+      return nto_err_set(err, NTO_EIO, "%s: %s", path, strerror(errno));
+    return probe_create(path, file, err);
+  }
+  if (S_ISDIR(st.st_mode) || (kind == NTO_WRITE_RENAME && !S_ISREG(st.st_mode)))
+    return nto_err_set(err, NTO_EIO, "%s: is %s%s", path, kind_name(st.st_mode),
+                       S_ISDIR(st.st_mode)
+                           ? ""
+                           : ": a save would replace it with a regular file");
+  if (faccessat(AT_FDCWD, file, W_OK, AT_EACCESS) != 0)
+    return nto_err_set(err, NTO_EIO, "%s: cannot write it: %s", path,
+                       strerror(errno));
+  return kind == NTO_WRITE_RENAME ? probe_create(path, file, err) : 0;
+}
+
+void nto_file_identify(const char *path, nto_file_id *id) {
+  /* on the heap: 12 KiB of paths on a 64 KiB stack (ulimit -s 64) */
+  struct {
+    char file[PATH_BYTES], dir[PATH_BYTES], real[PATH_MAX];
+  } *b = malloc(sizeof *b);
+  memset(id, 0, sizeof *id);
+  if (b == NULL) { /* compared as given */
+    snprintf(id->path, sizeof id->path, "%s", path);
+    return;
+  }
+  char *file = b->file, *dir = b->dir, *real = b->real;
+  if (nto_file_resolve(path, file, PATH_BYTES, NULL) != 0)
+    snprintf(file, PATH_BYTES, "%s", path);
+  struct stat st;
+  if (stat(file, &st) == 0) {
+    id->exists = 1;
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+  }
+  dir_name(file, dir, PATH_BYTES);
+  const char *name = file + dir_len(file);
+  int n = -1;
+  if (realpath(dir, real))
+    n = snprintf(id->path, sizeof id->path, "%s/%s",
+                 strcmp(real, "/") ? real : "", name);
+  if (n < 0 || (size_t)n >= sizeof id->path) /* as given, then */
+    snprintf(id->path, sizeof id->path, "%s", file);
+  free(b);
+}
+
+int nto_file_same(const nto_file_id *a, const nto_file_id *b) {
+  if (a->exists && b->exists)
+    return a->dev == b->dev && a->ino == b->ino;
+  return !strcmp(a->path, b->path);
+}
+
+/* 1 if name is "<base>.tmp.<pid>" with pid not a live process, or, with
+ * legacy, "<base>.tmp". A pid that is alive, maybe reused by another
+ * program, keeps its file: only what is surely stale goes. */
+static int stale_name(const char *name, const char *base, int legacy) {
+  size_t blen = strlen(base);
+  if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp", 4) != 0)
+    return 0;
+  const char *p = name + blen + 4;
+  if (*p == '\0')
+    return legacy;
+  if (*p++ != '.' || *p == '\0' || strlen(p) > 9)
+    return 0;
+  for (const char *q = p; *q; q++)
+    if (*q < '0' || *q > '9')
+      return 0;
+  long pid = strtol(p, NULL, 10);
+  if (pid <= 0 || pid == (long)getpid())
+    return 0;
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int nto_file_remove_stale(const char *path, int legacy) {
+  char file[PATH_BYTES], dir[PATH_BYTES];
+  if (nto_file_resolve(path, file, sizeof file, NULL) != 0)
+    return 0;
+  const char *base = file + dir_len(file);
+  dir_name(file, dir, sizeof dir);
+  DIR *d = base[0] ? opendir(dir) : NULL;
+  if (d == NULL)
+    return 0;
+  int removed = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    struct stat st;
+    if (stale_name(e->d_name, base, legacy) &&
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && unlinkat(dirfd(d), e->d_name, 0) == 0)
+      removed++;
+  }
+  closedir(d);
+  return removed;
+}
+
+/* " (pid N)" from the lock file fd, its holder's, into buf; "" if it
+ * holds no pid yet. */
+static void lock_holder(int fd, char *buf, size_t len) {
+  char b[24];
+  ssize_t n = pread(fd, b, sizeof b - 1, 0);
+  buf[0] = '\0';
+  if (n <= 0)
+    return;
+  b[n] = '\0';
+  long pid = strtol(b, NULL, 10);
+  if (pid > 0)
+    snprintf(buf, len, " (pid %ld)", pid);
+}
+
+int nto_file_lock(const char *path, int *fd, char *lock_path, size_t len,
+                  nto_err *err) {
+  char file[PATH_BYTES];
+  *fd = -1;
+  int rc = nto_file_resolve(path, file, sizeof file, err);
+  if (rc)
+    return rc;
+  int n = snprintf(lock_path, len, "%s.lock", file);
+  if (n < 0 || (size_t)n >= len)
+    return nto_err_set(err, NTO_EINVAL, "%s: path too long", path);
+  /* The holder removes the lock file before it lets go: a lock taken on
+   * a file that is no longer at lock_path is worth nothing, try again. */
+  for (int tries = 0; tries < 16; tries++) {
+    int f = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (f < 0)
+      return nto_err_set(err, NTO_EIO, "%s: cannot create its lock file %s: %s",
+                         path, lock_path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      char who[40];
+      lock_holder(f, who, sizeof who);
+      close(f);
+      if (e == EWOULDBLOCK)
+        return nto_err_set(err, NTO_EIO,
+                           "%s: another process%s holds its lock %s", path, who,
+                           lock_path);
+      unlink(lock_path); /* ours: nobody can hold it */
+      return nto_err_set(err, NTO_EUNSUPPORTED, "%s: cannot lock %s: %s", path,
+                         lock_path, strerror(e));
+    }
+    struct stat a, b;
+    if (fstat(f, &a) == 0 && stat(lock_path, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
+      char pid[24];
+      int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+      /* the pid only names the holder in another run's message */
+      if (ftruncate(f, 0) == 0)
+        (void)pwrite_full(f, pid, (size_t)k, 0, lock_path, NULL);
+      *fd = f;
+      return 0;
+    }
+    close(f);
+  }
+  return nto_err_set(err, NTO_EIO, "%s: cannot lock %s: it keeps being removed",
+                     path, lock_path);
+}
+
+void nto_file_unlock(int fd, const char *lock_path) {
+  if (fd < 0)
+    return;
+  unlink(lock_path);
+  close(fd);
 }
 
 int nto_file_host_le(void) {

@@ -20,6 +20,8 @@
  */
 #include "dataset-impl.h"
 
+#include "fileio.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -104,16 +106,26 @@ static int check_plain_size(const idx_file *x, uint64_t need, nto_err *err) {
 }
 
 /* Open x (its path set) and read its header of n bytes, which must start
- * with magic (what: its description for the message). */
+ * with magic (what: its description for the message). The file must be
+ * regular (nto_file_open_read): a FIFO would block gzopen until a writer
+ * came, and a directory would read as a truncated header. */
 static int idx_open_file(idx_file *x, size_t n, uint32_t magic,
                          const char *what, nto_err *err) {
+  int fd;
+  uint64_t size;
+  int rc = nto_file_open_read(x->path, &fd, &size, err);
+  if (rc)
+    return rc;
   errno = 0;
-  x->f = gzopen(x->path, "rb");
-  if (x->f == NULL)
+  x->f = gzdopen(fd, "rb");
+  if (x->f == NULL) {
+    int e = errno;
+    close(fd);
     return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", x->path,
-                       errno ? strerror(errno) : "out of memory");
+                       e ? strerror(e) : "out of memory");
+  }
   gzbuffer(x->f, 128 * 1024);
-  int rc = gz_read_full(x->f, x->hdr, n, x->path, 0, "IDX header", err);
+  rc = gz_read_full(x->f, x->hdr, n, x->path, 0, "IDX header", err);
   if (rc)
     return rc;
   if (be32(x->hdr) != magic)

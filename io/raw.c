@@ -4,7 +4,11 @@
  * endianness, no header. A random-access source (io/dataset-impl.h): the
  * file's size fixes the sample count at open; every sample, in file order
  * or from the shuffle buffer, is read with full preads (io/fileio.h) and
- * checked to be finite.
+ * checked: every value finite, the label values a distribution (one-hot or
+ * soft labels: each >= 0, summing to 1 within NTO_RAW_LABEL_SUM_TOL). The
+ * file carries no header, so the first record's labels are checked at open
+ * too: a file of another model whose size happens to be a multiple of this
+ * model's record is then refused before training, not read as noise.
  */
 #include "dataset-impl.h"
 
@@ -16,6 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* How far the label values of a record may sum from 1: float32 soft labels
+ * written by numpy or torch (ten values of 0.1 sum to 1 within 1e-7). */
+#define NTO_RAW_LABEL_SUM_TOL 1e-3
 
 typedef struct raw_src {
   int fd;
@@ -29,9 +37,48 @@ static size_t raw_record(const nto_dataset *ds) {
 }
 
 /*
+ * The label values y[0..num_classes) of sample i, at byte offset off (its
+ * first label value): each >= 0 and their sum within NTO_RAW_LABEL_SUM_TOL
+ * of 1. An all-zero vector would train on nothing and a negative one away
+ * from the class, silently. Returns 0 or NTO_EDATA naming the file, the
+ * offset and what is wrong; at_open adds the likely cause (the file of a
+ * model with another record size).
+ */
+static int raw_check_labels(const nto_dataset *ds, uint64_t i, uint64_t off,
+                            const float *y, int at_open, nto_err *err) {
+  const raw_src *s = ds->src;
+  char hint[160] = "";
+  if (at_open)
+    snprintf(hint, sizeof hint,
+             " (is it the file of a model with another record size? this "
+             "one's is %zu bytes: (%zu features + %d label values) x 4)",
+             raw_record(ds), ds->feat, ds->num_classes);
+  double sum = 0.0;
+  for (int j = 0; j < ds->num_classes; j++) {
+    if (!(y[j] >= 0.0f))
+      return nto_err_set(err, NTO_EDATA,
+                         "%s: byte offset %" PRIu64 ": label value %d of "
+                         "sample %" PRIu64 " is %g, expected a distribution "
+                         "(values >= 0 summing to 1)%s",
+                         s->path, off + (uint64_t)j * sizeof(float), j, i,
+                         (double)y[j], hint);
+    sum += y[j];
+  }
+  if (fabs(sum - 1.0) > NTO_RAW_LABEL_SUM_TOL)
+    return nto_err_set(err, NTO_EDATA,
+                       "%s: byte offset %" PRIu64 ": the %d label values of "
+                       "sample %" PRIu64 " sum to %g, expected a distribution "
+                       "(values >= 0 summing to 1 within %g)%s",
+                       s->path, off, ds->num_classes, i, sum,
+                       NTO_RAW_LABEL_SUM_TOL, hint);
+  return 0;
+}
+
+/*
  * Sample i of a raw file, read into x and y: every value must be finite (a
  * NaN or infinity would only surface later as a non-finite loss, without
- * naming the file). Returns 0 or NTO_EDATA naming the file and the offset.
+ * naming the file) and the labels a distribution (raw_check_labels).
+ * Returns 0 or NTO_EDATA naming the file and the offset.
  */
 static int raw_check(const nto_dataset *ds, uint64_t i, const float *x,
                      const float *y, nto_err *err) {
@@ -49,7 +96,7 @@ static int raw_check(const nto_dataset *ds, uint64_t i, const float *x,
           j < ds->feat ? "feature" : "label value",
           j < ds->feat ? j : j - ds->feat, i, isnan(v) ? "NaN" : "infinite");
   }
-  return 0;
+  return raw_check_labels(ds, i, off + ds->feat * sizeof(float), y, 0, err);
 }
 
 /* Sample i read with pread. A read that meets the end of the file: the
@@ -107,6 +154,29 @@ static int raw_count(const nto_dataset *ds, const char *path, uint64_t size,
   return 0;
 }
 
+/* The labels of sample 0, read and checked at open (raw_check_labels with
+ * the hint): the one look at the content before training. */
+static int raw_first_labels(const nto_dataset *ds, nto_err *err) {
+  const raw_src *s = ds->src;
+  size_t nc = (size_t)ds->num_classes;
+  uint64_t off = ds->feat * sizeof(float);
+  float *y = malloc(nc * sizeof *y);
+  if (y == NULL)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", s->path);
+  int rc = nto_file_pread_full(s->fd, y, nc * sizeof *y, off, s->path, err);
+  for (size_t j = 0; rc == 0 && j < nc; j++)
+    if (!isfinite(y[j]))
+      rc = nto_err_set(err, NTO_EDATA,
+                       "%s: byte offset %" PRIu64 ": label value %zu of "
+                       "sample 0 is %s, expected a finite float32",
+                       s->path, off + j * sizeof(float), j,
+                       isnan(y[j]) ? "NaN" : "infinite");
+  if (rc == 0)
+    rc = raw_check_labels(ds, 0, off, y, 1, err);
+  free(y);
+  return rc;
+}
+
 int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
                          int num_classes, nto_err *err) {
   int rc = nto_dataset_new(out, &nto_dataset_raw_ops, sample, num_classes, err);
@@ -129,6 +199,7 @@ int nto_dataset_open_raw(nto_dataset **out, const char *path, nto_shape sample,
   if (rc == 0) {
     ds->count = (size_t)(size / raw_record(ds));
     nto_dataset_base_name(path, s->name, sizeof s->name);
+    rc = raw_first_labels(ds, err);
   }
   return nto_dataset_finish(out, rc, err);
 }

@@ -6,9 +6,12 @@
  * the directory: open_anon() (O_TMPFILE, else a named file unlinked at
  * once), verify_direct() (one aligned page written and read back, then the
  * file truncated to 0 again), check_space() (fstatvfs against the size) and
- * preallocate() (fallocate, else ftruncate). O_DIRECT is verified before
- * preallocating so that a filesystem without O_DIRECT (tmpfs, where
- * fallocate really allocates memory) is refused without first filling it.
+ * preallocate() (fallocate, else zeros written over the whole file, so that
+ * every block is the file's before training starts: a sparse file would
+ * pass the free-space check and fail mid-way on a disk filling since).
+ * O_DIRECT is verified before preallocating so that a filesystem without
+ * O_DIRECT (tmpfs, where fallocate really allocates memory) is refused
+ * without first filling it.
  */
 #include "swap.h"
 
@@ -202,7 +205,59 @@ static int check_space(int fd, const char *dir, uint64_t bytes, nto_err *err) {
   return 0;
 }
 
-/* Give fd its size: fallocate, or ftruncate where it is not supported. */
+/*
+ * Reserve the blocks of [from, bytes) of fd by writing zeros, where the
+ * filesystem has no fallocate (ext2, ext3, vfat, some FUSE): ftruncate
+ * alone leaves the file sparse, so the free-space check before it would
+ * guarantee nothing and a disk that fills later would end the run at its
+ * first write there. glibc's posix_fallocate emulates it the same way, a
+ * byte per block; here whole pages (the file may be O_DIRECT) from an
+ * aligned buffer, RESERVE_CHUNK bytes a write. Costs one sequential write
+ * of the file at start. Returns 0, or NTO_EIO naming dir ("needs X, only
+ * Y free" on ENOSPC); the file is cut back to `from` then.
+ */
+#define RESERVE_CHUNK ((size_t)1 << 20)
+
+static int reserve_by_writing(int fd, const char *dir, uint64_t from,
+                              uint64_t bytes, nto_err *err) {
+  unsigned char *zero = (unsigned char *)nto_alloc_aligned(RESERVE_CHUNK);
+  if (zero == NULL)
+    return nto_err_set(err, NTO_ENOMEM, "swap dir %s: out of memory", dir);
+  memset(zero, 0, RESERVE_CHUNK);
+  int e = 0;
+  for (uint64_t off = from; off < bytes && e == 0;) {
+    size_t len =
+        bytes - off < RESERVE_CHUNK ? (size_t)(bytes - off) : RESERVE_CHUNK;
+    ssize_t w = pwrite(fd, zero, len, (off_t)off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) /* 0: no progress and no reason; call it a full device */
+      e = w < 0 ? errno : ENOSPC;
+    else
+      off += (uint64_t)w / NTO_PAGE * NTO_PAGE; /* O_DIRECT: whole pages */
+    if (w > 0 && (size_t)w < NTO_PAGE)
+      e = ENOSPC; /* less than a page: the device is full */
+  }
+  nto_free_aligned((float *)zero);
+  if (e == 0)
+    return 0;
+  uint64_t avail = 0;
+  int known = free_bytes(fd, &avail);
+  /* Give the blocks back; if that fails too, the error below stands and
+   * the caller closes the file (or keeps its old size in use). */
+  int cut = ftruncate(fd, (off_t)from);
+  (void)cut;
+  if (e == ENOSPC)
+    return no_space(dir, bytes - from, known ? avail : 0, err);
+  char n[32];
+  nto_format_bytes(bytes - from, n, sizeof n);
+  return nto_err_set(err, NTO_EIO, "swap dir %s: cannot reserve %s: %s", dir, n,
+                     strerror(e));
+}
+
+/* Give fd its size, every block allocated: fallocate, or where the
+ * filesystem does not support it reserve_by_writing from the current
+ * size. */
 static int preallocate(int fd, const char *dir, uint64_t bytes, nto_err *err) {
   if (bytes == 0)
     return 0;
@@ -218,13 +273,14 @@ static int preallocate(int fd, const char *dir, uint64_t bytes, nto_err *err) {
   nto_format_bytes(bytes, n, sizeof n);
   if (e == ENOSPC)
     return no_space(dir, bytes, free_bytes(fd, &avail) ? avail : 0, err);
-  if (e != EOPNOTSUPP)
+  if (e != EOPNOTSUPP && e != ENOSYS)
     return nto_err_set(err, NTO_EIO, "swap dir %s: cannot preallocate %s: %s",
                        dir, n, strerror(e));
-  if (ftruncate(fd, (off_t)bytes) != 0)
-    return nto_err_set(err, NTO_EIO, "swap dir %s: cannot size file to %s: %s",
-                       dir, n, strerror(errno));
-  return 0;
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return nto_err_set(err, NTO_EIO, "swap dir %s: %s", dir, strerror(errno));
+  uint64_t from = (uint64_t)st.st_size / NTO_PAGE * NTO_PAGE;
+  return from < bytes ? reserve_by_writing(fd, dir, from, bytes, err) : 0;
 }
 
 /* Open, verify and size the file for s (s->dir, s->bytes, s->direct). */

@@ -1560,6 +1560,9 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
       nto_parallel_for((size_t)g->cg, 1, 0, columns_range, &bj);
     }
   }
+  /* A U step after the cache was filled is not handed the input (in[0]
+   * NULL): no offset may be applied to it, not even zero (C11 6.5.6). */
+  const float *x = b->in[0];
   int nch = n_chunks(p, l->batch);
   for (int c = 0; c < nch; c++) {
     int n0, k;
@@ -1572,7 +1575,7 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
       int fb = r1 < (gi + 1) * g->fg ? r1 : (gi + 1) * g->fg;
       dw_cols_job jb = {
           .p = p,
-          .xg = b->in[0] + (size_t)n0 * in_img + (size_t)gi * g->cg * hw,
+          .xg = x ? x + (size_t)n0 * in_img + (size_t)gi * g->cg * hw : NULL,
           .cached =
               cache ? cache + (size_t)gi * g->kcol * cache_ld + (size_t)n0 * ohw
                     : NULL,

@@ -17,6 +17,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define NAME_MAX_LEN 63   /* section names and keys: nto_kv.key, name[64] */
 #define INI_LINE_MAX 1023 /* iniparser 4.1 ASCIILINESZ - 1 */
@@ -157,6 +159,24 @@ static void fmt_num(char *buf, size_t cap, double x) {
   snprintf(buf, cap, "%g", x);
 }
 
+/* "in [0, 1)" or "> 0" (hi infinite) into buf[cap]. */
+static void fmt_interval(char *buf, size_t cap, double lo, int lo_open,
+                         double hi, int hi_open) {
+  char a[32], b[32];
+  fmt_num(a, sizeof a, lo);
+  fmt_num(b, sizeof b, hi);
+  if (isinf(hi))
+    snprintf(buf, cap, "%s %s", lo_open ? ">" : ">=", a);
+  else
+    snprintf(buf, cap, "in %c%s, %s%c", lo_open ? '(' : '[', a, b,
+             hi_open ? ')' : ']');
+}
+
+static int in_interval(double x, double lo, int lo_open, double hi,
+                       int hi_open) {
+  return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+}
+
 /*
  * Number in an interval; lo_open/hi_open make the bound exclusive, hi may be
  * INFINITY. Message: "expected a number in [0, 1), got 'x'" or
@@ -165,22 +185,42 @@ static void fmt_num(char *buf, size_t cap, double x) {
 static int parse_real(const char *v, double lo, int lo_open, double hi,
                       int hi_open, double *out, nto_err *err) {
   double x;
-  int ok = nto_parse_float(v, -HUGE_VAL, HUGE_VAL, &x, NULL) == 0;
-  if (ok)
-    ok = (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  if (ok) {
+  if (nto_parse_float(v, -HUGE_VAL, HUGE_VAL, &x, NULL) == 0 &&
+      in_interval(x, lo, lo_open, hi, hi_open)) {
     *out = x;
     return 0;
   }
-  char a[32], b[32];
-  fmt_num(a, sizeof a, lo);
-  fmt_num(b, sizeof b, hi);
-  if (isinf(hi))
-    return nto_err_set(err, NTO_ECONFIG, "expected a number %s %s, got '%s'",
-                       lo_open ? ">" : ">=", a, v);
+  char range[80];
+  fmt_interval(range, sizeof range, lo, lo_open, hi, hi_open);
+  return nto_err_set(err, NTO_ECONFIG, "expected a number %s, got '%s'", range,
+                     v);
+}
+
+/*
+ * parse_real for a setting the optimizer computes with in float32
+ * (optimizer.c): the value must also hold as that float. 0.99999999 is in
+ * [0, 1) as a double but 1.0f as beta1 (Adam's first moment never moves),
+ * and 1e40 is a double but inf as weight_decay. Message: "expected a
+ * number in [0, 1), got '0.99999999', which is 1 in float32 (the
+ * optimizer's precision)".
+ */
+static int parse_real32(const char *v, double lo, int lo_open, double hi,
+                        int hi_open, double *out, nto_err *err) {
+  double x = 0;
+  int rc = parse_real(v, lo, lo_open, hi, hi_open, &x, err);
+  if (rc != 0)
+    return rc;
+  float f = (float)x;
+  if (isfinite(f) && in_interval(f, lo, lo_open, hi, hi_open)) {
+    *out = x;
+    return 0;
+  }
+  char range[80];
+  fmt_interval(range, sizeof range, lo, lo_open, hi, hi_open);
   return nto_err_set(err, NTO_ECONFIG,
-                     "expected a number in %c%s, %s%c, got '%s'",
-                     lo_open ? '(' : '[', a, b, hi_open ? ')' : ']', v);
+                     "expected a number %s, got '%s', which is %g in float32 "
+                     "(the optimizer's precision)",
+                     range, v, (double)f);
 }
 
 /* Integer in [lo, hi]; hi == LONG_MAX prints as "an integer >= lo". */
@@ -359,8 +399,13 @@ static int dup_line(const char *file, char *s, int line, name_list *secs,
       return nto_err_set(err, NTO_ECONFIG,
                          "%s: [%s] section names cannot contain ':' (line %d)",
                          file, name, line);
+    /* Reported here, at its line: skipped, the section's keys would be
+     * checked against the previous section's and "given twice". */
     if (strlen(name) > NAME_MAX_LEN)
-      return 0; /* reported with the section itself */
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%.*s...] expected a section name of at most "
+                         "%d characters (line %d)",
+                         file, 40, name, NAME_MAX_LEN, line);
     int first = name_seen(secs, name, line);
     if (first < 0)
       return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", file);
@@ -435,11 +480,28 @@ static int scan_duplicates(const char *file, nto_err *err) {
   return rc;
 }
 
+/* "UTF-16" with how it was recognized, if the first n bytes b of a file
+ * are UTF-16 text (a byte order mark, or ASCII with every other byte NUL),
+ * else NULL. */
+static const char *utf16_sign(const unsigned char *b, size_t n) {
+  if (n >= 2 &&
+      ((b[0] == 0xFF && b[1] == 0xFE) || (b[0] == 0xFE && b[1] == 0xFF)))
+    return "it starts with a UTF-16 byte order mark";
+  if (n >= 4 &&
+      ((b[0] && !b[1] && b[2] && !b[3]) || (!b[0] && b[1] && !b[2] && b[3])))
+    return "every other byte is NUL";
+  return NULL;
+}
+
 /*
  * A text file has no NUL byte. iniparser reads lines with fgets and strlen,
  * so a NUL cuts a line short and it reports "line too long" (a binary file
  * is usually one long "line"): find the first NUL and name its line and
- * byte offset instead. Returns 0, NTO_EIO or NTO_ECONFIG.
+ * byte offset instead; a UTF-16 file (NULs in every other byte) is named
+ * as such. Lines end in LF (CRLF is fine: iniparser strips the CR); a CR
+ * without LF (old Mac line endings) would make the whole file one line,
+ * which iniparser parses into nonsense: refused, naming its line. Returns
+ * 0, NTO_EIO or NTO_ECONFIG.
  */
 static int check_text(const char *file, nto_err *err) {
   FILE *f = fopen(file, "rb");
@@ -449,9 +511,25 @@ static int check_text(const char *file, nto_err *err) {
   unsigned char buf[4096];
   long long off = 0, line = 1;
   size_t n;
-  int rc = 0;
+  int rc = 0, cr = 0; /* cr: the byte before was a CR */
   while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+    const char *u16 = off == 0 ? utf16_sign(buf, n) : NULL;
+    if (u16) {
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: line 1: UTF-16: save the file as UTF-8 (%s)", file,
+                       u16);
+      break;
+    }
     for (size_t i = 0; i < n; i++) {
+      if (cr && buf[i] != '\n') {
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: line %lld: a CR line ending without LF (byte "
+                         "offset %lld): save the file with LF (Unix) or CRLF "
+                         "line endings",
+                         file, line, off + (long long)i - 1);
+        break;
+      }
+      cr = buf[i] == '\r';
       if (buf[i] == '\n') {
         line++;
       } else if (buf[i] == '\0') {
@@ -464,8 +542,82 @@ static int check_text(const char *file, nto_err *err) {
     }
     off += (long long)n;
   }
+  if (rc == 0 && cr) /* the file ends in a lone CR */
+    rc = nto_err_set(err, NTO_ECONFIG,
+                     "%s: line %lld: a CR line ending without LF (byte offset "
+                     "%lld): save the file with LF (Unix) or CRLF line endings",
+                     file, line, off - 1);
   if (rc == 0 && ferror(f))
     rc = nto_err_set(err, NTO_EIO, "%s: read error: %s", file, strerror(errno));
+  fclose(f);
+  return rc;
+}
+
+/*
+ * 1 if the logical line s (continued so far, its trailing '\' removed) is
+ * a comment or ends in one: a line starting with '#' or ';', or a value
+ * with an unquoted '#' or ';', or text after a quoted value. iniparser
+ * joins the next line to a line ending in '\' before it strips comments,
+ * so that line would vanish into the comment.
+ */
+static int ends_in_comment(const char *s) {
+  while (isspace((unsigned char)*s))
+    s++;
+  if (*s == '#' || *s == ';')
+    return 1;
+  const char *eq = *s == '[' ? NULL : strchr(s, '=');
+  if (!eq)
+    return 0;
+  const char *v = eq + 1;
+  while (isspace((unsigned char)*v))
+    v++;
+  if (*v == '"' || *v == '\'') { /* iniparser ignores what follows it */
+    const char *close = strchr(v + 1, *v);
+    if (!close)
+      return 0;
+    for (close++; isspace((unsigned char)*close); close++)
+      ;
+    return *close != '\0';
+  }
+  return strpbrk(v, "#;") != NULL;
+}
+
+/*
+ * A line that ends in '\' within a comment swallows the line after it
+ * (ends_in_comment): a key silently lost. Refused, naming both lines.
+ * Lines longer than iniparser takes are left to its own message. Returns
+ * 0, NTO_EIO or NTO_ECONFIG.
+ */
+static int check_continued_comments(const char *file, nto_err *err) {
+  FILE *f = fopen(file, "r");
+  if (!f)
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", file,
+                       strerror(errno));
+  char phys[INI_LINE_MAX + 3];
+  char logical[4 * INI_LINE_MAX];
+  size_t used = 0;
+  int lineno = 0, rc = 0;
+  while (rc == 0 && fgets(phys, sizeof phys, f)) {
+    lineno++;
+    size_t n = strlen(phys);
+    if (n && phys[n - 1] != '\n' && !feof(f))
+      break; /* too long: iniparser reports it */
+    while (n && isspace((unsigned char)phys[n - 1]))
+      phys[--n] = '\0';
+    int cont = n && phys[n - 1] == '\\';
+    if (cont)
+      phys[--n] = '\0';
+    if (used + n >= sizeof logical)
+      break; /* a continuation longer than iniparser's line: its message */
+    memcpy(logical + used, phys, n + 1);
+    used = cont ? used + n : 0;
+    if (cont && ends_in_comment(logical))
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: line %d: a comment ends in '\\', which continues "
+                       "it onto line %d (that line would be ignored): "
+                       "remove the backslash",
+                       file, lineno, lineno + 1);
+  }
   fclose(f);
   return rc;
 }
@@ -772,23 +924,23 @@ static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
     case OK_TYPE:
       break;
     case OK_LR:
-      rc = parse_real(v, 0, 1, 10, 0, &o->learning_rate, err);
+      rc = parse_real32(v, 0, 1, 10, 0, &o->learning_rate, err);
       o->lr_given = 1;
       break;
     case OK_MOMENTUM:
-      rc = parse_real(v, 0, 0, 1, 1, &o->momentum, err);
+      rc = parse_real32(v, 0, 0, 1, 1, &o->momentum, err);
       break;
     case OK_BETA1:
-      rc = parse_real(v, 0, 0, 1, 1, &o->beta1, err);
+      rc = parse_real32(v, 0, 0, 1, 1, &o->beta1, err);
       break;
     case OK_BETA2:
-      rc = parse_real(v, 0, 0, 1, 1, &o->beta2, err);
+      rc = parse_real32(v, 0, 0, 1, 1, &o->beta2, err);
       break;
     case OK_EPSILON:
-      rc = parse_real(v, 0, 1, 1, 1, &o->epsilon, err);
+      rc = parse_real32(v, 0, 1, 1, 1, &o->epsilon, err);
       break;
     case OK_WD:
-      rc = parse_real(v, 0, 0, INFINITY, 0, &o->weight_decay, err);
+      rc = parse_real32(v, 0, 0, INFINITY, 0, &o->weight_decay, err);
       break;
     case OK_DECAY_RATE:
       rc = parse_real(v, 0, 1, 1, 0, &ld->rate, err);
@@ -1141,21 +1293,35 @@ int nto_config_load(nto_config *c, const char *path, nto_err *err) {
 
   loader L = {.file = path};
   const char *slash = strrchr(path, '/');
-  if (slash)
-    snprintf(L.dir, sizeof L.dir, "%.*s/", (int)(slash - path), path);
+  size_t dlen = slash ? (size_t)(slash - path) + 1 : 0; /* with the '/' */
+  if (dlen >= sizeof L.dir)
+    dlen = sizeof L.dir - 1;
+  memcpy(L.dir, path, dlen);
+  L.dir[dlen] = '\0';
 
-  FILE *f = fopen(path, "r");
-  if (!f)
+  /* Opened without blocking and checked to be a regular file before the
+   * readers below (each opens it by name): opening a FIFO for reading
+   * waits for a writer, forever if none comes. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
                        strerror(errno));
   struct stat st;
-  int is_dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
-  fclose(f);
-  if (is_dir)
+  int st_ok = fstat(fd, &st) == 0;
+  close(fd);
+  if (st_ok && S_ISDIR(st.st_mode))
     return nto_err_set(err, NTO_EIO, "%s: cannot open: %s", path,
                        strerror(EISDIR));
+  if (st_ok && !S_ISREG(st.st_mode))
+    return nto_err_set(err, NTO_EIO, "%s: cannot open: not a regular file (%s)",
+                       path,
+                       S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device");
 
   int trc = check_text(path, err);
+  if (trc == 0)
+    trc = check_continued_comments(path, err);
   if (trc != 0)
     return trc;
 

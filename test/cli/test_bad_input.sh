@@ -82,10 +82,28 @@ good_split() {
   labels "$1/$2-labels-idx1-ubyte" 2049 4 '\000\001\002\003'
 }
 # nntrainer raw records of the data model: 64 features + 10 label values,
-# as float32 (zeros): 296 bytes each. Both samples of a 2-record file are in
-# the one batch of --iterations 1, whatever the shuffle.
+# as float32 (little-endian): 296 bytes each, the features zero, the labels
+# one-hot (1.0f is 00 00 80 3f). Both samples of a 2-record file are in the
+# one batch of --iterations 1, whatever the shuffle.
 zeros() { head -c "$1" /dev/zero; }
 raw() { zeros "$2" >"$1"; }
+# records FILE N: N records, sample i of class i % 10.
+records() {
+  i=0
+  while [ "$i" -lt "$2" ]; do
+    zeros 256
+    j=0
+    while [ $j -lt 10 ]; do
+      if [ $j -eq $((i % 10)) ]; then printf '\000\000\200\077'; else
+        zeros 4; fi
+      j=$((j + 1))
+    done
+    i=$((i + 1))
+  done >"$1"
+}
+# poke FILE OFFSET BYTES: overwrite bytes (printf octal escapes) at OFFSET.
+# shellcheck disable=SC2059
+poke() { printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null; }
 
 # The model of the data cases: 1:8:8 input, 10 classes.
 model='[Model]
@@ -103,7 +121,8 @@ unit = 10
 
 # make_data NAME: writes data set NAME and the model using it into
 # $d = $tmp/NAME; $data is the --data option to train with ("" for the raw
-# files of the model's [train_set]).
+# files of the model's [train_set]). ini_* cases write a bad model.ini
+# instead (bytes the table cannot hold) and train on synthetic data.
 make_data() {
   d=$tmp/$1
   data=$d
@@ -136,24 +155,49 @@ make_data() {
   idx_labels_missing) rm "$d/train-labels-idx1-ubyte" ;;
   idx_image_too_large) images "$d/train-images-idx3-ubyte" 2051 4 40 40 6400 ;;
   idx_test_magic) images "$d/t10k-images-idx3-ubyte" 0 4 4 4 64 ;;
+  # INI files whose bytes the table cannot hold: CR-only line endings,
+  # UTF-16 with and without a byte order mark.
+  ini_cr_only) printf '%s' "$model" | tr '\n' '\r' >"$d/model.ini" ;;
+  ini_utf16) printf '%s' "$model" | iconv -f UTF-8 -t UTF-16 >"$d/model.ini" ;;
+  ini_utf16_no_bom)
+    printf '%s' "$model" | iconv -f UTF-8 -t UTF-16LE >"$d/model.ini" ;;
   raw_*)
     data=
     printf '\n[train_set]\ntype = file\npath = train.dat\n' >>"$d/model.ini"
-    raw "$d/train.dat" 592 ;;
+    records "$d/train.dat" 2 ;;
   *)
     echo "test_bad_input.sh: no data case '$1'" >&2
     return 1 ;;
   esac
   case $1 in
+  ini_*) data=synthetic ;;
   raw_wrong_size) raw "$d/train.dat" 692 ;;
   raw_empty) raw "$d/train.dat" 0 ;;
   raw_missing) rm "$d/train.dat" ;;
   raw_nan_feature) # sample 1, feature 10: bytes 336..339; NaN either endian
-    { zeros 336; printf '\377\377\377\377'; zeros 252; } \
-      >"$d/train.dat" ;;
+    poke "$d/train.dat" 336 '\377\377\377\377' ;;
   raw_nan_label) # sample 0, label value 3: bytes 268..271
-    { zeros 268; printf '\377\377\377\177'; zeros 320; } \
-      >"$d/train.dat" ;;
+    poke "$d/train.dat" 268 '\377\377\377\177' ;;
+  raw_labels_zero) # sample 1 (labels from byte 552): its 1.0 at 556 cleared
+    poke "$d/train.dat" 556 '\000\000\000\000' ;;
+  raw_label_negative) # sample 1: labels 0, 2.0, -1.0 (sum 1, not >= 0)
+    poke "$d/train.dat" 556 '\000\000\000\100\000\000\200\277' ;;
+  raw_label_first) # sample 0: a second 1.0 (label value 1), checked at open
+    poke "$d/train.dat" 260 '\000\000\200\077' ;;
+  raw_other_model) # 4 records of a 1:4:8 model with 5 classes (148 bytes):
+    # features 0.5, one-hot labels; 592 bytes, 2 records' worth of ours
+    i=0
+    while [ $i -lt 4 ]; do
+      j=0
+      while [ $j -lt 32 ]; do printf '\000\000\000\077'; j=$((j + 1)); done
+      j=0
+      while [ $j -lt 5 ]; do
+        if [ $j -eq $i ]; then printf '\000\000\200\077'; else zeros 4; fi
+        j=$((j + 1))
+      done
+      i=$((i + 1))
+    done >"$d/train.dat" ;;
+  raw_directory) rm "$d/train.dat" && mkdir "$d/train.dat" ;;
   raw_test_wrong_size)
     printf '\n[test_set]\ntype = file\npath = test.dat\n' >>"$d/model.ini"
     raw "$d/test.dat" 300 ;;

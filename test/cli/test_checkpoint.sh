@@ -10,7 +10,9 @@
 #   and resuming from it gives the same weights;
 # - a checkpoint of another model is refused with exit 2, a corrupt or
 #   truncated one with exit 1, naming the byte offset;
-# - a failed run leaves the last checkpoint intact and no swap file behind.
+# - a failed run leaves the last checkpoint intact and no swap file behind;
+#   no temp or lock file is left next to a checkpoint; an unwritable
+#   --checkpoint is refused at the start (exit 2).
 # usage: test_checkpoint.sh PATH/TO/nntrainer-offload   (run from the repo root)
 set -u
 exe=$1
@@ -40,6 +42,14 @@ expect() { # expect NAME STATUS PATTERN -- command...
 
 same() { # same NAME FILE1 FILE2
   if cmp -s "$2" "$3"; then ok; else fail "$1: $2 and $3 differ"; fi
+}
+
+# leftover DIR NAME: no temp file (NAME.tmp, NAME.tmp.<pid>) or lock file
+# (NAME.lock) of checkpoint NAME is left in DIR.
+leftover() {
+  for f in "$1/$2".tmp* "$1/$2.lock"; do
+    if [ -e "$f" ]; then fail "left next to $2: $f"; else ok; fi
+  done
 }
 
 empty_dir() { # empty_dir NAME DIR: no file left (swap files are unnamed)
@@ -132,7 +142,7 @@ expect checkpointed 0 "checkpoint .*3 written" -- "$exe" train "$tmp/slow.ini" \
   $common --iterations 6 --checkpoint "$tmp/short.ckpt" --checkpoint-every 2 \
   --save "$tmp/short.bin"
 same checkpointed_weights "$tmp/short_ref.bin" "$tmp/short.bin"
-[ -e "$tmp/short.ckpt.tmp" ] && fail "temp file left: $tmp/short.ckpt.tmp" || ok
+leftover "$tmp" short.ckpt
 expect nothing_left 0 "nothing left to train" -- "$exe" train "$tmp/slow.ini" \
   $common --iterations 6 --resume "$tmp/short.ckpt" --save "$tmp/short2.bin"
 same nothing_left_weights "$tmp/short_ref.bin" "$tmp/short2.bin"
@@ -196,7 +206,7 @@ stopped() {
   [ -n "$it" ] && [ "$it" -lt $N ] && ok ||
     fail "$sname: stopped at iteration '$it', expected fewer than $N"
   empty_dir "$sname: swap dir" "$tmp/swap_$sname"
-  [ -e "$tmp/$sname.ckpt.tmp" ] && fail "$sname: temp file left" || ok
+  leftover "$tmp" "$sname.ckpt"
   expect "${sname}_resume" 0 "resumed from .* at iteration $it " -- "$exe" train \
     "$tmp/slow.ini" $common --iterations $N --resume "$tmp/$sname.ckpt" \
     --checkpoint "$tmp/$sname.ckpt" --save "$tmp/$sname.bin"
@@ -286,7 +296,9 @@ expect nan_resume 0 "resumed from .* at iteration 4 " -- "$exe" train \
   --save "$tmp/raw_res.bin"
 same nan_resume_weights "$tmp/raw_ref.bin" "$tmp/raw_res.bin"
 
-expect unwritable 1 "cannot create" -- "$exe" train "$tmp/slow.ini" $common \
+# An unwritable --checkpoint is refused before training (exit 2).
+expect unwritable 2 "--checkpoint: $tmp/nodir/x.ckpt: cannot create" -- \
+  "$exe" train "$tmp/slow.ini" $common \
   --iterations 4 --checkpoint "$tmp/nodir/x.ckpt" --checkpoint-every 2 \
   --window 1 --swap-dir "$tmp/swap_fail" $direct
 empty_dir "unwritable: swap dir" "$tmp/swap_fail"

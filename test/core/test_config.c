@@ -463,14 +463,14 @@ static void test_iniparser_rules(void **state) {
           "[Model]\n"
           "[l]\n"
           "type = x\n"
-          "semi = a;b\n"          /* ';' starts a comment even mid-value */
+          "semi = a;b\n"           /* ';' starts a comment even mid-value */
           "hash = \"a # b\" # c\n" /* quotes protect '#' */
           "cont = a \\\n"          /* backslash continues the line */
           "   b\n"
           "empty =\n"
           "quoted_empty = \"\"\n"
-          "# comment \\\n"
-          "eaten = 1\n", /* a continued comment swallows this line */
+          "path = a\\b\n" /* a backslash inside a line is kept */
+          "crlf = 1\r\n", /* CRLF line endings are fine */
           &c);
   const nto_section *l = layer(&c, "l");
   assert_string_equal(nto_section_get(l, "semi"), "a");
@@ -478,8 +478,9 @@ static void test_iniparser_rules(void **state) {
   assert_string_equal(nto_section_get(l, "cont"), "a    b");
   assert_string_equal(nto_section_get(l, "empty"), "");
   assert_string_equal(nto_section_get(l, "quoted_empty"), "");
-  assert_null(nto_section_get(l, "eaten"));
-  assert_int_equal(l->n_kv, 6);
+  assert_string_equal(nto_section_get(l, "path"), "a\\b");
+  assert_string_equal(nto_section_get(l, "crlf"), "1");
+  assert_int_equal(l->n_kv, 8);
   nto_config_free(&c);
 }
 
@@ -489,6 +490,7 @@ static void test_iniparser_rules(void **state) {
 static char long_value_ini[1200];
 static char long_line_ini[1600];
 static char long_section_ini[800];
+static char long_section_dup_ini[800];
 
 static void build_long_inputs(void) {
   char v[700];
@@ -504,6 +506,9 @@ static void build_long_inputs(void) {
   v[70] = '\0';
   snprintf(long_section_ini, sizeof long_section_ini,
            "[Model]\n[%s]\ntype = input\n", v);
+  /* Its keys repeat the section before: not "given twice", its length. */
+  snprintf(long_section_dup_ini, sizeof long_section_dup_ini,
+           "[Model]\n[in]\ntype = input\n\n[%s]\ntype = fc\n", v);
 }
 
 typedef struct bad_case {
@@ -564,6 +569,24 @@ static const bad_case bad_cases[] = {
      NTO_ECONFIG, {"[optimizer] key 'epsilon'", "(0, 1)"}},
     {"wd_neg.ini", "[Model]\n[Optimizer]\ntype = adamw\nweight_decay = -1\n",
      NTO_ECONFIG, {"[optimizer] key 'weight_decay'", ">= 0", "got '-1'"}},
+    /* Values the optimizer's float32 changes (optimizer.c). */
+    {"beta1_float.ini",
+     "[Model]\n[Optimizer]\ntype = adam\nbeta1 = 0.99999999\n", NTO_ECONFIG,
+     {"[optimizer] key 'beta1'", "got '0.99999999'", "which is 1 in float32"}},
+    {"beta2_float.ini",
+     "[Model]\n[Optimizer]\ntype = adamw\nbeta2 = 0.99999998\n", NTO_ECONFIG,
+     {"[optimizer] key 'beta2'", "[0, 1)", "which is 1 in float32"}},
+    {"momentum_float.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\nmomentum = 0.999999999\n",
+     NTO_ECONFIG, {"[optimizer] key 'momentum'", "which is 1 in float32"}},
+    {"wd_float.ini",
+     "[Model]\n[Optimizer]\ntype = adam\nweight_decay = 1e40\n", NTO_ECONFIG,
+     {"[optimizer] key 'weight_decay'", "got '1e40'", "inf in float32"}},
+    {"eps_float.ini", "[Model]\n[Optimizer]\ntype = adam\nepsilon = 1e-50\n",
+     NTO_ECONFIG, {"[optimizer] key 'epsilon'", "(0, 1)", "0 in float32"}},
+    {"lr_float.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = 1e-46\n",
+     NTO_ECONFIG, {"[optimizer] key 'learning_rate'", "0 in float32"}},
     {"opt_unknown.ini", "[Model]\n[Optimizer]\ntype = sgd\nnesterov = 1\n",
      NTO_ECONFIG, {"[optimizer] unknown key 'nesterov'"}},
     {"legacy_half.ini",
@@ -631,7 +654,24 @@ static const bad_case bad_cases[] = {
     {"long_value.ini", long_value_ini, NTO_ECONFIG,
      {"[fc] key 'name'", "at most 511 characters", "got 600"}},
     {"long_section.ini", long_section_ini, NTO_ECONFIG,
-     {"[ssssssss", "at most 63 characters"}},
+     {"[ssssssss", "at most 63 characters", "(line 2)"}},
+    {"long_section_dup.ini", long_section_dup_ini, NTO_ECONFIG,
+     {"[ssssssss", "at most 63 characters", "(line 5)"}},
+    {"comment_cont.ini", "[Model]\n# the next key is eaten \\\nepochs = 2\n",
+     NTO_ECONFIG,
+     {"line 2: a comment ends in '\\'", "onto line 3", "remove the backslash"}},
+    {"inline_comment_cont.ini",
+     "[Model]\nepochs = 2 ; two \\\nbatch_size = 4\n", NTO_ECONFIG,
+     {"line 2: a comment ends in '\\'", "onto line 3"}},
+    {"quoted_cont.ini",
+     "[Model]\n[l]\ntype = \"x\" # note \\\nunit = 3\n", NTO_ECONFIG,
+     {"line 3: a comment ends in '\\'", "onto line 4"}},
+    {"cr_only.ini", "[Model]\repochs = 2\r", NTO_ECONFIG,
+     {"line 1: a CR line ending without LF (byte offset 7)", "LF"}},
+    {"cr_late.ini", "[Model]\nepochs = 2\n[l]\rtype = x\n", NTO_ECONFIG,
+     {"line 3: a CR line ending without LF (byte offset 22)"}},
+    {"utf16_bom.ini", "\xFF\xFE[", NTO_ECONFIG,
+     {"line 1: UTF-16: save the file as UTF-8", "byte order mark"}},
     {"dup_section.ini",
      "[Model]\n[fc]\ntype = fully_connected\n[FC]\nunit = 3\n", NTO_ECONFIG,
      {"[fc] section given twice", "lines 2 and 4"}},
@@ -676,6 +716,7 @@ static void test_malformed(void **state) {
   }
 }
 
+/* A directory or a FIFO as the config; a NULL err. */
 static void test_directory_and_null_err(void **state) {
   (void)state;
   nto_config c;
@@ -683,6 +724,14 @@ static void test_directory_and_null_err(void **state) {
   assert_int_equal(mkdir(tmp_path("adir.ini"), 0700), 0);
   assert_int_equal(nto_config_load(&c, tmp_path("adir.ini"), &err), NTO_EIO);
   assert_non_null(strstr(err.msg, "adir.ini: cannot open"));
+  /* A FIFO is refused at once (opening it for reading would wait for a
+   * writer): the alarm ends a load that blocks. */
+  assert_int_equal(mkfifo(tmp_path("fifo.ini"), 0600), 0);
+  alarm(20);
+  assert_int_equal(nto_config_load(&c, tmp_path("fifo.ini"), &err), NTO_EIO);
+  alarm(0);
+  assert_non_null(
+      strstr(err.msg, "fifo.ini: cannot open: not a regular file (a FIFO)"));
   /* err may be NULL; the code is still returned and nothing leaks. */
   assert_int_equal(
       nto_config_load(&c, write_file("null_err.ini", "[Model]\nepochs=x\n"),

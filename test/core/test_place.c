@@ -128,6 +128,8 @@ static void random_items(nto_place_item *v, int n, long T) {
       len = 1 + below(T / 2); /* long */
     else
       len = T / 2 + below(T / 2); /* very long, often wrapping */
+    if (len < 1)
+      len = 1;
     long a = below(T);
     v[i] = (nto_place_item){.bytes = sizes[below(6)]};
     if (a + len <= T) {

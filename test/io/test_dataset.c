@@ -742,6 +742,109 @@ static void test_raw_round_trip(void **state) {
   assert_msg_has(&err, path);
 }
 
+/* Raw labels must be a distribution (each >= 0, summing to 1 within 1e-3):
+ * the first record is checked at open, so that a file of a model with
+ * another record size is refused before training; every other record when
+ * it is read. Soft labels pass. */
+static void test_raw_labels(void **state) {
+  fixture *fx = *state;
+  enum { N = 4, FEAT = 6, NC = 4, REC = FEAT + NC };
+  float data[N * REC];
+  for (int i = 0; i < N; i++) {
+    for (int j = 0; j < FEAT; j++)
+      data[i * REC + j] = 0.5f;
+    for (int j = 0; j < NC; j++)
+      data[i * REC + FEAT + j] = 0.25f; /* soft labels */
+  }
+  char path[512];
+  path_in(fx, path, sizeof path, "labels.dat");
+  nto_shape s = {1, 1, 2, 3};
+  nto_dataset *ds = NULL;
+  nto_err err = {0};
+  float x[N * FEAT], y[N * NC];
+  int got;
+  write_bytes(path, (const unsigned char *)data, sizeof data, 0);
+  if (nto_dataset_open_raw(&ds, path, s, NC, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(nto_dataset_next(ds, x, y, N, &got, &err), 0);
+  assert_int_equal(got, N);
+  nto_dataset_close(ds);
+
+  /* Sample 2 all zero: opens, refused when read, naming its labels'
+   * offset (2 * 40 + 24). */
+  for (int j = 0; j < NC; j++)
+    data[2 * REC + FEAT + j] = 0.0f;
+  write_bytes(path, (const unsigned char *)data, sizeof data, 0);
+  assert_int_equal(nto_dataset_open_raw(&ds, path, s, NC, &err), 0);
+  assert_int_equal(nto_dataset_next(ds, x, y, N, &got, &err), NTO_EDATA);
+  assert_msg_has(&err, "labels.dat: byte offset 104: the 4 label values of "
+                       "sample 2 sum to 0, expected a distribution");
+  nto_dataset_close(ds);
+
+  /* Sample 3: a negative value, though the sum is 1 (offset 3 * 40 + 24 +
+   * 4). */
+  data[2 * REC + FEAT] = 1.0f;
+  data[3 * REC + FEAT] = 0.75f;
+  data[3 * REC + FEAT + 1] = -0.25f;
+  data[3 * REC + FEAT + 2] = 0.5f;
+  data[3 * REC + FEAT + 3] = 0.0f;
+  write_bytes(path, (const unsigned char *)data, sizeof data, 0);
+  assert_int_equal(nto_dataset_open_raw(&ds, path, s, NC, &err), 0);
+  assert_int_equal(nto_dataset_next(ds, x, y, N, &got, &err), NTO_EDATA);
+  assert_msg_has(&err, "labels.dat: byte offset 148: label value 1 of "
+                       "sample 3 is -0.25");
+  nto_dataset_close(ds);
+
+  /* Sample 0 wrong: refused at open, with the record size as the hint. */
+  data[FEAT + 1] = 0.5f;
+  write_bytes(path, (const unsigned char *)data, sizeof data, 0);
+  assert_int_equal(nto_dataset_open_raw(&ds, path, s, NC, &err), NTO_EDATA);
+  assert_null(ds);
+  assert_msg_has(&err, "byte offset 24: the 4 label values of sample 0 sum "
+                       "to 1.25");
+  assert_msg_has(&err, "another record size? this one's is 40 bytes");
+
+  /* The file of another model (5 features, 5 classes: also 40 bytes a
+   * record, one-hot): its first label value is read as our 6th feature and
+   * our 4 label values are its other 4, all 0 for its sample 0 of class 0. */
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < REC; j++)
+      data[i * REC + j] = j < 5 ? 0.5f : j == 5 + i % 5 ? 1.0f : 0.0f;
+  write_bytes(path, (const unsigned char *)data, sizeof data, 0);
+  assert_int_equal(nto_dataset_open_raw(&ds, path, s, NC, &err), NTO_EDATA);
+  assert_msg_has(&err, "byte offset 24: the 4 label values of sample 0 sum "
+                       "to 0, expected");
+}
+
+/* Data files that are not regular files: a FIFO (opening it for reading
+ * would wait for a writer; the alarm ends a test that blocks) and a
+ * directory (its size is no record count) are refused naming the file. */
+static void test_not_regular_files(void **state) {
+  fixture *fx = *state;
+  char fifo[512], dir[512], img[512], lbl[512];
+  path_in(fx, fifo, sizeof fifo, "fifo.dat");
+  path_in(fx, dir, sizeof dir, "dir.dat");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  nto_dataset *ds = NULL;
+  nto_err err = {0};
+  nto_shape s = {1, 1, 28, 28};
+  alarm(20);
+  assert_int_equal(nto_dataset_open_raw(&ds, fifo, s, 10, &err), NTO_EIO);
+  assert_msg_has(&err, "fifo.dat: is a FIFO, expected a regular file");
+  assert_int_equal(nto_dataset_open_raw(&ds, dir, s, 10, &err), NTO_EIO);
+  assert_msg_has(&err, "dir.dat: is a directory, expected a regular file");
+  write_pair(fx, NULL, "train", 0, img, lbl, sizeof img);
+  assert_int_equal(nto_dataset_open_idx(&ds, fifo, lbl, s, 10, &err), NTO_EIO);
+  assert_msg_has(&err, "fifo.dat: is a FIFO, expected a regular file");
+  assert_int_equal(nto_dataset_open_idx(&ds, img, fifo, s, 10, &err), NTO_EIO);
+  assert_msg_has(&err, "fifo.dat: is a FIFO, expected a regular file");
+  assert_int_equal(nto_dataset_open_idx(&ds, img, dir, s, 10, &err), NTO_EIO);
+  assert_msg_has(&err, "dir.dat: is a directory, expected a regular file");
+  alarm(0);
+  assert_null(ds);
+}
+
 /* ------------------------------------------------------------ synthetic */
 
 enum { SN = 60, SNC = 5, SFEAT = 3 * 8 * 8 };
@@ -1206,6 +1309,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idx_keep_classes, setup, teardown),
       cmocka_unit_test(test_fashion_mnist),
       cmocka_unit_test_setup_teardown(test_raw_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_raw_labels, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_not_regular_files, setup, teardown),
       cmocka_unit_test(test_synthetic),
       cmocka_unit_test(test_synthetic_keep_classes),
       cmocka_unit_test_setup_teardown(test_golden_idx_shuffled, setup,
