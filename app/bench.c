@@ -7,12 +7,12 @@
  *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
  * (plus --batch-size, --freeze-until, --swap-dir, --io, --memory-budget,
- * --recompute and --no-direct when given), one configuration after the other, so that each has its own
- * peak RSS (the kernel's VmHWM is per process). With --rounds R the list
- * runs R times, configurations interleaved (round 1: every configuration,
- * then round 2, ...), so that a slow spell of a shared machine hits every
- * configuration alike; each figure is the median over the rounds (peak
- * RSS and resident peak: the largest), and the ratio the median of the
+ * --recompute and --no-direct when given), one configuration after the other,
+ * so that each has its own peak RSS (the kernel's VmHWM is per process). With
+ * --rounds R the list runs R times, configurations interleaved (round 1: every
+ * configuration, then round 2, ...), so that a slow spell of a shared machine
+ * hits every configuration alike; each figure is the median over the rounds
+ * (peak RSS and resident peak: the largest), and the ratio the median of the
  * per-round ratios, each against the same round's `all` run. Before the runs,
  * the swap directory's sequential write then read bandwidth is measured once
  * through our own I/O layer (nto_swap_probe, io/probe.h: a swap file and a
@@ -58,6 +58,7 @@
 #define LABEL_MAX 32             /* "all", "N+off@SIZE", ... */
 #define STDERR_TAIL 8            /* lines of a failed child's stderr shown */
 #define REPORT_MAX (64u << 20)   /* larger --report-json files: refused */
+#define WINDOW_MAX (1L << 20)    /* the largest N train takes (setup.c) */
 #define REPORT_DEPTH 33          /* its object, 32 levels of values in it */
 
 static const char usage[] =
@@ -66,6 +67,7 @@ static const char usage[] =
     "Trains MODEL.ini once per window configuration, each in its own\n"
     "process, and compares iteration time, peak memory and swap traffic;\n"
     "checks that the saved weights are identical to the 'all' run's.\n"
+    "Options take their value as --name VALUE or --name=VALUE.\n"
     "\n"
     "  --windows LIST        comma list of N (steps), auto and all\n"
     "                        (default 1,2,4,auto,all); a suffix @SIZE\n"
@@ -196,9 +198,31 @@ static int valid_label(const char *s) {
   return 1;
 }
 
-/* Split --windows into o->labels. Entries are checked for form only (a
- * window the trainer refuses, such as 0, fails in its run). Returns 0, or
- * -1 after a usage error naming --windows. */
+/* What train would refuse in entry tok of list, refused before any run
+ * (a run of minutes may come before it): N from 1 to train's bound, the
+ * @SIZE a budget (cli_budget). Returns 0, or -1 after a usage error naming
+ * --windows. */
+static int check_label(const char *tok, const char *list) {
+  size_t len = strcspn(tok, "+@"), bytes;
+  char n[LABEL_MAX], what[LABEL_MAX + 64];
+  long w;
+  memcpy(n, tok, len);
+  n[len] = '\0';
+  if (n[0] >= '0' && n[0] <= '9' &&
+      nto_parse_int(n, 1, WINDOW_MAX, &w, NULL) != 0) {
+    cli_error("option --windows: window %s in '%s': N is a number of steps "
+              "from 1 to %ld (or auto, or all)",
+              n, list, WINDOW_MAX);
+    return -1;
+  }
+  const char *at = strchr(tok, '@');
+  snprintf(what, sizeof what, "option --windows: '%s' in '%s': the size", tok,
+           list);
+  return at ? cli_budget(what, at + 1, &bytes) : 0;
+}
+
+/* Split --windows into o->labels, each checked (valid_label, check_label).
+ * Returns 0, or -1 after a usage error naming --windows. */
 static int parse_windows(bench_opts *o) {
   const char *p = o->windows;
   o->n = 0;
@@ -220,6 +244,8 @@ static int parse_windows(bench_opts *o) {
                 tok, o->windows);
       return -1;
     }
+    if (check_label(tok, o->windows) != 0)
+      return -1;
     for (int i = 0; i < o->n; i++)
       if (!strcmp(o->labels[i], tok)) {
         cli_error("option --windows: '%s' is given twice in '%s'", tok,
@@ -237,19 +263,22 @@ static int parse_windows(bench_opts *o) {
   }
 }
 
-/* The string option a names, or NULL if a is not one. */
-static const char **string_opt(bench_opts *o, const char *a) {
+/* The string option a names ("--name" or "--name=VALUE": *name and *m,
+ * cli_opt_match's), or NULL if a is not one. */
+static const char **string_opt(bench_opts *o, const char *a, const char **name,
+                               int *m) {
   static const char *const names[] = {
-      "--windows",  "--data", "--csv",           "--json",      "--plot",
-      "--swap-dir", "--io",   "--memory-budget", "--recompute",
-      "--freeze-until", NULL};
-  const char **dst[] = {&o->windows, &o->data,      &o->csv,
-                        &o->json,    &o->plot,      &o->swap_dir,
-                        &o->io,      &o->budget,    &o->recompute,
-                        &o->freeze_until};
+      "--windows",   "--data",         "--csv", "--json",
+      "--plot",      "--swap-dir",     "--io",  "--memory-budget",
+      "--recompute", "--freeze-until", NULL};
+  const char **dst[] = {&o->windows,   &o->data,        &o->csv, &o->json,
+                        &o->plot,      &o->swap_dir,    &o->io,  &o->budget,
+                        &o->recompute, &o->freeze_until};
   for (int i = 0; names[i]; i++)
-    if (!strcmp(a, names[i]))
+    if ((*m = cli_opt_match(a, names[i])) != 0) {
+      *name = names[i];
       return dst[i];
+    }
   return NULL;
 }
 
@@ -262,28 +291,33 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   o->warmup = 1;
   o->rounds = 1;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char **dst = string_opt(o, a);
+    const char *a = argv[i], *name = a;
+    int m = 0;
+    const char **dst = string_opt(o, a, &name, &m);
     long *target = NULL, min = 1, max = 1L << 30;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 1;
-    } else if (!strcmp(a, "--no-direct")) {
+    } else if (cli_opt_match(a, "--no-direct")) {
+      if (strcmp(a, "--no-direct") != 0) {
+        cli_error("option --no-direct takes no value, got '%s'", a);
+        return -1;
+      }
       o->no_direct = 1;
       continue;
     } else if (dst) {
-      if (!(*dst = cli_value(argc, argv, &i))) {
-        cli_error("option %s needs a value", a);
+      if (!(*dst = cli_opt_value(argc, argv, &i, name, m))) {
+        cli_error("option %s needs a value", name);
         return -1;
       }
       continue;
-    } else if (!strcmp(a, "--iterations")) {
+    } else if ((m = cli_opt_match(a, name = "--iterations")) != 0) {
       target = &o->iterations;
-    } else if (!strcmp(a, "--warmup")) {
+    } else if ((m = cli_opt_match(a, name = "--warmup")) != 0) {
       target = &o->warmup, min = 0;
-    } else if (!strcmp(a, "--rounds")) {
+    } else if ((m = cli_opt_match(a, name = "--rounds")) != 0) {
       target = &o->rounds, max = MAX_ROUNDS;
-    } else if (!strcmp(a, "--batch-size")) {
+    } else if ((m = cli_opt_match(a, name = "--batch-size")) != 0) {
       target = &o->batch, max = 1 << 20;
     } else if (a[0] == '-') {
       cli_error("bench: unknown option '%s' (try bench --help)", a);
@@ -295,7 +329,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       cli_error("bench: unexpected argument '%s'", a);
       return -1;
     }
-    if (cli_int(a, cli_value(argc, argv, &i), min, max, target) != 0)
+    if (cli_int(name, cli_opt_value(argc, argv, &i, name, m), min, max,
+                target) != 0)
       return -1;
   }
   if (!o->model) {
@@ -303,7 +338,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return -1;
   }
   nto_io_kind io;
+  size_t budget;
   if (o->io && cli_io(o->io, &io) != 0)
+    return -1;
+  if (o->budget && cli_budget("--memory-budget", o->budget, &budget) != 0)
     return -1;
   if (o->recompute &&
       cli_recompute_word(o->recompute, strlen(o->recompute)) < 0) {
@@ -1212,6 +1250,7 @@ static int read_model(bench *b) {
     cli_error("%s", err.msg);
     return -1;
   }
+  cli_config_warnings(c);
   const char *t = getenv("TMPDIR");
   const char *dir = b->o.swap_dir           ? b->o.swap_dir
                     : c->model.swap_path[0] ? c->model.swap_path

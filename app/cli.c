@@ -106,6 +106,34 @@ int cli_recompute(const char *v, nto_recompute *out) {
   return 0;
 }
 
+/* Whether size s names a unit (K, M, G, T or B): a bare number is bytes. */
+static int has_unit(const char *s) {
+  for (; *s; s++)
+    if (strchr("KkMmGgTtBb", *s))
+      return 1;
+  return 0;
+}
+
+int cli_budget(const char *what, const char *v, size_t *out) {
+  nto_err e = {0};
+  if (nto_parse_size(v, out, &e) != 0 || *out == 0) {
+    cli_error("%s: expected a size > 0 with an optional K, M or G suffix, "
+              "got '%s'",
+              what, v);
+    return -1;
+  }
+  if (*out < ((size_t)1 << 20) && !has_unit(v)) {
+    /* a bare number is bytes: "10" meant as megabytes would be refused
+     * later as below the model's minimum, which hides the slip */
+    cli_error("%s %s: a size without a suffix is in bytes, and %zu bytes "
+              "hold no model: did you mean %sM? (suffixes K, M, G; bare "
+              "numbers from 1048576 = 1 MiB up)",
+              what, v, *out, v);
+    return -1;
+  }
+  return 0;
+}
+
 int cli_io(const char *v, nto_io_kind *out) {
   if (!strcmp(v, "uring") || !strcmp(v, "io_uring"))
     *out = NTO_IO_URING;
@@ -164,6 +192,18 @@ const char *cli_value(int argc, char **argv, int *i) {
   if (*i + 1 >= argc)
     return NULL;
   return argv[++*i];
+}
+
+int cli_opt_match(const char *a, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0)
+    return 0;
+  return a[n] == '\0' ? 1 : a[n] == '=' ? 2 : 0;
+}
+
+const char *cli_opt_value(int argc, char **argv, int *i, const char *name,
+                          int m) {
+  return m == 2 ? argv[*i] + strlen(name) + 1 : cli_value(argc, argv, i);
 }
 
 void cli_print_blas(void) {
@@ -292,4 +332,9 @@ int cli_address_space(run *r, int rc, nto_err *err) {
       "(--window 1, --memory-budget)",
       l, a, b, gemm, warmed ? "" : ", OpenBLAS's GEMM buffer of ",
       warmed ? "" : c, room, AS_MARGIN >> 20);
+}
+
+void cli_config_warnings(const nto_config *c) {
+  for (int i = 0; i < c->n_warnings; i++)
+    fprintf(stderr, "warning: %s\n", c->warnings[i]);
 }

@@ -27,6 +27,11 @@ int cli_recompute(const char *v, nto_recompute *out);
  * nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);
 
+/* A memory budget v (K/M/G, bare: bytes) -> *out bytes. A bare number
+ * below 1 MiB is refused with "did you mean vM?". Returns 0, or -1 after
+ * printing an error naming what (the option or INI key) and v. */
+int cli_budget(const char *what, const char *v, size_t *out);
+
 /* --io uring|psync (also io_uring) -> *out; -1 after printing an error
  * naming the option and the value. */
 int cli_io(const char *v, nto_io_kind *out);
@@ -42,6 +47,16 @@ void cli_compute_threads(long threads);
 
 /* The value after option argv[*i] (advancing *i), or NULL if none. */
 const char *cli_value(int argc, char **argv, int *i);
+
+/* Whether argument a is option name (e.g. "--data"): 0 no, 1 "--data",
+ * 2 "--data=VALUE" (the value is what follows the '='). */
+int cli_opt_match(const char *a, const char *name);
+
+/* The value of option name at argv[*i], which cli_opt_match found as m:
+ * after its '=' (m == 2), else the next argument (advancing *i); NULL when
+ * there is none. */
+const char *cli_opt_value(int argc, char **argv, int *i, const char *name,
+                          int m);
 
 /* Prints "blas: OpenBLAS, FAMILY kernels" with the OPENBLAS_CORETYPE that
  * chose them, and a note when they leave the CPU's AVX-512 unused (about
@@ -63,6 +78,11 @@ struct run;
  * run needs: ...". Main thread.
  */
 int cli_address_space(struct run *r, int rc, nto_err *err);
+
+/* The config's warnings (nntrainer's older spellings read, keys accepted
+ * but not applied: config.h warnings), one "warning: ..." line each on
+ * stderr. */
+void cli_config_warnings(const nto_config *c);
 
 /* Prints "nntrainer-offload: <msg>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

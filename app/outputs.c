@@ -220,6 +220,10 @@ int outputs_save(run *r, nto_err *err) {
   return rc;
 }
 
+/* The most files a run writes: --save and its twin, --checkpoint,
+ * --report-json, --trace, --log-csv. */
+#define OUTPUTS 6
+
 /* A file the run writes or reads, as the checks of check_outputs see
  * it. */
 typedef struct file_use {
@@ -241,7 +245,7 @@ typedef struct use_names {
   char st_what[NTO_CONF_STR + 96];
 } use_names;
 
-/* The outputs of the run into out[] (at most 5), its inputs into in[]
+/* The outputs of the run into out[] (at most OUTPUTS), its inputs into in[]
  * (at most 3); their counts. */
 static void file_uses(const run *r, file_use *out, int *n_out, file_use *in,
                       int *n_in, use_names *nm) {
@@ -265,6 +269,8 @@ static void file_uses(const run *r, file_use *out, int *n_out, file_use *in,
     out[no++] = use_of("--report-json", r->o.report_json, NTO_WRITE_IN_PLACE);
   if (r->o.trace)
     out[no++] = use_of("--trace", r->o.trace, -1);
+  if (r->o.log_csv) /* written row by row: in place, as a FIFO may be */
+    out[no++] = use_of("--log-csv", r->o.log_csv, NTO_WRITE_IN_PLACE);
   in[ni++] = use_of("the model file", r->o.model, -1);
   if (r->o.resume)
     in[ni++] = use_of("--resume", r->o.resume, -1);
@@ -328,7 +334,7 @@ static void abort_on(const char *path) {
 int outputs_check(run *r) {
   /* main thread only; static: 8 identities of 4 KiB paths would take most
    * of a 64 KiB stack (ulimit -s 64) */
-  static file_use out[5], in[3];
+  static file_use out[OUTPUTS], in[3];
   static use_names nm;
   int no, ni, fd = -1;
   nto_err err = {0};

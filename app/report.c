@@ -115,20 +115,27 @@ static void report_offload(const run *r, const metrics *mx) {
   printf("I/O threads       busy %.1f ms reading, %.1f ms writing per "
          "iteration; a request at the device %.1f ms\n",
          mx->read_busy_ms, mx->write_busy_ms, mx->device_busy_ms);
-  printf("swap traffic      %.1f MiB read, %.1f MiB written per iteration "
-         "(planned %.1f / %.1f)\n",
-         mx->read_mib, mx->written_mib, st->planned_read / 1048576.0,
-         st->planned_written / 1048576.0);
 }
 
 /* --window auto: N, stall and I/O busy time per iteration. Long runs
- * show the first 30 iterations, then only those where N changed. */
+ * show the first 30 iterations, then only those where N changed. Without
+ * --window-trace, one line: how N moved, and the option that lists it
+ * (the list fills screens of a serial console). */
 static void report_window_trace(const run *r) {
   int n = 0;
   const nto_window_sample *v =
       nto_tuner_window_trace(nto_model_tuner(r->m), &n);
   if (n == 0)
     return;
+  if (!r->o.window_trace) {
+    int changes = 0;
+    for (int i = 1; i < n; i++)
+      changes += v[i].window != v[i - 1].window;
+    printf("window trace      N %d -> %d in %d change%s over %d iterations; "
+           "--window-trace lists them\n",
+           v[0].window, v[n - 1].window, changes, changes == 1 ? "" : "s", n);
+    return;
+  }
   printf("window trace      iteration: N, iteration ms, then over the part "
          "after the priming reads: stall ms (%%), busier I/O thread (%%)\n");
   int skipped = 0;
@@ -154,8 +161,8 @@ static void report_window_trace(const run *r) {
            skipped);
 }
 
-/* The run's iterations, what was measured, and the loss and accuracy. */
-static void report_learning(const run *r, const metrics *mx, double total_s) {
+/* The run's iterations and what was measured. */
+static void report_run(const run *r, const metrics *mx, double total_s) {
   printf("iterations        %ld (batch %d, %ld samples) in %.1f s\n",
          r->n_steps, r->batch, r->n_steps * r->batch, total_s);
   if (r->it0 > 0)
@@ -172,6 +179,12 @@ static void report_learning(const run *r, const metrics *mx, double total_s) {
     printf("measured          all %ld iterations (too few for a warm-up of "
            "%ld)\n",
            r->n_steps - r->it0, r->o.warmup);
+}
+
+/* What a user looks for at the end, last so that a console shows it
+ * without scrolling: loss and accuracy, peak RSS, time, swap traffic. */
+static void report_results(const run *r, const metrics *mx) {
+  char a[32];
   printf("train             loss %.4f accuracy %.1f%% (last progress "
          "window)\n",
          r->last_loss, r->last_acc);
@@ -181,18 +194,25 @@ static void report_learning(const run *r, const metrics *mx, double total_s) {
   if (r->test_n)
     printf("test              loss %.4f accuracy %.2f%% (%ld samples)\n",
            r->test_loss, r->test_acc, r->test_n);
+  printf("peak RSS          %s (kernel VmHWM)\n",
+         nto_format_bytes(mx->peak_rss, a, sizeof a));
+  printf("iteration time    median %.1f ms, p90 %.1f ms (%.2f it/s)\n",
+         mx->median_ms, mx->p90_ms,
+         mx->median_ms > 0 ? 1e3 / mx->median_ms : 0);
+  if (mx->offload)
+    printf("swap traffic      %.1f MiB read, %.1f MiB written per iteration "
+           "(planned %.1f / %.1f)\n",
+           mx->read_mib, mx->written_mib, mx->st.planned_read / 1048576.0,
+           mx->st.planned_written / 1048576.0);
 }
 
+/* The run's what and how: what ran, the memory plan and the offloading;
+ * the window trace; then the results. */
 void report_print(const run *r, const metrics *mx, double total_s) {
   const nto_mem_plan *p = &mx->plan;
   char a[32], b[32], c[32], d[32], e[32], f[32];
   printf("\n== report: %s ==\n", r->o.model);
-  report_learning(r, mx, total_s);
-  printf("iteration time    median %.1f ms, p90 %.1f ms (%.2f it/s)\n",
-         mx->median_ms, mx->p90_ms,
-         mx->median_ms > 0 ? 1e3 / mx->median_ms : 0);
-  printf("peak RSS          %s (kernel VmHWM)\n",
-         nto_format_bytes(mx->peak_rss, a, sizeof a));
+  report_run(r, mx, total_s);
   printf("planned tensors   %s all resident = weights %s + optimizer %s + "
          "activations/gradients %s + workspace %s\n",
          nto_format_bytes(p->total, b, sizeof b),
@@ -209,6 +229,7 @@ void report_print(const run *r, const metrics *mx, double total_s) {
            r->o.checkpoint, r->n_ckpt, r->ckpt_s, r->ckpt_it);
   report_offload(r, mx);
   report_window_trace(r);
+  report_results(r, mx);
 }
 
 /* The JSON report's configuration: model, window, read-ahead, recompute,
@@ -310,6 +331,8 @@ int report_json(const run *r, const metrics *mx, double total_s, nto_err *err) {
   fprintf(f, "  \"resumed_at_iteration\": %ld,\n", r->it0);
   fprintf(f, "  \"init_weights_loaded_parameters\": %zu,\n", r->init.params);
   fprintf(f, "  \"train_loss\": %.6f,\n", r->last_loss);
+  fprintf(f, "  \"train_accuracy\": %.6f,\n", r->last_acc / 100.0);
+  fprintf(f, "  \"test_iteration\": %ld,\n", r->test_it);
   fprintf(f, "  \"test_samples\": %ld,\n", r->test_n);
   fprintf(f, "  \"test_loss\": %.6f,\n", r->test_loss);
   fprintf(f, "  \"test_accuracy\": %.6f,\n", r->test_acc / 100.0);

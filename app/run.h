@@ -14,26 +14,27 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* train's and evaluate's options (docs/cli.md); 0 / NULL: not given. */
 typedef struct train_opts {
   const char *model, *data, *save;
   long epochs, iterations, batch, train_samples, eval_samples, shuffle;
   long seed, threads, log_every;
-  const char *window;      /* "N", "auto", "all" or NULL (the INI decides) */
-  const char *budget;      /* --memory-budget, NULL: the INI's */
-  const char *swap_dir;    /* NULL: the INI's, else the default */
-  const char *io;          /* NULL: auto */
-  int no_direct;           /* --no-direct */
-  const char *recompute;   /* --recompute auto|off, NULL: auto */
+  const char *window;       /* "N", "auto", "all" or NULL (the INI decides) */
+  const char *budget;       /* --memory-budget, NULL: the INI's */
+  const char *swap_dir;     /* NULL: the INI's, else the default */
+  const char *io;           /* NULL: auto */
+  int no_direct;            /* --no-direct */
+  const char *recompute;    /* --recompute auto|off, NULL: auto */
   const char *freeze_until; /* --freeze-until LAYER, NULL: none */
   const char *frozen_bn;    /* --frozen-bn running|batch, NULL: the INI's */
-  const char *report_json; /* NULL: off */
-  const char *trace;       /* --trace, NULL: off */
-  long warmup;             /* iterations left out of the report */
-  const char *checkpoint;  /* --checkpoint, NULL: off */
-  long checkpoint_every;   /* 0: once per epoch */
-  const char *resume;      /* --resume, NULL: a new run */
+  const char *report_json;  /* NULL: off */
+  const char *trace;        /* --trace, NULL: off */
+  long warmup;              /* iterations left out of the report */
+  const char *checkpoint;   /* --checkpoint, NULL: off */
+  long checkpoint_every;    /* 0: once per epoch */
+  const char *resume;       /* --resume, NULL: a new run */
   const char *init_weights; /* --init-weights, NULL: initialized */
   const char *weights;      /* evaluate --weights (required) */
   const char *classes;      /* --classes LIST, NULL: every class */
@@ -41,16 +42,29 @@ typedef struct train_opts {
   const char *normalize;    /* --normalize (image folders), NULL: none */
   int skip_bad_images;      /* --skip-bad-images */
   long top;                 /* predict --top */
+  long eval_every;          /* --eval-every K, 0: after each epoch only */
+  const char *log_csv;      /* --log-csv FILE, NULL: off */
+  int window_trace;         /* --window-trace: the report lists it */
 } train_opts;
+
+/* What one training iteration measured (the --log-csv row, the progress
+ * line's window sums): read from the counters the loop already keeps. */
+typedef struct iter_sample {
+  double ms;              /* wall time, the tuner's turn included */
+  double stall_ms;        /* the executor waiting for its tensors */
+  uint64_t read, written; /* swap bytes */
+  int window;             /* offload window N in force, 0: all resident */
+  double lr;              /* the learning rate the update used */
+} iter_sample;
 
 typedef struct run {
   train_opts o;
   nto_config c;
   nto_model *m;
   nto_dataset *train, *test;
-  trace *tr;    /* --trace, or NULL */
+  trace *tr;        /* --trace, or NULL */
   init_result init; /* --init-weights: what was loaded */
-  float *x, *y; /* one batch: N x c*h*w inputs, N x K targets */
+  float *x, *y;     /* one batch: N x c*h*w inputs, N x K targets */
   int batch, k;
   size_t sample;
   int tty;
@@ -63,14 +77,26 @@ typedef struct run {
   long n_steps, planned;
   long it0;       /* iterations done before this process (--resume) */
   long epoch, ie; /* the loop's epoch and iterations in it */
-  double loss_sum;
-  long correct, seen; /* since the last progress line */
-  double last_loss, last_acc;
+  /* The progress window: the iterations since the last multiple of
+   * --log-every (or the epoch's start); the progress line shows their
+   * averages, and they are reset when the window is complete. */
+  double loss_sum;            /* batch mean losses summed */
+  long correct, seen;         /* samples */
+  double win_s, win_stall_ms; /* this process's iterations of the window */
+  double last_loss, last_acc; /* the last complete window's averages */
+  double last_draw;           /* when a terminal's line was last drawn */
+  iter_sample last_it;        /* the last iteration */
+  FILE *csv;                  /* --log-csv, or NULL */
   double test_loss, test_acc;
   long test_n;
+  long test_it;      /* the iteration of the last evaluation */
+  size_t test_size;  /* the test set's samples */
+  size_t eval_limit; /* test samples an evaluation uses, 0: all */
+  int eval_default;  /* eval_limit is the default for a run shorter than
+                        an epoch (min(test set, EVAL_SHORT_RUN)) */
   double before_loss, before_acc; /* --init-weights: before training */
   long before_n;                  /* 0: not evaluated */
-  int stopped; /* a signal stopped the loop */
+  int stopped;                    /* a signal stopped the loop */
   /* checkpoints */
   long ckpt_it; /* iteration of the last checkpoint in the file, -1: none */
   int n_ckpt;   /* written */

@@ -30,13 +30,9 @@ static int budget_setting(run *r, nto_model_opts *mo) {
   r->budget = 0;
   if (!b || !b[0])
     return 0;
-  nto_err e = {0};
-  if (nto_parse_size(b, &r->budget, &e) != 0 || r->budget == 0) {
-    cli_error("%s: expected a size > 0 with an optional K, M or G suffix, "
-              "got '%s'",
-              r->o.budget ? "--memory-budget" : "[Model] memory_budget", b);
+  if (cli_budget(r->o.budget ? "--memory-budget" : "[Model] memory_budget", b,
+                 &r->budget) != 0)
     return -1;
-  }
   mo->memory_budget = r->budget;
   if (r->o.budget) {
     mo->budget_source = "--memory-budget";
@@ -65,8 +61,12 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
     r->window_mode = "auto";
   } else if (w && strcmp(w, "all") != 0) {
     long n;
-    if (cli_int(what, w, 1, 1L << 20, &n) != 0)
+    if (nto_parse_int(w, 1, 1L << 20, &n, NULL) != 0) {
+      cli_error("%s%s: expected a number of steps N from 1 to %ld, auto "
+                "(adapt N) or all (everything resident), got '%s'",
+                r->o.window ? "option " : "", what, 1L << 20, w);
       return -1;
+    }
     oo->window = (int)n;
     r->window_mode = "fixed";
   }
@@ -270,13 +270,38 @@ void setup_print_offload(const run *r) {
          nto_format_bytes(p.workspace, c, sizeof c));
 }
 
-/* The entry of opts named a, or NULL. */
-static const setup_opt *find_opt(const setup_opt *opts, size_t n,
-                                 const char *a) {
+/* The entry of opts that argument a names, as "--name" or "--name=VALUE"
+ * (*m: cli_opt_match's 1 or 2), or NULL. */
+static const setup_opt *find_opt(const setup_opt *opts, size_t n, const char *a,
+                                 int *m) {
   for (size_t i = 0; i < n; i++)
-    if (!strcmp(a, opts[i].name))
+    if ((*m = cli_opt_match(a, opts[i].name)) != 0)
       return &opts[i];
   return NULL;
+}
+
+/* Option d at argv[*i] (found as m) into its field of *o. Returns 0, or
+ * -1 after a usage error naming the option. */
+static int set_opt(int argc, char **argv, int *i, const setup_opt *d, int m,
+                   train_opts *o) {
+  char *field = (char *)o + d->off;
+  if (d->kind == 'f') {
+    if (m == 2) {
+      cli_error("option %s takes no value, got '%s'", d->name, argv[*i]);
+      return -1;
+    }
+    *(int *)field = 1;
+    return 0;
+  }
+  const char *v = cli_opt_value(argc, argv, i, d->name, m);
+  if (d->kind == 'i')
+    return cli_int(d->name, v, d->min, d->max, (long *)field);
+  if (!v) {
+    cli_error("option %s needs a value", d->name);
+    return -1;
+  }
+  *(const char **)field = v;
+  return 0;
 }
 
 int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
@@ -286,21 +311,13 @@ int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
     *n_args = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    const setup_opt *d = find_opt(opts, n, a);
-    char *field = d ? (char *)o + d->off : NULL;
+    int m = 0;
+    const setup_opt *d = find_opt(opts, n, a, &m);
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 1;
-    } else if (d && d->kind == 'f') {
-      *(int *)field = 1;
-    } else if (d && d->kind == 's') {
-      if (!(*(const char **)field = cli_value(argc, argv, &i))) {
-        cli_error("option %s needs a value", a);
-        return -1;
-      }
     } else if (d) {
-      if (cli_int(a, cli_value(argc, argv, &i), d->min, d->max,
-                  (long *)field) != 0)
+      if (set_opt(argc, argv, &i, d, m, o) != 0)
         return -1;
     } else if (a[0] == '-' && a[1]) {
       cli_error("%s: unknown option '%s' (try %s --help)", cmd, a, cmd);
@@ -339,6 +356,8 @@ int setup_inference(run *r, int max_batch) {
   openblas_set_num_threads(1); /* as train: GEMMs in our compute threads */
   cli_compute_threads(r->o.threads);
   int rc = nto_config_load(&r->c, r->o.model, &err);
+  if (rc == 0)
+    cli_config_warnings(&r->c);
   nto_model_opts mo = {.batch = (int)r->o.batch,
                        .seed = (uint64_t)r->o.seed,
                        .inference = 1,

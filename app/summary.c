@@ -13,6 +13,8 @@ static const char usage[] =
     "                                 [--recompute auto|off]\n"
     "                                 [--freeze-until LAYER]\n"
     "\n"
+    "Options take their value as --name VALUE or --name=VALUE.\n"
+    "\n"
     "Prints, per layer: type, output shape (c:h:w), parameters, whether\n"
     "it trains (yes, frozen, - without weights) and the bytes it keeps\n"
     "from forward to backward (its saved tensors, plus its inputs or\n"
@@ -117,46 +119,62 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads) {
          nto_format_bytes(estimate_rss(all.total, threads), c, sizeof c));
 }
 
+/* summary's options into *batch, *threads, *recompute, *freeze and the
+ * model *path; "--name VALUE" or "--name=VALUE". Returns 0, 1 after
+ * --help, or -1 after a usage error naming the option. */
+static int parse_opts(int argc, char **argv, const char **path, long *batch,
+                      long *threads, nto_recompute *recompute,
+                      const char **freeze) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int m;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return 1;
+    } else if ((m = cli_opt_match(a, "--batch-size")) != 0) {
+      if (cli_int("--batch-size",
+                  cli_opt_value(argc, argv, &i, "--batch-size", m), 1, 1 << 20,
+                  batch) != 0)
+        return -1;
+    } else if ((m = cli_opt_match(a, "--freeze-until")) != 0) {
+      if (!(*freeze = cli_opt_value(argc, argv, &i, "--freeze-until", m))) {
+        cli_error("option --freeze-until needs a value");
+        return -1;
+      }
+    } else if ((m = cli_opt_match(a, "--recompute")) != 0) {
+      const char *v = cli_opt_value(argc, argv, &i, "--recompute", m);
+      if (!v) {
+        cli_error("option --recompute needs a value");
+        return -1;
+      }
+      if (cli_recompute(v, recompute) != 0)
+        return -1;
+    } else if ((m = cli_opt_match(a, "--threads")) != 0) {
+      if (cli_int("--threads", cli_opt_value(argc, argv, &i, "--threads", m), 1,
+                  256, threads) != 0)
+        return -1;
+    } else if (a[0] == '-') {
+      cli_error("summary: unknown option '%s'", a);
+      return -1;
+    } else if (!*path) {
+      *path = a;
+    } else {
+      cli_error("summary: unexpected argument '%s'", a);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int cmd_summary(int argc, char **argv) {
   const char *path = NULL;
   long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
   nto_recompute recompute = NTO_RECOMPUTE_AUTO;
   const char *freeze = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(usage, stdout);
-      return CLI_OK;
-    } else if (!strcmp(argv[i], "--batch-size")) {
-      if (cli_int("--batch-size", cli_value(argc, argv, &i), 1, 1 << 20,
-                  &batch) != 0)
-        return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--freeze-until")) {
-      if (!(freeze = cli_value(argc, argv, &i))) {
-        cli_error("option --freeze-until needs a value");
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(argv[i], "--recompute")) {
-      const char *v = cli_value(argc, argv, &i);
-      if (!v) {
-        cli_error("option --recompute needs a value");
-        return CLI_USAGE;
-      }
-      if (cli_recompute(v, &recompute) != 0)
-        return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--threads")) {
-      if (cli_int("--threads", cli_value(argc, argv, &i), 1, 256, &threads) !=
-          0)
-        return CLI_USAGE;
-    } else if (argv[i][0] == '-') {
-      cli_error("summary: unknown option '%s'", argv[i]);
-      return CLI_USAGE;
-    } else if (!path) {
-      path = argv[i];
-    } else {
-      cli_error("summary: unexpected argument '%s'", argv[i]);
-      return CLI_USAGE;
-    }
-  }
+  int prc =
+      parse_opts(argc, argv, &path, &batch, &threads, &recompute, &freeze);
+  if (prc != 0)
+    return prc > 0 ? CLI_OK : CLI_USAGE;
   if (!path) {
     fputs(usage, stderr);
     return CLI_USAGE;
@@ -165,6 +183,8 @@ int cmd_summary(int argc, char **argv) {
   nto_err err = {0};
   nto_model *m = NULL;
   int rc = nto_config_load(&c, path, &err);
+  if (rc == 0)
+    cli_config_warnings(&c);
   nto_model_opts o = {.batch = (int)batch,
                       .plan_only = 1,
                       .recompute = recompute,

@@ -4,6 +4,7 @@
  * trace.c's. */
 #include "checkpoint.h"
 #include "cli.h"
+#include "lr_scheduler.h"
 #include "memstat.h"
 #include "outputs.h"
 #include "parallel.h"
@@ -12,10 +13,12 @@
 #include "setup.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <float.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,8 +29,10 @@
 static const char usage[] =
     "usage: nntrainer-offload train MODEL.ini [options]\n"
     "\n"
-    "Trains the model, evaluates on the test set after each epoch, and\n"
-    "reports loss, accuracy, iteration time, peak memory and swap traffic.\n"
+    "Trains the model, evaluates on the test set after each epoch (and at\n"
+    "the end of a run --iterations stops within an epoch), and reports\n"
+    "loss, accuracy, iteration time, peak memory and swap traffic.\n"
+    "Options take their value as --name VALUE or --name=VALUE.\n"
     "\n"
     "Data and schedule:\n"
     "  --data DIR|synthetic  IDX directory (default: the INI's [train_set],\n"
@@ -47,7 +52,10 @@ static const char usage[] =
     "  --batch-size B        batch size (default: the INI's batch_size)\n"
     "  --train-samples N     the first N training samples (synthetic: how\n"
     "                        many to generate, default 2048)\n"
-    "  --eval-samples N      evaluate on the first N test samples (0: none)\n"
+    "  --eval-samples N      evaluate on the first N test samples (0: none;\n"
+    "                        default: all, or min(test set, 2000) when the\n"
+    "                        run ends before its first epoch does)\n"
+    "  --eval-every K        also evaluate every K iterations\n"
     "  --shuffle-buffer N    shuffle buffer in samples (default 512, 0: off)\n"
     "  --seed S              initialization, shuffling, dropout (default 1)\n"
     "  --threads T           compute threads (default: online CPUs); the\n"
@@ -80,7 +88,13 @@ static const char usage[] =
     "                        (default: the INI's Save_Path)\n"
     "  --report-json FILE    the report as JSON too\n"
     "  --trace FILE.json     Chrome trace: steps, reads, writes, states\n"
-    "  --log-every K         non-terminal output: a line every K iterations\n"
+    "  --log-every K         the progress window: loss and accuracy are\n"
+    "                        averaged over K iterations (default: about 20\n"
+    "                        per epoch); non-terminal output: a line each\n"
+    "  --log-csv FILE        a CSV row per iteration: loss, accuracy,\n"
+    "                        learning rate, time, stall, window, swap\n"
+    "                        traffic, RSS (flushed each row)\n"
+    "  --window-trace        the report lists the adaptive window's trace\n"
     "  --warmup K            leave the first K iterations out of the report\n"
     "\n"
     "Checkpoints (SIGINT/SIGTERM/SIGHUP: finish the iteration, then exit;\n"
@@ -132,6 +146,9 @@ static const setup_opt train_opts_table[] = {
     SETUP_OPT("--log-every", log_every, 'i', 1, 1L << 40),
     SETUP_OPT("--warmup", warmup, 'i', 0, 1L << 40),
     SETUP_OPT("--checkpoint-every", checkpoint_every, 'i', 1, 1L << 40),
+    SETUP_OPT("--eval-every", eval_every, 'i', 1, 1L << 40),
+    SETUP_OPT("--log-csv", log_csv, 's', 0, 0),
+    SETUP_OPT("--window-trace", window_trace, 'f', 0, 0),
 };
 
 /* Returns 0, 1 after --help, or -1 after a usage error. */
@@ -148,6 +165,12 @@ static int parse_opts(int argc, char **argv, train_opts *o) {
     return rc;
   if (o->checkpoint_every && !o->checkpoint) {
     cli_error("--checkpoint-every needs --checkpoint FILE");
+    return -1;
+  }
+  if (o->eval_every && o->eval_samples == 0) {
+    cli_error("--eval-every %ld: --eval-samples 0 turns evaluation off; give "
+              "one of them",
+              o->eval_every);
     return -1;
   }
   if (o->frozen_bn && strcmp(o->frozen_bn, "running") &&
@@ -171,70 +194,216 @@ static void fmt_eta(double s, char *buf, size_t len) {
     snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
+/* Seconds between two drawings of a line a terminal redraws in place:
+ * a 115200-baud serial console takes about 11 KiB/s, and a small net's
+ * hundreds of iterations per second would flood it. */
+#define REDRAW_S 0.1
+
+/* The width lines that are redrawn in place must keep to: the terminal's
+ * (TIOCGWINSZ, asked at each drawing: ssh and serial consoles resize),
+ * else $COLUMNS, else 80, a serial console's. */
+static int line_columns(int tty) {
+  struct winsize ws;
+  if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  const char *c = getenv("COLUMNS");
+  long n = 0;
+  if (c && nto_parse_int(c, 1, 10000, &n, NULL) == 0)
+    return (int)n;
+  return 80;
+}
+
+/* A field of the progress line; prio 0 matters most. */
+typedef struct pfield {
+  char s[80];
+  int prio;
+} pfield;
+
+#define PRIO_MAX 10   /* priorities 0..9 */
+#define FIELDS_MAX 16 /* fields of a line */
+
+/*
+ * f[0..n) joined by spaces in their order, keeping the most important
+ * fields (by prio, each that still fits) within max characters: a line as
+ * wide as the terminal wraps on some, and \r then redraws only its last
+ * row. prio 0 is always kept, cut at max if need be.
+ */
+static void fit_fields(const pfield *f, int n, int max, char *out, size_t len) {
+  int keep[FIELDS_MAX] = {0}, used = 0, kept = 0;
+  for (int p = 0; p < PRIO_MAX; p++)
+    for (int i = 0; i < n && i < FIELDS_MAX; i++) {
+      int w = (int)strlen(f[i].s) + (kept ? 1 : 0);
+      if (f[i].prio == p && (p == 0 || used + w <= max)) {
+        keep[i] = 1;
+        used += w;
+        kept++;
+      }
+    }
+  size_t o = 0;
+  out[0] = '\0';
+  for (int i = 0; i < n && i < FIELDS_MAX; i++)
+    if (keep[i] && o < len)
+      o += (size_t)snprintf(out + o, len - o, "%s%s", o ? " " : "", f[i].s);
+  if (max > 0 && (size_t)max < len)
+    out[max] = '\0';
+}
+
+/* The averages of the progress window so far: loss, accuracy (%), and
+ * its iterations; the last complete window's when it is empty (just
+ * resumed). */
+static long window_avg(const run *r, double *loss, double *acc) {
+  long n = r->seen / r->batch; /* full batches only */
+  *loss = n ? r->loss_sum / n : r->last_loss;
+  *acc = r->seen ? 100.0 * r->correct / r->seen : r->last_acc;
+  return n;
+}
+
+/*
+ * The progress line: epoch and iteration, loss and accuracy averaged over
+ * the progress window so far, ETA; then, as the width allows, the stall's
+ * share of the window's time and the window N (offloading), the progress
+ * window's length, it/s, peak RSS and the iteration within the epoch. A
+ * terminal's line is redrawn in place (final: ended with a newline);
+ * other output gets a line each time.
+ */
 static void progress(run *r, long epoch, long it, long it_in_epoch,
                      long per_epoch, double elapsed, int final) {
-  double acc = r->seen ? 100.0 * r->correct / r->seen : 0;
-  double loss = r->seen ? r->loss_sum / ((double)r->seen / r->batch) : 0;
-  double ips = elapsed > 0 ? (it - r->it0) / elapsed : 0;
-  char eta[32], rss[32];
+  double loss, acc, ips = elapsed > 0 ? (it - r->it0) / elapsed : 0;
+  long n = window_avg(r, &loss, &acc);
+  char eta[32], rss[32], line[512];
   fmt_eta(ips > 0 ? (r->planned - it) / ips : 0, eta, sizeof eta);
   nto_format_bytes(nto_peak_rss_bytes(), rss, sizeof rss);
-  printf("%sepoch %ld iter %ld/%ld (%ld/%ld) loss %.4f acc %.1f%% %.2f it/s "
-         "ETA %s peak RSS %s%s",
-         r->tty ? "\r" : "", epoch, it, r->planned, it_in_epoch, per_epoch,
-         loss, acc, ips, eta, rss, r->tty ? "\033[K" : "\n");
+  pfield f[FIELDS_MAX];
+  int k = 0;
+#define FIELD(p, ...)                                                          \
+  (f[k].prio = (p), snprintf(f[k++].s, sizeof f[0].s, __VA_ARGS__))
+  FIELD(0, "epoch %ld iter %ld/%ld", epoch, it, r->planned);
+  FIELD(9, "(%ld/%ld)", it_in_epoch, per_epoch);
+  FIELD(1, "loss %.4f", loss);
+  FIELD(2, "acc %.1f%%", acc);
+  FIELD(6, "(avg %ld it)", n);
+  FIELD(7, "%.2f it/s", ips);
+  FIELD(3, "ETA %s", eta);
+  if (r->offload) {
+    FIELD(5, "window %d", r->last_it.window);
+    FIELD(4, "stall %.1f%%",
+          r->win_s > 0 ? r->win_stall_ms / (r->win_s * 10) : 0.0);
+  }
+  FIELD(8, "peak RSS %s", rss);
+#undef FIELD
+  fit_fields(f, k, line_columns(r->tty) - 1, line, sizeof line);
+  printf("%s%s%s", r->tty ? "\r" : "", line, r->tty ? "\033[K" : "\n");
   if (r->tty && final)
     putchar('\n');
   fflush(stdout);
-  r->last_loss = loss;
-  r->last_acc = acc;
-  r->loss_sum = 0;
-  r->correct = r->seen = 0;
+  r->last_draw = now_s();
 }
 
-/* The test set through the model (epoch 0: before the first iteration,
- * with --init-weights). */
-static int evaluate(run *r, long epoch, nto_err *err) {
-  if (!r->test || r->o.eval_samples == 0)
-    return 0;
-  nto_dataset_limit(r->test,
-                    r->o.eval_samples > 0 ? (size_t)r->o.eval_samples : 0);
+/* The progress window is complete: its averages become the report's
+ * train loss and accuracy, and the next window starts empty. */
+static void window_done(run *r) {
+  window_avg(r, &r->last_loss, &r->last_acc);
+  r->loss_sum = 0;
+  r->correct = r->seen = 0;
+  r->win_s = r->win_stall_ms = 0;
+}
+
+/* What an evaluation is for. */
+enum { EVAL_BEFORE, EVAL_EPOCH, EVAL_EVERY, EVAL_END };
+
+/* The test set through the model: the loss summed over samples, the
+ * samples right and evaluated into *loss, *correct, *n. On a terminal, a
+ * line counts the samples in place. A stop signal ends it early with
+ * r->stopped set. */
+static int eval_pass(run *r, double *loss, long *correct, long *n,
+                     nto_err *err) {
+  nto_dataset_limit(r->test, r->eval_limit);
+  size_t total = nto_dataset_size(r->test);
   int rc = nto_dataset_rewind(r->test, err);
-  double loss = 0;
-  long correct = 0, n = 0;
+  char line[128];
+  *loss = 0;
+  *correct = *n = 0;
   for (;;) {
     int got = 0;
     nto_step_stats st;
-    if (outputs_stop_signal()) { /* the checkpoint is from before the evaluation
-                                  */
+    if (outputs_stop_signal()) { /* the checkpoint is from before the
+                                    evaluation */
       r->stopped = 1;
-      return rc;
+      break;
     }
     if (rc == 0)
       rc = nto_dataset_next(r->test, r->x, r->y, r->batch, &got, err);
     if (rc != 0 || got == 0)
       break;
     rc = nto_model_eval_step(r->m, r->x, r->y, got, &st, err);
-    loss += st.loss * got;
-    correct += st.correct;
-    n += got;
+    *loss += st.loss * got;
+    *correct += st.correct;
+    *n += got;
+    if (r->tty && now_s() - r->last_draw >= REDRAW_S) {
+      snprintf(line, sizeof line, "evaluating: %ld/%zu test samples", *n,
+               total);
+      int max = line_columns(1) - 1;
+      if (max > 0 && (size_t)max < sizeof line)
+        line[max] = '\0';
+      printf("\r%s\033[K", line);
+      fflush(stdout);
+      r->last_draw = now_s();
+    }
   }
-  if (rc != 0 || n == 0)
+  if (r->tty)
+    printf("\r\033[K");
+  return rc;
+}
+
+/* "(N samples)", and when the default for a run shorter than an epoch
+ * cut the test set, that it did. */
+static void eval_samples_text(const run *r, long n, char *buf, size_t len) {
+  if (r->eval_default && (size_t)n < r->test_size)
+    snprintf(buf, len,
+             "(%ld of %zu samples: the default for a run shorter than an "
+             "epoch; --eval-samples N sets it)",
+             n, r->test_size);
+  else
+    snprintf(buf, len, "(%ld samples)", n);
+}
+
+/* An evaluation of the test set (kind: EVAL_*) and its line: before the
+ * first iteration (--init-weights), at the end of epoch e, every
+ * --eval-every iterations, or at the end of a run that --iterations
+ * stopped within an epoch. */
+static int evaluate(run *r, int kind, long e, nto_err *err) {
+  if (!r->test || r->o.eval_samples == 0)
+    return 0;
+  double loss;
+  long correct, n;
+  int rc = eval_pass(r, &loss, &correct, &n, err);
+  if (rc != 0 || n == 0 || r->stopped)
     return rc;
-  if (epoch == 0) { /* --init-weights: where fine-tuning starts from */
+  char what[96], samples[160];
+  eval_samples_text(r, n, samples, sizeof samples);
+  if (kind == EVAL_BEFORE) { /* --init-weights: where fine-tuning starts */
     r->before_loss = loss / n;
     r->before_acc = 100.0 * correct / n;
     r->before_n = n;
-    printf("before training: test loss %.4f accuracy %.2f%% (%ld samples)\n",
-           r->before_loss, r->before_acc, n);
+    printf("before training: test loss %.4f accuracy %.2f%% %s\n",
+           r->before_loss, r->before_acc, samples);
     fflush(stdout);
     return 0;
   }
   r->test_loss = loss / n;
   r->test_acc = 100.0 * correct / n;
   r->test_n = n;
-  printf("epoch %ld: test loss %.4f accuracy %.2f%% (%ld samples)\n", epoch,
-         r->test_loss, r->test_acc, n);
+  r->test_it = r->n_steps;
+  if (kind == EVAL_EPOCH)
+    snprintf(what, sizeof what, "epoch %ld", e);
+  else if (kind == EVAL_EVERY)
+    snprintf(what, sizeof what, "iteration %ld (epoch %ld)", r->n_steps, e);
+  else
+    snprintf(what, sizeof what,
+             "iteration %ld (epoch %ld not finished: --iterations)", r->n_steps,
+             e);
+  printf("%s: test loss %.4f accuracy %.2f%% %s\n", what, r->test_loss,
+         r->test_acc, samples);
   fflush(stdout);
   return 0;
 }
@@ -433,8 +602,9 @@ static void report_tune(run *r, long it, const nto_tune_report *t) {
 }
 
 /* Iteration `it`: a training step on the batch in r->x, r->y, then the
- * tuner's turn (both timed); the offload counters of a measured
- * iteration are added to the run's. */
+ * tuner's turn (both timed); what it measured into r->last_it and the
+ * progress window's sums; the offload counters of a measured iteration
+ * are added to the run's. */
 static int iteration(run *r, long it, nto_step_stats *st, nto_err *err) {
   nto_offload_stats before, after;
   nto_tune_report tr = {0};
@@ -447,6 +617,15 @@ static int iteration(run *r, long it, nto_step_stats *st, nto_err *err) {
   nto_model_offload_stats(r->m, &after);
   if (rc == 0)
     report_tune(r, it + 1, &tr);
+  r->last_it = (iter_sample){
+      .ms = r->step_s[it] * 1e3,
+      .stall_ms = after.stall_ms - before.stall_ms,
+      .read = after.read_bytes - before.read_bytes,
+      .written = after.written_bytes - before.written_bytes,
+      .window = before.window, /* the tuner's change is for the next */
+      .lr = nto_lr_at(&r->c.lr, &r->c.opt, nto_model_iteration(r->m) - 1)};
+  r->win_s += r->step_s[it];
+  r->win_stall_ms += r->last_it.stall_ms;
   if (it < r->it0 + r->o.warmup)
     return rc;
   r->io_read += after.read_bytes - before.read_bytes;
@@ -464,15 +643,100 @@ static int iteration(run *r, long it, nto_step_stats *st, nto_err *err) {
   return rc;
 }
 
+/* Test samples a run shorter than an epoch evaluates on by default: on a
+ * board, evaluating Fashion-MNIST's 10000 would take longer than a short
+ * run's training. */
+#define EVAL_SHORT_RUN 2000
+
+/* The run's epochs, iterations per epoch (full batches) and planned
+ * iterations (--iterations, else every epoch). */
+static void run_length(const run *r, long *epochs, long *per_epoch,
+                       long *planned) {
+  *epochs = r->o.epochs ? r->o.epochs : r->c.model.epochs;
+  *per_epoch = (long)(nto_dataset_size(r->train) / (size_t)r->batch);
+  *planned = *epochs * *per_epoch;
+  if (r->o.iterations && r->o.iterations < *planned)
+    *planned = r->o.iterations;
+}
+
+/* The test samples every evaluation of the run uses (r->eval_limit):
+ * --eval-samples, else all; for a run that ends before its first epoch
+ * does, min(test set, EVAL_SHORT_RUN), the same for its evaluations
+ * before and during training so that they compare. */
+static void eval_setup(run *r) {
+  long epochs, per_epoch, planned;
+  if (!r->test) {
+    if (r->o.eval_every)
+      printf("note: --eval-every: there is no test set to evaluate on\n");
+    return;
+  }
+  nto_dataset_limit(r->test, 0);
+  r->test_size = nto_dataset_size(r->test);
+  run_length(r, &epochs, &per_epoch, &planned);
+  if (r->o.eval_samples > 0) {
+    r->eval_limit = (size_t)r->o.eval_samples;
+  } else if (r->o.eval_samples < 0 && planned < per_epoch) {
+    r->eval_default = 1;
+    r->eval_limit =
+        r->test_size < EVAL_SHORT_RUN ? r->test_size : EVAL_SHORT_RUN;
+  }
+}
+
+/* --log-csv's columns (docs/cli.md). */
+static const char csv_header[] =
+    "iteration,epoch,loss,accuracy,learning_rate,ms,stall_ms,window,"
+    "read_mib,written_mib,rss_mib\n";
+
+/* --log-csv: appended to when resuming (a header only into an empty
+ * file), so that one file logs the whole run; else replaced. Returns 0 or
+ * NTO_EIO naming the file. */
+static int csv_open(run *r, nto_err *err) {
+  if (!r->o.log_csv)
+    return 0;
+  r->csv = fopen(r->o.log_csv, r->o.resume ? "a" : "w");
+  if (!r->csv)
+    return nto_err_set(err, NTO_EIO, "--log-csv: cannot open %s: %s",
+                       r->o.log_csv, strerror(errno));
+  /* a FIFO or device has no position: it gets the header */
+  if (fseek(r->csv, 0, SEEK_END) != 0 || ftell(r->csv) <= 0)
+    fputs(csv_header, r->csv);
+  if (fflush(r->csv) != 0)
+    return nto_err_set(err, NTO_EIO, "--log-csv: cannot write %s: %s",
+                       r->o.log_csv, strerror(errno));
+  return 0;
+}
+
+/* The row of iteration it (1-based) of epoch e, whose batch gave st,
+ * flushed at once: a killed run keeps its rows. A write that fails ends
+ * the log with a warning, not the run: a full disk should not cost the
+ * training done so far. */
+static void csv_row(run *r, long it, long e, const nto_step_stats *st) {
+  const iter_sample *s = &r->last_it;
+  char window[16] = "all";
+  if (!r->csv)
+    return;
+  if (r->offload)
+    snprintf(window, sizeof window, "%d", s->window);
+  fprintf(r->csv, "%ld,%ld,%.6f,%.6f,%.6g,%.3f,%.3f,%s,%.3f,%.3f,%.1f\n", it, e,
+          st->loss, st->samples ? (double)st->correct / st->samples : 0.0,
+          s->lr, s->ms, s->stall_ms, window, s->read / 1048576.0,
+          s->written / 1048576.0, nto_current_rss_bytes() / 1048576.0);
+  if (fflush(r->csv) != 0 || ferror(r->csv)) {
+    fprintf(stderr,
+            "%swarning: --log-csv: cannot write %s: %s; the log stops "
+            "here, the training goes on\n",
+            r->tty ? "\r\033[K" : "", r->o.log_csv, strerror(errno));
+    fclose(r->csv);
+    r->csv = NULL;
+  }
+}
+
 /* The buffers of the loop; the planned iteration count. */
-static int loop_setup(run *r, long epochs, long per_epoch, nto_err *err) {
+static int loop_setup(run *r, long per_epoch, nto_err *err) {
   if (per_epoch == 0)
     return nto_err_set(err, NTO_EDATA,
                        "%zu training samples are fewer than one batch of %d",
                        nto_dataset_size(r->train), r->batch);
-  r->planned = epochs * per_epoch;
-  if (r->o.iterations && r->o.iterations < r->planned)
-    r->planned = r->o.iterations;
   r->step_s =
       calloc((size_t)(r->planned > 0 ? r->planned : 1), sizeof *r->step_s);
   if (!r->step_s)
@@ -491,32 +755,69 @@ static int loop_setup(run *r, long epochs, long per_epoch, nto_err *err) {
   return 0;
 }
 
+/* The loop's fixed figures. */
+typedef struct loop_conf {
+  long epochs, per_epoch;
+  long log_every; /* the progress window's length */
+  long every;     /* --checkpoint every K iterations */
+  double t0;      /* the loop's start */
+} loop_conf;
+
+/* After iteration it (iteration ie of epoch e, its batch's stats st): the
+ * progress window's sums, the CSV row, the progress line (every iteration
+ * a terminal allows, else once per window), the checkpoint and an
+ * --eval-every evaluation. Returns 0 or their error. */
+static int after_iteration(run *r, const loop_conf *lc, long e, long ie,
+                           const nto_step_stats *st, nto_err *err) {
+  long it = r->n_steps;
+  r->loss_sum += st->loss;
+  r->correct += st->correct;
+  r->seen += st->samples;
+  csv_row(r, it, e, st);
+  int last = it == r->planned || ie == lc->per_epoch;
+  int closes = it % lc->log_every == 0 || last; /* the progress window */
+  /* the end of the epoch or the run evaluates anyway */
+  int eval = r->o.eval_every && it % r->o.eval_every == 0 && !last;
+  if (closes || (r->tty && (eval || now_s() - r->last_draw >= REDRAW_S)))
+    progress(r, e, it, ie, lc->per_epoch, now_s() - lc->t0, last || eval);
+  if (closes)
+    window_done(r);
+  int rc = 0;
+  if (r->o.checkpoint && it % lc->every == 0)
+    rc = write_checkpoint(r, err);
+  if (rc == 0 && eval)
+    rc = evaluate(r, EVAL_EVERY, e, err);
+  return rc;
+}
+
 /*
  * The training loop: epochs of full batches (the last partial batch of an
- * epoch is dropped), an evaluation after each epoch, --checkpoint every K
- * iterations (counted from the start of the run, also across --resume).
- * A stop signal ends the loop between iterations (or during an
- * evaluation) with r->stopped set; the caller writes the checkpoint.
- * Resumed, the loop starts at the checkpoint's epoch and iteration, with
- * the dataset already positioned by nto_checkpoint_load.
+ * epoch is dropped), an evaluation after each epoch, every --eval-every
+ * iterations and at the end of a run --iterations stops within an epoch,
+ * --checkpoint every K iterations (counted from the start of the run,
+ * also across --resume). A stop signal ends the loop between iterations
+ * (or during an evaluation) with r->stopped set; the caller writes the
+ * checkpoint. Resumed, the loop starts at the checkpoint's epoch and
+ * iteration, with the dataset already positioned by nto_checkpoint_load.
  */
 static int train_loop(run *r, nto_err *err) {
-  long epochs = r->o.epochs ? r->o.epochs : r->c.model.epochs;
-  long per_epoch = (long)(nto_dataset_size(r->train) / (size_t)r->batch);
-  int rc = loop_setup(r, epochs, per_epoch, err);
-  long log_every = r->o.log_every ? r->o.log_every
-                                  : (per_epoch / 20 > 0 ? per_epoch / 20 : 1);
-  long every = r->o.checkpoint_every ? r->o.checkpoint_every : per_epoch;
-  double t0 = now_s();
+  loop_conf lc;
+  run_length(r, &lc.epochs, &lc.per_epoch, &r->planned);
+  int rc = loop_setup(r, lc.per_epoch, err);
+  lc.log_every = r->o.log_every          ? r->o.log_every
+                 : lc.per_epoch / 20 > 0 ? lc.per_epoch / 20
+                                         : 1;
+  lc.every = r->o.checkpoint_every ? r->o.checkpoint_every : lc.per_epoch;
+  lc.t0 = now_s();
   long it = r->it0, e0 = r->it0 > 0 && r->epoch >= 1 ? r->epoch : 1;
-  for (long e = e0; rc == 0 && e <= epochs && it < r->planned && !r->stopped;
+  for (long e = e0; rc == 0 && e <= lc.epochs && it < r->planned && !r->stopped;
        e++) {
     long ie = 0;
     if (e == e0 && r->it0 > 0)
       ie = r->ie; /* positioned by the checkpoint */
     else
       rc = nto_dataset_rewind(r->train, err);
-    while (rc == 0 && it < r->planned) {
+    while (rc == 0 && it < r->planned && !r->stopped) {
       int got = 0;
       if (outputs_stop_signal()) {
         r->stopped = 1;
@@ -531,17 +832,12 @@ static int train_loop(run *r, nto_err *err) {
       r->n_steps = ++it;
       r->epoch = e;
       r->ie = ++ie;
-      r->loss_sum += st.loss;
-      r->correct += st.correct;
-      r->seen += st.samples;
-      int last = it == r->planned || ie == per_epoch;
-      if (r->tty || it % log_every == 0 || last)
-        progress(r, e, it, ie, per_epoch, now_s() - t0, last);
-      if (r->o.checkpoint && it % every == 0)
-        rc = write_checkpoint(r, err);
+      rc = after_iteration(r, &lc, e, ie, &st, err);
     }
     if (rc == 0 && !r->stopped)
-      rc = evaluate(r, e, err);
+      rc = evaluate(
+          r, it == r->planned && ie < lc.per_epoch ? EVAL_END : EVAL_EPOCH, e,
+          err);
   }
   return rc;
 }
@@ -601,6 +897,8 @@ static int cleanup(run *r, nto_err *err) {
   free(r->step_s);
   free(r->step_ms);
   free(r->step_tmp);
+  if (r->csv)
+    fclose(r->csv); /* every row was flushed and checked */
   outputs_release();
   return trace_close(r->tr, err); /* also after a failed run: valid JSON */
 }
@@ -734,6 +1032,8 @@ int cmd_train(int argc, char **argv) {
   openblas_set_num_threads(1);
   cli_compute_threads(r.o.threads);
   int rc = nto_config_load(&r.c, r.o.model, &err);
+  if (rc == 0)
+    cli_config_warnings(&r.c);
   nto_model_opts mo = {.batch = (int)r.o.batch,
                        .seed = (uint64_t)r.o.seed,
                        .freeze_until = r.o.freeze_until};
@@ -767,8 +1067,10 @@ int cmd_train(int argc, char **argv) {
     return cli_status(rc);
   }
   print_setup(&r);
-  if (r.o.init_weights) /* the accuracy fine-tuning starts from */
-    rc = evaluate(&r, 0, &err);
+  eval_setup(&r);
+  rc = csv_open(&r, &err);
+  if (rc == 0 && r.o.init_weights) /* the accuracy fine-tuning starts from */
+    rc = evaluate(&r, EVAL_BEFORE, 0, &err);
   if (rc == 0 && !r.stopped)
     rc = train_loop(&r, &err);
   int status = CLI_OK;

@@ -9,6 +9,14 @@
  * earlier one, a small second pass over the file (scan_duplicates) rejects
  * both. The model-level sections are then validated into typed settings;
  * every other section is copied as an ordered key/value list for graph.c.
+ *
+ * nntrainer's older spellings that it still reads ([Model] optimizer keys,
+ * [DataSet], layer types of its first format) are read here with
+ * nntrainer's meaning and precedence, so that graph.c and the rest see
+ * only today's spellings; each adds a line to c->warnings, which the core
+ * does not print. Relative paths are joined to the INI's directory here
+ * (set_path), as nntrainer resolves them, so no later stage needs to know
+ * where the INI was.
  */
 #include "config.h"
 #include "props.h"
@@ -628,6 +636,7 @@ static int check_continued_comments(const char *file, nto_err *err) {
 typedef struct loader {
   const char *file;       /* for messages */
   char dir[NTO_CONF_STR]; /* directory of file with a trailing '/', or "" */
+  nto_config *conf;       /* being loaded: its warnings */
   dictionary *d;
   const char **keys; /* scratch for iniparser_getseckeys */
   int nkeys;
@@ -722,6 +731,48 @@ static int set_str(const loader *L, const char *sec, const char *key,
   return 0;
 }
 
+/*
+ * Path value v of sec:key into dst[cap]. A relative path is joined to the
+ * INI's directory: nntrainer resolves the paths of an INI against the
+ * file's directory, so a config and its files move together and a run
+ * from another working directory finds them. Absolute and empty values
+ * are kept as written ("" means absent).
+ */
+static int set_path(const loader *L, const char *sec, const char *key,
+                    const char *v, char *dst, size_t cap, nto_err *err) {
+  if (v[0] == '/' || v[0] == '\0' || L->dir[0] == '\0')
+    return set_str(L, sec, key, v, dst, cap, err);
+  if ((size_t)snprintf(dst, cap, "%s%s", L->dir, v) >= cap)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': expected a path of at most %zu "
+                       "characters once joined to '%s', got '%s'",
+                       L->file, sec, key, cap - 1, L->dir, v);
+  return 0;
+}
+
+/*
+ * Add a warning line (config.h: warnings), formatted printf-style. Returns
+ * 0 or NTO_ENOMEM.
+ */
+__attribute__((format(printf, 3, 4))) static int warn(loader *L, nto_err *err,
+                                                      const char *fmt, ...) {
+  char line[NTO_ERR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  nto_config *c = L->conf;
+  char **w = realloc(c->warnings, (size_t)(c->n_warnings + 1) * sizeof *w);
+  if (!w)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  c->warnings = w;
+  size_t n = strlen(line) + 1;
+  if (!(w[c->n_warnings] = malloc(n)))
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  memcpy(w[c->n_warnings++], line, n);
+  return 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* [Model]                                                                 */
 
@@ -738,6 +789,11 @@ static const char *const model_keys[] = {"type",
                                          "fsu_path",
                                          "memory_budget",
                                          "frozen_bn_statistics",
+                                         "continue_train",
+                                         "save_best_path",
+                                         "model_tensor_type",
+                                         "tensor_format",
+                                         "memory_optimization",
                                          NULL};
 enum {
   MK_TYPE,
@@ -752,11 +808,87 @@ enum {
   MK_FSU_LOOKAHEAD,
   MK_FSU_PATH,
   MK_BUDGET,
-  MK_FROZEN_BN
+  MK_FROZEN_BN,
+  MK_CONTINUE,
+  MK_SAVE_BEST,
+  MK_TENSOR_TYPE,
+  MK_TENSOR_FORMAT,
+  MK_MEM_OPT
 };
+
+/*
+ * The optimizer keys of nntrainer's old format, written in [Model] before
+ * [Optimizer] existed. nntrainer still reads them, and only when
+ * `optimizer` is among them (model_optimizer); the other names are those
+ * of [Optimizer] (opt_keys).
+ */
+static const char *const model_opt_keys[] = {
+    "optimizer", "learning_rate", "decay_rate", "decay_steps",
+    "beta1",     "beta2",         "epsilon",    NULL};
 
 static const char *const loss_names[] = {"cross", "mse", "cross_softmax",
                                          "cross_sigmoid", NULL};
+
+/*
+ * [Model] keys of nntrainer that this trainer reads but has nothing to do
+ * with, or does not apply yet: value checked, and a warning where the run
+ * differs from nntrainer's.
+ */
+static int model_key_nntrainer(loader *L, const char *sec, const char *k,
+                               const char *v, int idx, nto_model_conf *m,
+                               nto_err *err) {
+  int b, rc = 0;
+  switch (idx) {
+  case MK_CONTINUE:
+    if ((rc = nto_parse_bool(v, &b, err)) != 0)
+      return key_err(L, sec, k, err);
+    m->continue_train = b;
+    if (b) /* false is what this trainer does: start from the init */
+      rc = warn(L, err,
+                "%s: [%s] key '%s': not applied yet: training starts from "
+                "initialized weights (continue from saved ones with train "
+                "--init-weights FILE, or --resume CHECKPOINT)",
+                L->file, sec, k);
+    break;
+  case MK_SAVE_BEST:
+    if ((rc = set_path(L, sec, k, v, m->save_best_path,
+                       sizeof m->save_best_path, err)) == 0 &&
+        v[0])
+      rc = warn(L, err,
+                "%s: [%s] key '%s': not applied yet: the best validation "
+                "epoch's weights are not saved to %s (save_path and --save "
+                "save the last)",
+                L->file, sec, k, m->save_best_path);
+    break;
+  case MK_TENSOR_TYPE: /* nntrainer: <weight type>-<activation type> */
+    if (!nto_streq(v, "fp32-fp32"))
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': expected FP32-FP32, got '%s' (the "
+                       "layers here keep weights and activations in "
+                       "float32 only)",
+                       L->file, sec, k, v);
+    break;
+  case MK_TENSOR_FORMAT:
+    if (!nto_streq(v, "nchw"))
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': expected NCHW, got '%s' (the "
+                       "layers here lay tensors out as NCHW only)",
+                       L->file, sec, k, v);
+    break;
+  case MK_MEM_OPT:
+    if ((rc = nto_parse_bool(v, &b, err)) != 0)
+      return key_err(L, sec, k, err);
+    if (!b) /* the plan always shares memory between tensors */
+      rc = warn(L, err,
+                "%s: [%s] key '%s': false is not applied: tensors always "
+                "share memory by the plan (the results are the same)",
+                L->file, sec, k);
+    break;
+  default:
+    break;
+  }
+  return rc;
+}
 
 static int parse_model(loader *L, const char *sec, nto_model_conf *m,
                        nto_err *err) {
@@ -796,7 +928,7 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
         key_err(L, sec, k, err);
       break;
     case MK_SAVE:
-      rc = set_str(L, sec, k, v, m->save_path, sizeof m->save_path, err);
+      rc = set_path(L, sec, k, v, m->save_path, sizeof m->save_path, err);
       break;
     case MK_SWAP:
     case MK_FSU:
@@ -832,7 +964,7 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
                            L->file, sec, k, v);
         }
       } else {
-        rc = set_str(L, sec, k, v, m->swap_path, sizeof m->swap_path, err);
+        rc = set_path(L, sec, k, v, m->swap_path, sizeof m->swap_path, err);
       }
       break;
     }
@@ -854,9 +986,17 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
                          "'%s'",
                          L->file, sec, k, v);
       break;
-    default:
-      rc = unknown_key(L, sec, k, model_keys, err);
+    case MK_CONTINUE:
+    case MK_SAVE_BEST:
+    case MK_TENSOR_TYPE:
+    case MK_TENSOR_FORMAT:
+    case MK_MEM_OPT:
+      rc = model_key_nntrainer(L, sec, k, v, idx, m, err);
       break;
+    default:
+      if (lookup(k, model_opt_keys) < 0)
+        rc = unknown_key(L, sec, k, model_keys, err);
+      break; /* an optimizer key: model_optimizer */
     }
   }
   return rc;
@@ -900,6 +1040,68 @@ static int typed_section(loader *L, const char *sec, const char *const *types,
   return load_keys(L, sec, err);
 }
 
+/* Optimizer key k (opt_keys index idx, not OK_TYPE) = v of section sec
+ * into o (of its kind, already set) and ld. Returns 0 or NTO_ECONFIG
+ * naming file, section and key. */
+static int opt_key(const loader *L, const char *sec, const char *k,
+                   const char *v, int idx, nto_opt_conf *o, legacy_decay *ld,
+                   nto_err *err) {
+  int sgd_only = idx == OK_MOMENTUM;
+  int adam_only = idx == OK_BETA1 || idx == OK_BETA2 || idx == OK_EPSILON;
+  if ((sgd_only && o->kind != NTO_OPT_SGD) ||
+      (adam_only && o->kind == NTO_OPT_SGD))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key '%s': not a setting of optimizer %s "
+                       "(only of %s)",
+                       L->file, sec, k, opt_types[o->kind],
+                       sgd_only ? "sgd" : "adam and adamw");
+  int rc = 0;
+  switch (idx) {
+  case OK_LR:
+    rc = parse_real32(v, 0, 1, 10, 0, &o->learning_rate, err);
+    o->lr_given = 1;
+    break;
+  case OK_MOMENTUM:
+    rc = parse_real32(v, 0, 0, 1, 1, &o->momentum, err);
+    break;
+  case OK_BETA1:
+    rc = parse_real32(v, 0, 0, 1, 1, &o->beta1, err);
+    break;
+  case OK_BETA2:
+    rc = parse_real32(v, 0, 0, 1, 1, &o->beta2, err);
+    break;
+  case OK_EPSILON:
+    rc = parse_real32(v, 0, 1, 1, 1, &o->epsilon, err);
+    break;
+  case OK_WD:
+    rc = parse_real32(v, 0, 0, INFINITY, 0, &o->weight_decay, err);
+    break;
+  case OK_DECAY_RATE:
+    rc = parse_real(v, 0, 1, 1, 0, &ld->rate, err);
+    ld->rate_key = k;
+    break;
+  case OK_DECAY_STEPS:
+    rc = parse_count(v, 1, LONG_MAX, &ld->steps, err);
+    ld->steps_key = k;
+    break;
+  default:
+    break;
+  }
+  return rc != 0 ? key_err(L, sec, k, err) : 0;
+}
+
+/* Both or neither of the legacy decay keys (ld) of section sec. */
+static int check_legacy_decay(const loader *L, const char *sec,
+                              const legacy_decay *ld, nto_err *err) {
+  if ((ld->rate_key != NULL) == (ld->steps_key != NULL))
+    return 0;
+  return nto_err_set(err, NTO_ECONFIG,
+                     "%s: [%s] key '%s': needs '%s' too (legacy exponential "
+                     "decay)",
+                     L->file, sec, ld->rate_key ? "decay_rate" : "decay_steps",
+                     ld->rate_key ? "decay_steps" : "decay_rate");
+}
+
 static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
                            legacy_decay *ld, nto_err *err) {
   int kind = 0;
@@ -907,62 +1109,60 @@ static int parse_optimizer(loader *L, const char *sec, nto_opt_conf *o,
   o->kind = (nto_opt_kind)kind;
   for (int i = 0; rc == 0 && i < L->nkeys; i++) {
     const char *k = key_at(L, sec, i);
-    const char *v = value_at(L, i);
     int idx = lookup(k, opt_keys);
-    int sgd_only = idx == OK_MOMENTUM;
-    int adam_only = idx == OK_BETA1 || idx == OK_BETA2 || idx == OK_EPSILON;
-    if ((sgd_only && o->kind != NTO_OPT_SGD) ||
-        (adam_only && o->kind == NTO_OPT_SGD)) {
-      rc = nto_err_set(err, NTO_ECONFIG,
-                       "%s: [%s] key '%s': not a setting of optimizer %s "
-                       "(only of %s)",
-                       L->file, sec, k, opt_types[o->kind],
-                       sgd_only ? "sgd" : "adam and adamw");
-      break;
-    }
-    switch (idx) {
-    case OK_TYPE:
-      break;
-    case OK_LR:
-      rc = parse_real32(v, 0, 1, 10, 0, &o->learning_rate, err);
-      o->lr_given = 1;
-      break;
-    case OK_MOMENTUM:
-      rc = parse_real32(v, 0, 0, 1, 1, &o->momentum, err);
-      break;
-    case OK_BETA1:
-      rc = parse_real32(v, 0, 0, 1, 1, &o->beta1, err);
-      break;
-    case OK_BETA2:
-      rc = parse_real32(v, 0, 0, 1, 1, &o->beta2, err);
-      break;
-    case OK_EPSILON:
-      rc = parse_real32(v, 0, 1, 1, 1, &o->epsilon, err);
-      break;
-    case OK_WD:
-      rc = parse_real32(v, 0, 0, INFINITY, 0, &o->weight_decay, err);
-      break;
-    case OK_DECAY_RATE:
-      rc = parse_real(v, 0, 1, 1, 0, &ld->rate, err);
-      ld->rate_key = k;
-      break;
-    case OK_DECAY_STEPS:
-      rc = parse_count(v, 1, LONG_MAX, &ld->steps, err);
-      ld->steps_key = k;
-      break;
-    default:
+    if (idx < 0)
       return unknown_key(L, sec, k, opt_keys, err);
-    }
-    if (rc != 0)
-      key_err(L, sec, k, err);
+    if (idx != OK_TYPE)
+      rc = opt_key(L, sec, k, value_at(L, i), idx, o, ld, err);
   }
-  if (rc == 0 && (ld->rate_key != NULL) != (ld->steps_key != NULL))
-    rc = nto_err_set(err, NTO_ECONFIG,
-                     "%s: [%s] key '%s': needs '%s' too (legacy exponential "
-                     "decay)",
-                     L->file, sec, ld->rate_key ? "decay_rate" : "decay_steps",
-                     ld->rate_key ? "decay_steps" : "decay_rate");
-  return rc;
+  return rc == 0 ? check_legacy_decay(L, sec, ld, err) : rc;
+}
+
+/*
+ * The optimizer in [Model] (section sec), nntrainer's old format:
+ * `optimizer = sgd|adam|adamw` with learning_rate, decay_rate, decay_steps,
+ * beta1, beta2, epsilon beside it, read as [Optimizer] would read them (the
+ * same checks) with a warning per key. As in nntrainer, the keys other
+ * than `optimizer` are read only with it, and are otherwise ignored with a
+ * warning; `optimizer` together with an [Optimizer] section (opt_sec, NULL
+ * if none) is an error. *given: the optimizer came from [Model].
+ */
+static int model_optimizer(loader *L, const char *sec, const char *opt_sec,
+                           nto_opt_conf *o, legacy_decay *ld, int *given,
+                           nto_err *err) {
+  const char *t = get(L, sec, "optimizer");
+  *given = t != NULL;
+  if (t && opt_sec)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'optimizer': the optimizer is given "
+                       "twice, here and in [%s] (nntrainer refuses it too): "
+                       "keep [Optimizer]",
+                       L->file, sec, opt_sec);
+  int kind = 0;
+  if (t && nto_parse_enum(t, opt_types, &kind, err) != 0)
+    return key_err(L, sec, "optimizer", err);
+  if (t)
+    o->kind = (nto_opt_kind)kind;
+  int rc = load_keys(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    if (lookup(k, model_opt_keys) < 0)
+      continue;
+    int idx = lookup(k, opt_keys); /* the same name, "optimizer" aside */
+    if (!t)
+      rc = warn(L, err,
+                "%s: [%s] key '%s': ignored, as nntrainer ignores it without "
+                "'optimizer' in [%s] (write it in [Optimizer])",
+                L->file, sec, k, sec);
+    else if ((rc = idx < 0 ? 0
+                           : opt_key(L, sec, k, value_at(L, i), idx, o, ld,
+                                     err)) == 0)
+      rc = warn(L, err,
+                "%s: [%s] key '%s': deprecated, read as [Optimizer] %s "
+                "(nntrainer's old format)",
+                L->file, sec, k, idx < 0 ? "type" : k);
+  }
+  return rc == 0 ? check_legacy_decay(L, sec, ld, err) : rc;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1150,14 +1350,7 @@ static int parse_dataset(loader *L, const char *sec, nto_data_conf *dc,
         return nto_err_set(err, NTO_ECONFIG,
                            "%s: [%s] key 'path': expected a file name, got ''",
                            L->file, sec);
-      if (v[0] == '/' || L->dir[0] == '\0')
-        rc = set_str(L, sec, k, v, dc->path, sizeof dc->path, err);
-      else if ((size_t)snprintf(dc->path, sizeof dc->path, "%s%s", L->dir, v) >=
-               sizeof dc->path)
-        rc = nto_err_set(err, NTO_ECONFIG,
-                         "%s: [%s] key 'path': expected a path of at most %d "
-                         "characters once joined to '%s', got '%s'",
-                         L->file, sec, NTO_CONF_STR - 1, L->dir, v);
+      rc = set_path(L, sec, k, v, dc->path, sizeof dc->path, err);
       break;
     case 2:
       if ((rc = parse_count(v, 1, INT_MAX, &x, err)) == 0)
@@ -1174,8 +1367,108 @@ static int parse_dataset(loader *L, const char *sec, nto_data_conf *dc,
   return rc;
 }
 
+/*
+ * [DataSet], the data section of nntrainer's old format, which nntrainer
+ * still reads: TrainData (required), ValidData, TestData (raw data files,
+ * paths as in [train_set]), BufferSize or buffer_size (every set's), and
+ * LabelData (a label list nntrainer ignores now: labels are in the data
+ * files). Read into sets[3] (train, valid, test) with a warning per key;
+ * a [train_set], [valid_set] or [test_set] section read afterwards wins,
+ * as in nntrainer.
+ */
+static const char *const old_data_keys[] = {
+    "traindata",  "validdata",   "testdata", "labeldata",
+    "buffersize", "buffer_size", NULL};
+static const char *const old_data_now[] = {"train_set", "valid_set",
+                                           "test_set"};
+
+static int parse_old_dataset(loader *L, const char *sec, nto_data_conf **sets,
+                             nto_err *err) {
+  if (!get(L, sec, "traindata"))
+    return missing_key(L, sec, "traindata", err);
+  const char *buf_key = NULL;
+  long buf = 0;
+  int rc = load_keys(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++) {
+    const char *k = key_at(L, sec, i);
+    const char *v = value_at(L, i);
+    int idx = lookup(k, old_data_keys);
+    if (idx < 0)
+      return unknown_key(L, sec, k, old_data_keys, err);
+    if (idx <= 2) {
+      if (v[0] == '\0')
+        return nto_err_set(err, NTO_ECONFIG,
+                           "%s: [%s] key '%s': expected a file name, got ''",
+                           L->file, sec, k);
+      if ((rc = set_path(L, sec, k, v, sets[idx]->path, sizeof sets[idx]->path,
+                         err)) != 0)
+        return rc;
+      sets[idx]->kind = NTO_DATA_FILE;
+      rc = warn(L, err,
+                "%s: [%s] key '%s': deprecated, read as [%s] type = file, "
+                "path = %s",
+                L->file, sec, k, old_data_now[idx], v);
+    } else if (idx == 3) {
+      rc = warn(L, err,
+                "%s: [%s] key '%s': ignored, as nntrainer ignores it (the "
+                "labels are in the data files)",
+                L->file, sec, k);
+    } else if (buf_key) {
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': same setting as '%s', given "
+                         "twice",
+                         L->file, sec, k, buf_key);
+    } else if (parse_count(v, 1, INT_MAX, &buf, err) != 0) {
+      return key_err(L, sec, k, err);
+    } else {
+      buf_key = k;
+      rc = warn(L, err,
+                "%s: [%s] key '%s': deprecated, read as buffer_size of "
+                "[train_set], [valid_set] and [test_set]",
+                L->file, sec, k);
+    }
+  }
+  for (int j = 0; j < 3; j++)
+    if (sets[j]->kind == NTO_DATA_FILE)
+      sets[j]->buffer_size = (int)buf;
+  return rc;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Layer sections                                                          */
+
+/*
+ * Layer types of nntrainer's first INI format (2020, before the current
+ * names), still in some of its applications, and the current name each is
+ * read as. OutputLayer was the fully connected layer the loss followed.
+ */
+static const char *const old_types[][2] = {
+    {"inputlayer", "input"},
+    {"fullyconnectedlayer", "fully_connected"},
+    {"batchnormalizationlayer", "batch_normalization"},
+    {"outputlayer", "fully_connected"},
+};
+
+/* Rewrite an old layer type of section sec (out) to its current name. */
+static int rename_old_type(loader *L, const char *sec, nto_section *out,
+                           nto_err *err) {
+  for (int i = 0; i < out->n_kv; i++) {
+    if (strcmp(out->kv[i].key, "type") != 0)
+      continue;
+    for (size_t j = 0; j < sizeof old_types / sizeof old_types[0]; j++) {
+      if (!nto_streq(out->kv[i].value, old_types[j][0]))
+        continue;
+      int rc = warn(L, err,
+                    "%s: [%s] key 'type': '%s' is deprecated, read as %s "
+                    "(nntrainer's old layer type name)",
+                    L->file, sec, out->kv[i].value, old_types[j][1]);
+      snprintf(out->kv[i].value, sizeof out->kv[i].value, "%s",
+               old_types[j][1]);
+      return rc;
+    }
+  }
+  return 0;
+}
 
 static int copy_layer(loader *L, const char *sec, nto_section *out,
                       nto_err *err) {
@@ -1193,18 +1486,97 @@ static int copy_layer(loader *L, const char *sec, nto_section *out,
     snprintf(out->kv[i].value, sizeof out->kv[i].value, "%s", value_at(L, i));
   }
   out->n_kv = L->nkeys;
+  const char *bb = nto_section_get(out, "backbone");
+  size_t bn = bb ? strlen(bb) : 0;
+  if (bb && bn >= 7 && nto_streq(bb + bn - 7, ".tflite"))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': a TFLite backbone ('%s') is "
+                       "not supported: only layers written as INI sections "
+                       "are trained here",
+                       L->file, sec, bb);
+  if (bb) /* nntrainer inserts the layer sections of another INI here */
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': backbones ('%s') are not "
+                       "supported yet: copy its layer sections into this "
+                       "file",
+                       L->file, sec, bb);
   if (!nto_section_get(out, "type"))
     return missing_key(L, sec, "type", err);
-  return 0;
+  return rename_old_type(L, sec, out, err);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Entry points                                                            */
 
-enum { S_MODEL, S_OPT, S_LR, S_TRAIN, S_VALID, S_TEST, S_COUNT };
+enum { S_MODEL, S_OPT, S_LR, S_TRAIN, S_VALID, S_TEST, S_DATASET, S_COUNT };
 static const char *const special[] = {
-    "model",    "optimizer", "learningratescheduler", "train_set", "valid_set",
-    "test_set", NULL};
+    "model",     "optimizer", "learningratescheduler",
+    "train_set", "valid_set", "test_set",
+    "dataset",   NULL};
+
+/* The optimizer and its schedule: [Optimizer], or the old keys of [Model]
+ * (model_optimizer), then [LearningRateScheduler] or the legacy decay. */
+static int load_optimizer(loader *L, const char *const *sec_name, nto_config *c,
+                          nto_err *err) {
+  legacy_decay ld = {0};
+  int in_model = 0;
+  int rc = model_optimizer(L, sec_name[S_MODEL], sec_name[S_OPT], &c->opt, &ld,
+                           &in_model, err);
+  if (rc == 0 && sec_name[S_OPT])
+    rc = parse_optimizer(L, sec_name[S_OPT], &c->opt, &ld, err);
+  const char *lr_sec = sec_name[S_LR];
+  if (rc == 0 && lr_sec && in_model) {
+    /* nntrainer reads the scheduler with the [Optimizer] section only */
+    rc = warn(L, err,
+              "%s: [%s]: ignored, as nntrainer ignores it when the optimizer "
+              "is given in [%s] (move the optimizer to [Optimizer] to use "
+              "it)",
+              L->file, lr_sec, sec_name[S_MODEL]);
+    lr_sec = NULL;
+  }
+  if (rc != 0)
+    return rc;
+  if (lr_sec) {
+    if (ld.rate_key)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key 'decay_rate': not allowed together "
+                         "with [LearningRateScheduler] (write it there)",
+                         L->file, sec_name[S_OPT]);
+    return parse_scheduler(L, lr_sec, &c->lr, &c->opt, err);
+  }
+  c->lr.learning_rate[0] = c->opt.learning_rate;
+  if (ld.rate_key) { /* nntrainer's legacy form */
+    c->lr.kind = NTO_LR_EXPONENTIAL;
+    c->lr.given = 1;
+    c->lr.decay_rate = ld.rate;
+    c->lr.decay_steps = ld.steps;
+  }
+  return 0;
+}
+
+/* The data sets: [DataSet] (nntrainer's old format), then [train_set],
+ * [valid_set], [test_set], each of which wins over [DataSet]'s file. */
+static int load_data(loader *L, const char *const *sec_name, nto_config *c,
+                     nto_err *err) {
+  nto_data_conf *sets[3] = {&c->train_set, &c->valid_set, &c->test_set};
+  int rc = 0;
+  if (sec_name[S_DATASET])
+    rc = parse_old_dataset(L, sec_name[S_DATASET], sets, err);
+  for (int j = 0; rc == 0 && j < 3; j++) {
+    if (!sec_name[S_TRAIN + j])
+      continue;
+    if (sets[j]->kind == NTO_DATA_FILE) {
+      rc =
+          warn(L, err, "%s: [%s] key '%s': overridden by [%s], as in nntrainer",
+               L->file, sec_name[S_DATASET], old_data_keys[j],
+               sec_name[S_TRAIN + j]);
+      memset(sets[j], 0, sizeof *sets[j]);
+    }
+    if (rc == 0)
+      rc = parse_dataset(L, sec_name[S_TRAIN + j], sets[j], err);
+  }
+  return rc;
+}
 
 static int load_dict(loader *L, nto_config *c, nto_err *err) {
   int nsec = iniparser_getnsec(L->d);
@@ -1229,29 +1601,10 @@ static int load_dict(loader *L, nto_config *c, nto_err *err) {
                        L->file);
 
   int rc = parse_model(L, sec_name[S_MODEL], &c->model, err);
-  legacy_decay ld = {0};
-  if (rc == 0 && sec_name[S_OPT])
-    rc = parse_optimizer(L, sec_name[S_OPT], &c->opt, &ld, err);
-  if (rc == 0 && sec_name[S_LR]) {
-    if (ld.rate_key)
-      return nto_err_set(err, NTO_ECONFIG,
-                         "%s: [%s] key 'decay_rate': not allowed together "
-                         "with [LearningRateScheduler] (write it there)",
-                         L->file, sec_name[S_OPT]);
-    rc = parse_scheduler(L, sec_name[S_LR], &c->lr, &c->opt, err);
-  } else if (rc == 0) {
-    c->lr.learning_rate[0] = c->opt.learning_rate;
-    if (ld.rate_key) { /* nntrainer's legacy form */
-      c->lr.kind = NTO_LR_EXPONENTIAL;
-      c->lr.given = 1;
-      c->lr.decay_rate = ld.rate;
-      c->lr.decay_steps = ld.steps;
-    }
-  }
-  nto_data_conf *sets[3] = {&c->train_set, &c->valid_set, &c->test_set};
-  for (int j = 0; rc == 0 && j < 3; j++)
-    if (sec_name[S_TRAIN + j])
-      rc = parse_dataset(L, sec_name[S_TRAIN + j], sets[j], err);
+  if (rc == 0)
+    rc = load_optimizer(L, sec_name, c, err);
+  if (rc == 0)
+    rc = load_data(L, sec_name, c, err);
   if (rc != 0)
     return rc;
 
@@ -1291,7 +1644,7 @@ int nto_config_load(nto_config *c, const char *path, nto_err *err) {
     return nto_err_set(err, NTO_EINVAL, "%.64s...: path too long", path);
   set_defaults(c);
 
-  loader L = {.file = path};
+  loader L = {.file = path, .conf = c};
   const char *slash = strrchr(path, '/');
   size_t dlen = slash ? (size_t)(slash - path) + 1 : 0; /* with the '/' */
   if (dlen >= sizeof L.dir)
@@ -1355,6 +1708,11 @@ void nto_config_free(nto_config *c) {
   free(c->layers);
   c->layers = NULL;
   c->n_layers = 0;
+  for (int i = 0; i < c->n_warnings; i++)
+    free(c->warnings[i]);
+  free(c->warnings);
+  c->warnings = NULL;
+  c->n_warnings = 0;
 }
 
 const char *nto_section_get(const nto_section *s, const char *key) {

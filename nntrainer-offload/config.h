@@ -14,6 +14,18 @@
  *    got 'abc'"
  * Single-threaded: iniparser reports syntax errors through a process-wide
  * callback, so load one config at a time (the CLI's main thread).
+ *
+ * nntrainer's older spellings that nntrainer still reads are read with the
+ * same meaning and precedence, and each one adds a line to
+ * nto_config.warnings (the core never prints; the app shows them):
+ * [Model] optimizer, learning_rate, decay_rate, decay_steps, beta1, beta2
+ * and epsilon (the optimizer before [Optimizer] existed), the [DataSet]
+ * section (before [train_set] ...), and the layer types of nntrainer's
+ * first INI format (InputLayer, FullyConnectedLayer, ...). Keys nntrainer
+ * reads that this trainer does not apply yet (continue_train = true,
+ * save_best_path) are accepted with a warning that says so. Relative paths
+ * (save_path, save_best_path, memory_swap_path, data paths) are relative
+ * to the INI file's directory, as nntrainer resolves them.
  */
 #ifndef NTO_CONFIG_H
 #define NTO_CONFIG_H
@@ -50,15 +62,25 @@ typedef struct nto_model_conf {
   int epochs;           /* default 1 */
   nto_loss_kind loss;   /* "cross" (default) or "mse" */
   int batch_size;       /* default 1 */
-  char save_path[NTO_CONF_STR]; /* "" if absent */
+  char save_path[NTO_CONF_STR]; /* "" if absent; relative: joined to the
+                                   INI's directory */
   /* Swap settings (nntrainer memory_swap* / fsu* keys; used by offload). */
   int memory_swap;                 /* 0/1, default 0 */
   char swap_lookahead[32];         /* "" if absent; an int or "auto" */
-  char swap_path[NTO_CONF_STR];    /* "" if absent */
+  char swap_path[NTO_CONF_STR];    /* "" if absent; relative: joined to the
+                                      INI's directory */
   char memory_budget[32];          /* "" if absent; e.g. "64M" */
   int frozen_bn_batch; /* frozen_bn_statistics = batch (1) or running (0,
                           default): what frozen batch normalization
                           normalizes with in training (layer.h) */
+  /* nntrainer keys read but not applied yet (a warning says so). */
+  int continue_train; /* continue_train, bool, default 0: nntrainer's
+                         "continue from the saved weights and optimizer
+                         state" */
+  char save_best_path[NTO_CONF_STR]; /* "" if absent; nntrainer saves the
+                                        weights of the best validation
+                                        epoch there; relative: joined to
+                                        the INI's directory */
 } nto_model_conf;
 
 typedef struct nto_opt_conf {
@@ -106,13 +128,23 @@ typedef struct nto_config {
   nto_data_conf train_set, valid_set, test_set;
   nto_section *layers; /* every other section, file order */
   int n_layers;
+  /* One line per deprecated spelling read or setting not applied, in file
+   * order, without a trailing newline, naming the file, section and key,
+   * e.g. "m.ini: [model] key 'learning_rate': deprecated, read as
+   * [Optimizer] learning_rate (nntrainer's old format)". Owned by the
+   * config (nto_config_free). */
+  char **warnings;
+  int n_warnings;
 } nto_config;
 
 /*
  * Load and validate the model-level sections of an INI file; layer sections
- * are copied as key/value lists (validated later by graph building).
- * Returns 0, NTO_EIO (cannot read, names the file) or NTO_ECONFIG (names
- * file, section, key). On error *c is left freed (safe to nto_config_free).
+ * are copied as key/value lists (validated later by graph building), a
+ * layer type of nntrainer's first format rewritten to its current name.
+ * Warnings (deprecated spellings) are in c->warnings for the caller to
+ * show. Returns 0, NTO_EIO (cannot read, names the file), NTO_ENOMEM or
+ * NTO_ECONFIG (names file, section, key). On error *c is left freed (safe
+ * to nto_config_free).
  */
 int nto_config_load(nto_config *c, const char *path, nto_err *err);
 

@@ -158,10 +158,14 @@ expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogu
 expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0
 expect no_model 2 "missing MODEL.ini" -- "$exe" bench
 expect missing_model 2 "cannot open" -- "$exe" bench "$tmp/none.ini"
-expect failing_config 1 "configuration '0' failed" -- "$exe" bench "$net" \
-  --windows 0,all --iterations 1 --warmup 0 --swap-dir "$tmp/swap" $direct
-grep -q "^0 .*failed" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
-  fail failing_table "the table must show 0 failed and all ok" "$tmp/out"
+# a window train refuses (0) is refused before any run (exit 2); one that
+# fails in its run (a budget below window 1's need) fails that run only
+expect zero_window 2 "option --windows: window 0 in '0,all'" -- "$exe" bench \
+  "$net" --windows 0,all --iterations 1 --warmup 0 --swap-dir "$tmp/swap" $direct
+expect failing_config 1 "configuration '1@8K' failed" -- "$exe" bench "$net" \
+  --windows 1@8K,all --iterations 1 --warmup 0 --swap-dir "$tmp/swap" $direct
+grep -q "^1@8K .*failed" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
+  fail failing_table "the table must show 1@8K failed and all ok" "$tmp/out"
 
 # @SIZE: a run's own --memory-budget (a budget below window 1's need fails
 # that run, naming it; the others run, and without a budget `all` is fine).

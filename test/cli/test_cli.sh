@@ -242,10 +242,17 @@ expect bad_swap_dir 1 "$tmp/none" -- "$exe" train test/data/nets/tiny_resnet.ini
 
 # Adaptive window, memory budget, trace file.
 # With read-ahead by time (auto's) the first iteration (no step times yet)
-# is not judged.
+# is not judged. The trace is listed with --window-trace; without it, one
+# line says how N moved.
 expect window_auto_time 0 "1: N=1, .*(before the read-ahead by time: not judged)" -- \
   "$exe" train test/data/nets/tiny_resnet.ini --data synthetic --iterations 3 \
+  --eval-samples 0 --window auto --swap-dir "$tmp" $direct --window-trace
+expect window_trace_hidden 0 "^window trace      N 1 -> [0-9]* in [0-9]* changes* over 3 iterations; --window-trace lists them" -- \
+  "$exe" train test/data/nets/tiny_resnet.ini --data synthetic --iterations 3 \
   --eval-samples 0 --window auto --swap-dir "$tmp" $direct
+grep -q "N=1" "$tmp/out" &&
+  { echo "FAIL window_trace_hidden: the trace listed without --window-trace"; fails=$((fails + 1)); } ||
+  passes=$((passes + 1))
 expect window_auto 0 "window trace" -- "$exe" train test/data/nets/tiny_resnet.ini \
   --data synthetic --iterations 4 --eval-samples 0 --window auto --swap-dir "$tmp" \
   --trace "$tmp/trace.json" $direct
@@ -278,7 +285,7 @@ expect budget_bad 2 "memory-budget: expected a size" -- "$exe" train \
 expect budget_convs_kept 0 "convolutions' outputs kept, not recomputed" -- \
   "$exe" train res/mobilenetv2_32.ini --data synthetic --batch-size 4 \
   --iterations 1 --eval-samples 0 --threads 2 --memory-budget 10M \
-  --swap-dir "$tmp" $direct
+  --swap-dir "$tmp" $direct --save "$tmp/convs.bin"
 expect summary_estimate 0 "window 1: .* estimated peak RSS" -- "$exe" summary res/resnet18.ini
 
 echo "cli: $passes passed, $fails failed"

@@ -97,7 +97,7 @@ static void test_model_every_key(void **state) {
   assert_int_equal(c.model.epochs, 7);
   assert_int_equal(c.model.loss, NTO_LOSS_MSE);
   assert_int_equal(c.model.batch_size, 32);
-  assert_string_equal(c.model.save_path, "out/w.bin");
+  assert_string_equal(c.model.save_path, tmp_path("out/w.bin"));
   assert_int_equal(c.model.memory_swap, 1);
   assert_string_equal(c.model.swap_lookahead, "3");
   assert_string_equal(c.model.swap_path, "/var/tmp/swap");
@@ -125,7 +125,7 @@ static void test_fsu_aliases(void **state) {
           &c);
   assert_int_equal(c.model.memory_swap, 1);
   assert_string_equal(c.model.swap_lookahead, "auto");
-  assert_string_equal(c.model.swap_path, "swapdir");
+  assert_string_equal(c.model.swap_path, tmp_path("swapdir"));
   assert_int_equal(c.model.loss, NTO_LOSS_CROSS);
   nto_config_free(&c);
 }
@@ -192,7 +192,7 @@ static void test_mnist_like(void **state) {
   assert_int_equal(c.model.epochs, 1500);
   assert_int_equal(c.model.loss, NTO_LOSS_CROSS);
   assert_int_equal(c.model.batch_size, 32);
-  assert_string_equal(c.model.save_path, "mnist_model.bin");
+  assert_string_equal(c.model.save_path, tmp_path("mnist_model.bin"));
   assert_int_equal(c.opt.kind, NTO_OPT_ADAM);
   assert_near(c.opt.learning_rate, 1e-4);
   assert_int_equal(c.opt.lr_given, 1);
@@ -264,7 +264,7 @@ static void test_resnet_like(void **state) {
           "type = addition\n"
           "input_layers = block1_a1, conv0\n",
           &c);
-  assert_string_equal(c.model.save_path, "model.bin");
+  assert_string_equal(c.model.save_path, tmp_path("model.bin"));
   assert_int_equal(c.model.batch_size, 128);
   assert_int_equal(c.opt.kind, NTO_OPT_SGD);
   assert_near(c.opt.learning_rate, 0.1);
@@ -452,6 +452,243 @@ static void test_dataset_paths(void **state) {
   assert_int_equal(chdir(cwd), 0);
   assert_int_equal(rc, 0);
   assert_string_equal(c.train_set.path, "data/train.dat");
+  nto_config_free(&c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* nntrainer's deprecated spellings (read with a warning each)             */
+
+/* c's warning i contains each of the NULL-terminated pieces. */
+static void assert_warning(const nto_config *c, int i, ...) {
+  if (i >= c->n_warnings)
+    fail_msg("warning %d of %d missing", i, c->n_warnings);
+  va_list ap;
+  va_start(ap, i);
+  for (const char *p; (p = va_arg(ap, const char *)) != NULL;)
+    if (!strstr(c->warnings[i], p))
+      fail_msg("warning %d '%s' lacks '%s'", i, c->warnings[i], p);
+  va_end(ap);
+  if (strchr(c->warnings[i], '\n'))
+    fail_msg("warning %d is not one line: '%s'", i, c->warnings[i]);
+}
+
+/* [Model] optimizer, learning_rate, ... (before [Optimizer] existed): the
+ * same values [Optimizer] would give, one warning per key, in file order;
+ * freed with the config. */
+static void test_model_optimizer(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("old_adam.ini",
+          "[Model]\nType = NeuralNetwork\nLearning_rate = 0.0001\n"
+          "Decay_rate = 0.96\nDecay_steps = 1000\nOptimizer = adam\n"
+          "beta1 = 0.8\nbeta2 = 0.9999\nepsilon = 1e-8\n",
+          &c);
+  assert_int_equal(c.opt.kind, NTO_OPT_ADAM);
+  assert_near(c.opt.learning_rate, 1e-4);
+  assert_int_equal(c.opt.lr_given, 1);
+  assert_near(c.opt.beta1, 0.8);
+  assert_near(c.opt.beta2, 0.9999);
+  assert_near(c.opt.epsilon, 1e-8);
+  assert_int_equal(c.lr.kind, NTO_LR_EXPONENTIAL);
+  assert_int_equal(c.lr.given, 1);
+  assert_near(c.lr.learning_rate[0], 1e-4);
+  assert_near(c.lr.decay_rate, 0.96);
+  assert_int_equal(c.lr.decay_steps, 1000);
+  assert_int_equal(c.n_warnings, 7);
+  assert_warning(&c, 0, "old_adam.ini: [model] key 'learning_rate'",
+                 "deprecated", "[Optimizer] learning_rate", NULL);
+  assert_warning(&c, 3, "[model] key 'optimizer'", "[Optimizer] type", NULL);
+  assert_warning(&c, 6, "[model] key 'epsilon'", "[Optimizer] epsilon", NULL);
+  nto_config_free(&c);
+  assert_null(c.warnings);
+  assert_int_equal(c.n_warnings, 0);
+
+  load_ok("old_sgd.ini", "[Model]\noptimizer = SGD\nlearning_rate = 0.05\n",
+          &c);
+  assert_int_equal(c.opt.kind, NTO_OPT_SGD);
+  assert_near(c.opt.learning_rate, 0.05);
+  assert_int_equal(c.lr.kind, NTO_LR_CONSTANT);
+  assert_near(c.lr.learning_rate[0], 0.05);
+  assert_int_equal(c.n_warnings, 2);
+  nto_config_free(&c);
+
+  /* Without `optimizer` nntrainer ignores the other keys: so do we. */
+  load_ok("old_lr_only.ini",
+          "[Model]\nlearning_rate = 0.5\n[Optimizer]\ntype = sgd\n"
+          "learning_rate = 0.01\n",
+          &c);
+  assert_int_equal(c.opt.kind, NTO_OPT_SGD);
+  assert_near(c.opt.learning_rate, 0.01);
+  assert_int_equal(c.n_warnings, 1);
+  assert_warning(&c, 0, "[model] key 'learning_rate'", "ignored",
+                 "without 'optimizer'", NULL);
+  nto_config_free(&c);
+  load_ok("old_beta_only.ini", "[Model]\nbeta1 = 5\n", &c);
+  assert_int_equal(c.opt.kind, NTO_OPT_ADAM); /* the default, untouched */
+  assert_near(c.opt.beta1, 0.9);
+  assert_near(c.opt.learning_rate, 1e-3);
+  assert_int_equal(c.n_warnings, 1);
+  nto_config_free(&c);
+
+  /* nntrainer reads [LearningRateScheduler] only with [Optimizer]. */
+  load_ok("old_and_sched.ini",
+          "[Model]\noptimizer = adam\nlearning_rate = 0.02\n"
+          "[LearningRateScheduler]\ntype = constant\nlearning_rate = 0.5\n",
+          &c);
+  assert_near(c.opt.learning_rate, 0.02);
+  assert_int_equal(c.lr.given, 0);
+  assert_near(c.lr.learning_rate[0], 0.02);
+  assert_int_equal(c.n_warnings, 3);
+  assert_warning(&c, 2, "[learningratescheduler]", "ignored",
+                 "[Optimizer] to use it", NULL);
+  nto_config_free(&c);
+
+  /* Current spellings alone: no warning. */
+  load_ok("current.ini", "[Model]\n[Optimizer]\ntype = sgd\n", &c);
+  assert_int_equal(c.n_warnings, 0);
+  assert_null(c.warnings);
+  nto_config_free(&c);
+}
+
+/* [DataSet]: the data sections of nntrainer's old format. */
+static void test_old_dataset(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("old_data.ini",
+          "[Model]\n[DataSet]\nBufferSize=100\nTrainData=\"train.dat\"\n"
+          "ValidData=\"/abs/valid.dat\"\nTestData = ../t.dat\n"
+          "LabelData=\"label.dat\"\n",
+          &c);
+  assert_int_equal(c.train_set.kind, NTO_DATA_FILE);
+  assert_string_equal(c.train_set.path, tmp_path("train.dat"));
+  assert_int_equal(c.train_set.buffer_size, 100);
+  assert_int_equal(c.valid_set.kind, NTO_DATA_FILE);
+  assert_string_equal(c.valid_set.path, "/abs/valid.dat");
+  assert_int_equal(c.valid_set.buffer_size, 100);
+  assert_string_equal(c.test_set.path, tmp_path("../t.dat"));
+  assert_int_equal(c.n_layers, 0); /* [DataSet] is not a layer */
+  assert_int_equal(c.n_warnings, 5);
+  assert_warning(&c, 0, "old_data.ini: [dataset] key 'buffersize'",
+                 "buffer_size", NULL);
+  assert_warning(&c, 1, "[dataset] key 'traindata'", "[train_set]",
+                 "path = train.dat", NULL);
+  assert_warning(&c, 4, "[dataset] key 'labeldata'", "ignored", NULL);
+  nto_config_free(&c);
+
+  /* [train_set] wins over TrainData, as in nntrainer; buffer_size is the
+   * other spelling of BufferSize. */
+  load_ok("old_data2.ini",
+          "[Model]\n[DataSet]\nTrainData = a.dat\nbuffer_size = 7\n"
+          "ValidData = v.dat\n[train_set]\ntype = file\npath = b.dat\n",
+          &c);
+  assert_string_equal(c.train_set.path, tmp_path("b.dat"));
+  assert_int_equal(c.train_set.buffer_size, 0);
+  assert_string_equal(c.valid_set.path, tmp_path("v.dat"));
+  assert_int_equal(c.valid_set.buffer_size, 7);
+  assert_int_equal(c.test_set.kind, NTO_DATA_NONE);
+  assert_int_equal(c.n_warnings, 4);
+  assert_warning(&c, 3, "[dataset] key 'traindata'",
+                 "overridden by [train_set]", NULL);
+  nto_config_free(&c);
+}
+
+/* [Model] keys of nntrainer that do not change training here, and those
+ * not applied yet (a warning says so). */
+static void test_nntrainer_model_keys(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("nnt_keys.ini",
+          "[Model]\ncontinue_train = false\nmodel_tensor_type = FP32-FP32\n"
+          "tensor_format = NCHW\nmemory_optimization = true\n",
+          &c);
+  assert_int_equal(c.model.continue_train, 0);
+  assert_string_equal(c.model.save_best_path, "");
+  assert_int_equal(c.n_warnings, 0);
+  nto_config_free(&c);
+
+  load_ok("nnt_keys2.ini",
+          "[Model]\ncontinue_train = true\nsave_best_path = best/w.bin\n"
+          "model_tensor_type = fp32-fp32\nmemory_optimization = false\n",
+          &c);
+  assert_int_equal(c.model.continue_train, 1);
+  assert_string_equal(c.model.save_best_path, tmp_path("best/w.bin"));
+  assert_int_equal(c.n_warnings, 3);
+  assert_warning(&c, 0, "nnt_keys2.ini: [model] key 'continue_train'",
+                 "not applied yet", "--init-weights", NULL);
+  assert_warning(&c, 1, "[model] key 'save_best_path'", "not applied yet",
+                 tmp_path("best/w.bin"), NULL);
+  assert_warning(&c, 2, "[model] key 'memory_optimization'", NULL);
+  nto_config_free(&c);
+}
+
+/* Layer types of nntrainer's first format, read as the current names. */
+static void test_old_layer_types(void **state) {
+  (void)state;
+  nto_config c;
+  load_ok("old_types.ini",
+          "[Model]\n[in]\nType = InputLayer\ninput_shape = 1:1:8\n"
+          "[fc]\nType = FullyConnectedLayer\nunit = 4\n"
+          "[bn]\nType = batchnormalizationlayer\n"
+          "[out]\nType = OutputLayer\nunit = 2\n"
+          "[keep]\nType = Input\ninput_shape = 1:1:2\n",
+          &c);
+  assert_string_equal(nto_section_get(layer(&c, "in"), "type"), "input");
+  assert_string_equal(nto_section_get(layer(&c, "fc"), "type"),
+                      "fully_connected");
+  assert_string_equal(nto_section_get(layer(&c, "bn"), "type"),
+                      "batch_normalization");
+  assert_string_equal(nto_section_get(layer(&c, "out"), "type"),
+                      "fully_connected");
+  assert_string_equal(nto_section_get(layer(&c, "keep"), "type"), "Input");
+  assert_int_equal(c.n_warnings, 4);
+  assert_warning(&c, 0, "old_types.ini: [in] key 'type'", "'InputLayer'",
+                 "read as input", NULL);
+  assert_warning(&c, 3, "[out] key 'type'", "'OutputLayer'",
+                 "read as fully_connected", NULL);
+  nto_config_free(&c);
+}
+
+/* Relative save_path, memory_swap_path and data paths are joined to the
+ * INI's directory wherever it is loaded from; absolute and empty ones are
+ * kept. */
+static void test_relative_paths(void **state) {
+  (void)state;
+  static const char text[] = "[Model]\nsave_path = w.bin\n"
+                             "memory_swap_path = swap\n"
+                             "[train_set]\ntype = file\npath = d/t.dat\n";
+  nto_config c;
+  load_ok("rel.ini", text, &c);
+  assert_string_equal(c.model.save_path, tmp_path("w.bin"));
+  assert_string_equal(c.model.swap_path, tmp_path("swap"));
+  assert_string_equal(c.train_set.path, tmp_path("d/t.dat"));
+  nto_config_free(&c);
+
+  /* loaded from another working directory, through a relative name */
+  char cwd[1024];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(mkdir(tmp_path("sub"), 0700), 0);
+  write_file("sub/rel.ini", text);
+  assert_int_equal(chdir(tmpdir), 0);
+  nto_err err = {0};
+  int rc = nto_config_load(&c, "sub/rel.ini", &err);
+  assert_int_equal(chdir(cwd), 0);
+  assert_int_equal(rc, 0);
+  assert_string_equal(c.model.save_path, "sub/w.bin");
+  assert_string_equal(c.model.swap_path, "sub/swap");
+  assert_string_equal(c.train_set.path, "sub/d/t.dat");
+  nto_config_free(&c);
+
+  load_ok("abs.ini",
+          "[Model]\nsave_path = /abs/w.bin\nfsu_path = /var/tmp\n"
+          "save_best_path = \"\"\n",
+          &c);
+  assert_string_equal(c.model.save_path, "/abs/w.bin");
+  assert_string_equal(c.model.swap_path, "/var/tmp");
+  assert_string_equal(c.model.save_best_path, "");
+  assert_int_equal(c.n_warnings, 0);
+  nto_config_free(&c);
+  load_ok("empty_save.ini", "[Model]\nsave_path = \"\"\n", &c);
+  assert_string_equal(c.model.save_path, "");
   nto_config_free(&c);
 }
 
@@ -686,6 +923,49 @@ static const bad_case bad_cases[] = {
     {"bom.ini", "\xEF\xBB\xBF[Model]\n", NTO_ECONFIG,
      {"syntax error at line 1", "byte order mark"}},
     {"not_there.ini", NULL, NTO_EIO, {"cannot open", "No such file"}},
+    /* nntrainer's deprecated spellings, wrong */
+    {"old_opt_twice.ini",
+     "[Model]\noptimizer = sgd\n[Optimizer]\ntype = sgd\n", NTO_ECONFIG,
+     {"[model] key 'optimizer'", "given twice", "[optimizer]"}},
+    {"old_opt_type.ini", "[Model]\noptimizer = rmsprop\n", NTO_ECONFIG,
+     {"[model] key 'optimizer'", "sgd|adam|adamw", "got 'rmsprop'"}},
+    {"old_opt_beta_sgd.ini", "[Model]\nepsilon = 1e-5\noptimizer = sgd\n",
+     NTO_ECONFIG, {"[model] key 'epsilon'", "not a setting of optimizer sgd"}},
+    {"old_opt_lr.ini", "[Model]\noptimizer = adam\nlearning_rate = 0\n",
+     NTO_ECONFIG, {"[model] key 'learning_rate'", "(0, 10]", "got '0'"}},
+    {"old_opt_decay.ini", "[Model]\noptimizer = adam\ndecay_steps = 10\n",
+     NTO_ECONFIG, {"[model] key 'decay_steps'", "needs 'decay_rate' too"}},
+    {"old_opt_momentum.ini", "[Model]\noptimizer = sgd\nmomentum = 0.9\n",
+     NTO_ECONFIG, {"[model] unknown key 'momentum'"}},
+    {"old_data_notrain.ini", "[Model]\n[DataSet]\nValidData = v.dat\n",
+     NTO_ECONFIG, {"[dataset] missing key 'traindata'"}},
+    {"old_data_unknown.ini",
+     "[Model]\n[DataSet]\nTrainData = t.dat\nTflite = x.tflite\n",
+     NTO_ECONFIG, {"[dataset] unknown key 'tflite'", "traindata"}},
+    {"old_data_buf2.ini",
+     "[Model]\n[DataSet]\nTrainData = t.dat\nBufferSize = 2\n"
+     "buffer_size = 3\n",
+     NTO_ECONFIG, {"[dataset] key 'buffer_size'", "same setting as"}},
+    {"old_data_buf0.ini",
+     "[Model]\n[DataSet]\nTrainData = t.dat\nBufferSize = 0\n",
+     NTO_ECONFIG, {"[dataset] key 'buffersize'", "got '0'"}},
+    {"old_data_empty.ini", "[Model]\n[DataSet]\nTrainData = \"\"\n",
+     NTO_ECONFIG, {"[dataset] key 'traindata'", "expected a file name"}},
+    {"tensor_type.ini", "[Model]\nmodel_tensor_type = FP16-FP16\n",
+     NTO_ECONFIG,
+     {"[model] key 'model_tensor_type'", "expected FP32-FP32",
+      "got 'FP16-FP16'"}},
+    {"tensor_format.ini", "[Model]\ntensor_format = NHWC\n", NTO_ECONFIG,
+     {"[model] key 'tensor_format'", "expected NCHW", "got 'NHWC'"}},
+    {"continue_train.ini", "[Model]\ncontinue_train = maybe\n", NTO_ECONFIG,
+     {"[model] key 'continue_train'", "maybe"}},
+    {"memory_opt.ini", "[Model]\nmemory_optimization = 2\n", NTO_ECONFIG,
+     {"[model] key 'memory_optimization'"}},
+    {"backbone_tflite.ini",
+     "[Model]\n[b]\nbackbone = ssd.tflite\ninput_shape = 3:8:8\n",
+     NTO_ECONFIG, {"[b] key 'backbone'", "TFLite", "'ssd.tflite'"}},
+    {"backbone_ini.ini", "[Model]\n[b]\nbackbone = \"other.ini\"\n",
+     NTO_ECONFIG, {"[b] key 'backbone'", "'other.ini'", "not supported yet"}},
 };
 
 static void test_malformed(void **state) {
@@ -804,6 +1084,11 @@ int main(void) {
       cmocka_unit_test(test_lr_precedence),
       cmocka_unit_test(test_schedulers),
       cmocka_unit_test(test_dataset_paths),
+      cmocka_unit_test(test_model_optimizer),
+      cmocka_unit_test(test_old_dataset),
+      cmocka_unit_test(test_nntrainer_model_keys),
+      cmocka_unit_test(test_old_layer_types),
+      cmocka_unit_test(test_relative_paths),
       cmocka_unit_test(test_iniparser_rules),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_directory_and_null_err),
