@@ -74,22 +74,9 @@ static int argmax(const float *x, int k) {
 
 /* evaluate's options (the memory ones as train's). */
 static const setup_opt eval_opts[] = {
-    SETUP_OPT("--weights", weights, 's', 0, 0),
-    SETUP_OPT("--data", data, 's', 0, 0),
-    SETUP_OPT("--classes", classes, 's', 0, 0),
-    SETUP_OPT("--valid-split", valid_split, 's', 0, 0),
-    SETUP_OPT("--normalize", normalize, 's', 0, 0),
-    SETUP_OPT("--skip-bad-images", skip_bad_images, 'f', 0, 0),
-    SETUP_OPT("--window", window, 's', 0, 0),
-    SETUP_OPT("--memory-budget", budget, 's', 0, 0),
-    SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),
-    SETUP_OPT("--io", io, 's', 0, 0),
-    SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
+    SETUP_INFERENCE_OPTS,
     SETUP_OPT("--report-json", report_json, 's', 0, 0),
     SETUP_OPT("--eval-samples", eval_samples, 'i', 1, 1L << 40),
-    SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),
-    SETUP_OPT("--threads", threads, 'i', 1, 256),
-    SETUP_OPT("--seed", seed, 'i', 0, 1L << 40),
 };
 
 /* Returns 0, 1 after --help, or -1 after a usage error. */
@@ -274,12 +261,7 @@ static void print_setup(const run *r) {
 }
 
 static int cleanup(run *r, tally *t) {
-  nto_dataset_close(r->test);
-  nto_model_free(r->m);
-  nto_parallel_free();
-  nto_config_free(&r->c);
-  nto_free_aligned(r->x);
-  nto_free_aligned(r->y);
+  setup_free(r);
   free(t->confusion);
   free(t->label);
   return 0;

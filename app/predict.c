@@ -46,23 +46,10 @@ static const char usage[] =
     "  --swap-dir DIR, --io uring|psync, --no-direct   as for evaluate\n";
 
 static const setup_opt predict_opts[] = {
-    SETUP_OPT("--weights", weights, 's', 0, 0),
-    SETUP_OPT("--data", data, 's', 0, 0),
-    SETUP_OPT("--classes", classes, 's', 0, 0),
-    SETUP_OPT("--valid-split", valid_split, 's', 0, 0),
-    SETUP_OPT("--normalize", normalize, 's', 0, 0),
-    SETUP_OPT("--skip-bad-images", skip_bad_images, 'f', 0, 0),
-    SETUP_OPT("--window", window, 's', 0, 0),
-    SETUP_OPT("--memory-budget", budget, 's', 0, 0),
-    SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),
-    SETUP_OPT("--io", io, 's', 0, 0),
-    SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
+    SETUP_INFERENCE_OPTS,
     SETUP_OPT("--json", report_json, 's', 0, 0),
     SETUP_OPT("--samples", eval_samples, 'i', 1, 1L << 40),
     SETUP_OPT("--top", top, 'i', 1, 1L << 20),
-    SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),
-    SETUP_OPT("--threads", threads, 'i', 1, 256),
-    SETUP_OPT("--seed", seed, 'i', 0, 1L << 40),
 };
 
 /* A predict run: its inputs and the class names. */
@@ -300,12 +287,7 @@ int cmd_predict(int argc, char **argv) {
     status = cli_status(rc);
   }
   free(prob);
-  nto_dataset_close(r.test);
-  nto_model_free(r.m);
-  nto_parallel_free();
-  nto_config_free(&r.c);
-  nto_free_aligned(r.x);
-  nto_free_aligned(r.y);
+  setup_free(&r);
   free(p.files);
   free(p.names);
   free(p.names_buf);

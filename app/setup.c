@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "init_weights.h"
+#include "parallel.h"
 
 #include <cblas.h>
 
@@ -402,4 +403,17 @@ void setup_print_inference(const run *r) {
   printf("weights: %zu parameters (%d tensors) from %s (%s)\n", r->init.params,
          r->init.tensors, r->o.weights, r->init.format);
   cli_print_blas();
+}
+
+void setup_free(run *r) {
+  nto_dataset_close(r->train);
+  nto_dataset_close(r->test);
+  nto_model_free(r->m);
+  nto_parallel_free();
+  nto_config_free(&r->c);
+  nto_free_aligned(r->x);
+  nto_free_aligned(r->y);
+  r->train = r->test = NULL;
+  r->m = NULL;
+  r->x = r->y = NULL;
 }

@@ -41,6 +41,29 @@ typedef struct setup_opt {
 #define SETUP_OPT(name, field, kind, min, max)                                 \
   { name, offsetof(train_opts, field), kind, min, max }
 
+/* The options evaluate and predict share (the weights, the data as train
+ * reads it, the memory settings, the batch, threads and seed): entries
+ * of their setup_opt tables. */
+#define SETUP_INFERENCE_OPTS                                                   \
+  SETUP_OPT("--weights", weights, 's', 0, 0),                                  \
+      SETUP_OPT("--data", data, 's', 0, 0),                                    \
+      SETUP_OPT("--classes", classes, 's', 0, 0),                              \
+      SETUP_OPT("--valid-split", valid_split, 's', 0, 0),                      \
+      SETUP_OPT("--normalize", normalize, 's', 0, 0),                          \
+      SETUP_OPT("--skip-bad-images", skip_bad_images, 'f', 0, 0),              \
+      SETUP_OPT("--window", window, 's', 0, 0),                                \
+      SETUP_OPT("--memory-budget", budget, 's', 0, 0),                         \
+      SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),                            \
+      SETUP_OPT("--io", io, 's', 0, 0),                                        \
+      SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),                          \
+      SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),                      \
+      SETUP_OPT("--threads", threads, 'i', 1, 256),                            \
+      SETUP_OPT("--seed", seed, 'i', 0, 1L << 40)
+
+/* Release what a run holds that setup made: the data sets, the model,
+ * the compute threads, the config, the batch buffers. */
+void setup_free(run *r);
+
 /*
  * Parse argv[1..argc) of command cmd (argv[0]) by opts[0..n) into *o,
  * whose defaults the caller set: "--help" prints usage; the first word

@@ -887,13 +887,7 @@ static int model_opts(run *r, nto_model_opts *mo) {
  * whose last writes and state changes still go to the trace. Returns 0,
  * or NTO_EIO when the trace file could not be written. */
 static int cleanup(run *r, nto_err *err) {
-  nto_dataset_close(r->train);
-  nto_dataset_close(r->test);
-  nto_model_free(r->m);
-  nto_parallel_free();
-  nto_config_free(&r->c);
-  nto_free_aligned(r->x);
-  nto_free_aligned(r->y);
+  setup_free(r);
   free(r->step_s);
   free(r->step_ms);
   free(r->step_tmp);
