@@ -63,15 +63,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* First index of the largest of x[0..k), as the loss's accuracy counts. */
-static int argmax(const float *x, int k) {
-  int b = 0;
-  for (int j = 1; j < k; j++)
-    if (x[j] > x[b])
-      b = j;
-  return b;
-}
-
 /* evaluate's options (the memory ones as train's). */
 static const setup_opt eval_opts[] = {
     SETUP_INFERENCE_OPTS,
@@ -135,8 +126,8 @@ static int eval_loop(run *r, tally *t, nto_err *err) {
       break;
     const float *out = nto_model_output(r->m);
     for (int b = 0; b < got; b++) {
-      int truth = argmax(r->y + (size_t)b * r->k, r->k);
-      int pred = argmax(out + (size_t)b * r->k, r->k);
+      int truth = nto_argmax(r->y + (size_t)b * r->k, r->k);
+      int pred = nto_argmax(out + (size_t)b * r->k, r->k);
       t->confusion[(size_t)truth * r->k + pred]++;
     }
     t->loss_sum += st.loss * got;

@@ -222,11 +222,7 @@ static int predict_data(run *r, predict *p, double *prob, nto_err *err) {
     rc = nto_model_eval_step(r->m, r->x, r->y, got, &st, err);
     for (int b = 0; rc == 0 && b < got; b++, i++) {
       char what[96], buf[32];
-      int truth = 0;
-      for (int c = 1; c < r->k; c++)
-        truth = r->y[(size_t)b * r->k + c] > r->y[(size_t)b * r->k + truth]
-                    ? c
-                    : truth;
+      int truth = nto_argmax(r->y + (size_t)b * r->k, r->k);
       snprintf(what, sizeof what, "sample %ld (%.40s)", i,
                class_str(r, p, truth, buf, sizeof buf));
       print_row(r, p, b, what, prob);

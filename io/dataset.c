@@ -141,19 +141,10 @@ static int slot_fill(nto_dataset *ds, unsigned char *s, nto_err *err) {
   return 0;
 }
 
-/* First index of the largest of y[0..k) (a one-hot row's class). */
-static int label_of(const float *y, int k) {
-  int b = 0;
-  for (int j = 1; j < k; j++)
-    if (y[j] > y[b])
-      b = j;
-  return b;
-}
-
 /* y (out_classes) from the source's row ds->ysrc: the kept label. */
 static void relabel(const nto_dataset *ds, float *y) {
   memset(y, 0, (size_t)ds->out_classes * sizeof *y);
-  int l = ds->remap[label_of(ds->ysrc, ds->num_classes)];
+  int l = ds->remap[nto_argmax(ds->ysrc, ds->num_classes)];
   if (l >= 0) /* always: only kept samples are drawn */
     y[l] = 1.0f;
 }
@@ -194,7 +185,7 @@ static int scan_labels(nto_dataset *ds, int32_t *lab, nto_err *err) {
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < ds->count; i++) {
     rc = ds->ops->sample(ds, i, x, ds->ysrc, err);
-    lab[i] = label_of(ds->ysrc, ds->num_classes);
+    lab[i] = nto_argmax(ds->ysrc, ds->num_classes);
   }
   free(x);
   return rc;

@@ -35,10 +35,11 @@ static double softmax_ce(const float *z, const float *y, int k, double inv_n,
   return l;
 }
 
-double nto_loss_compute(nto_loss_form f, const float *z, const float *y,
-                        int n, int k, int valid, float *grad) {
+double nto_loss_compute(nto_loss_form f, const float *z, const float *y, int n,
+                        int k, int valid, float *grad) {
   double total = 0;
-  double inv = f == NTO_LOSSF_SOFTMAX_CE ? 1.0 / valid : 1.0 / ((double)valid * k);
+  double inv =
+      f == NTO_LOSSF_SOFTMAX_CE ? 1.0 / valid : 1.0 / ((double)valid * k);
   for (int b = 0; b < valid; b++) {
     const float *zb = z + (size_t)b * k, *yb = y + (size_t)b * k;
     float *gb = grad ? grad + (size_t)b * k : NULL;
@@ -60,21 +61,14 @@ double nto_loss_compute(nto_loss_form f, const float *z, const float *y,
     }
   }
   if (grad && valid < n)
-    memset(grad + (size_t)valid * k, 0, sizeof(float) * (size_t)(n - valid) * k);
+    memset(grad + (size_t)valid * k, 0,
+           sizeof(float) * (size_t)(n - valid) * k);
   return f == NTO_LOSSF_SOFTMAX_CE ? total / valid : total * inv;
-}
-
-static int argmax(const float *x, int k) {
-  int best = 0;
-  for (int j = 1; j < k; j++)
-    if (x[j] > x[best])
-      best = j;
-  return best;
 }
 
 int nto_count_correct(const float *out, const float *y, int k, int valid) {
   int c = 0;
   for (int b = 0; b < valid; b++)
-    c += argmax(out + (size_t)b * k, k) == argmax(y + (size_t)b * k, k);
+    c += nto_argmax(out + (size_t)b * k, k) == nto_argmax(y + (size_t)b * k, k);
   return c;
 }

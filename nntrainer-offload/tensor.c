@@ -15,6 +15,14 @@ size_t nto_shape_sample(nto_shape s) {
   return (size_t)s.c * (size_t)s.h * (size_t)s.w;
 }
 
+int nto_argmax(const float *x, int k) {
+  int best = 0;
+  for (int j = 1; j < k; j++)
+    if (x[j] > x[best])
+      best = j;
+  return best;
+}
+
 int nto_shape_eq(nto_shape a, nto_shape b) {
   return a.n == b.n && a.c == b.c && a.h == b.h && a.w == b.w;
 }
@@ -32,8 +40,7 @@ size_t nto_round_page(size_t bytes) {
 }
 
 char *nto_format_bytes(uint64_t bytes, char *buf, size_t len) {
-  static const char *const unit[] = {"KiB", "MiB", "GiB",
-                                     "TiB", "PiB", "EiB"};
+  static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = (double)bytes / 1024.0;
   int u = 0;
   while (u < 5 && v >= 1024.0) {

@@ -28,6 +28,10 @@ int nto_shape_eq(nto_shape a, nto_shape b);
 /* Writes "c:h:w" (or "n:c:h:w" when with_batch) into buf; returns buf. */
 char *nto_shape_str(nto_shape s, int with_batch, char *buf, size_t len);
 
+/* First index of the largest of x[0..k) (k >= 1): a row's predicted
+ * class, or a one-hot label's class. Any thread. */
+int nto_argmax(const float *x, int k);
+
 /* Bytes rounded up to the page granule (4096); 0 stays 0. */
 size_t nto_round_page(size_t bytes);
 
