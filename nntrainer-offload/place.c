@@ -1,6 +1,8 @@
 /* place.c - the placer. See place.h. */
 #include "place.h"
 
+#include "timeindex.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,130 +74,24 @@ static uint64_t time_mask(const nto_place_item *v, long T) {
   return mask;
 }
 
-/*
- * Which placed items live when: the time [0, T) cut into nb buckets of w
- * instants, each with the list of placed items touching it (nodes in one
- * pool); an item touching more than LONG_BUCKETS buckets goes to the list
- * `lng` instead, which every query reads. A query collects the placed
- * items whose segments overlap an item's: its cost follows the items alive
- * around it, not all the placed ones (planning a 2000-layer net placed
- * 17,000 buffers 270 times; the sweep over every placed buffer made that
- * quadratic).
- */
-#define LONG_BUCKETS 64
-typedef struct time_index {
-  long w;
-  int nb;
-  int *head;             /* (nb) first node of a bucket, -1: none */
-  int *node_item, *next; /* the pool */
-  int n_node, cap_node;
-  int *lng, n_lng;       /* (n) long-lived items */
-  int *stamp;            /* (n) the last query that collected the item */
-  int *cand;             /* (n) a query's candidates */
-} time_index;
-
-static void index_free(time_index *x) {
-  free(x->head);
-  free(x->node_item);
-  free(x->next);
-  free(x->lng);
-  free(x->stamp);
-  free(x->cand);
-}
-
-static int index_init(time_index *x, int n, long T) {
-  memset(x, 0, sizeof *x);
-  x->nb = (int)(T < 4096 ? (T > 0 ? T : 1) : 4096);
-  x->w = (T + x->nb - 1) / x->nb;
-  if (x->w < 1)
-    x->w = 1;
-  x->head = malloc((size_t)x->nb * sizeof *x->head);
-  x->lng = malloc((size_t)(n + 1) * sizeof *x->lng);
-  x->stamp = malloc((size_t)(n + 1) * sizeof *x->stamp);
-  x->cand = malloc((size_t)(n + 1) * sizeof *x->cand);
-  if (!x->head || !x->lng || !x->stamp || !x->cand)
-    return -1;
-  for (int b = 0; b < x->nb; b++)
-    x->head[b] = -1;
-  for (int i = 0; i <= n; i++)
-    x->stamp[i] = -1;
-  return 0;
-}
-
-/* Buckets v's segments touch; *nb_out their count. */
-static long buckets_of(const time_index *x, const long seg[2], long *a) {
-  *a = seg[0] / x->w;
-  long b = seg[1] / x->w;
-  if (b >= x->nb)
-    b = x->nb - 1;
-  return b - *a + 1;
-}
-
-static long span_buckets(const time_index *x, const slot *s) {
-  long total = 0, a;
-  for (int i = 0; i < s->n_seg; i++)
-    total += buckets_of(x, s->seg[i], &a);
-  return total;
-}
-
-/* Item k (slot s) into the index. Returns 0 or -1 when out of memory. */
-static int index_add(time_index *x, int k, const slot *s) {
-  if (span_buckets(x, s) > LONG_BUCKETS) {
-    x->lng[x->n_lng++] = k;
-    return 0;
-  }
-  for (int i = 0; i < s->n_seg; i++) {
-    long a, nb = buckets_of(x, s->seg[i], &a);
-    for (long b = a; b < a + nb; b++) {
-      if (x->n_node == x->cap_node) {
-        int cap = x->cap_node ? 2 * x->cap_node : 4096;
-        int *ni = realloc(x->node_item, (size_t)cap * sizeof *ni);
-        if (!ni)
-          return -1;
-        x->node_item = ni;
-        int *nx = realloc(x->next, (size_t)cap * sizeof *nx);
-        if (!nx)
-          return -1;
-        x->next = nx;
-        x->cap_node = cap;
-      }
-      x->node_item[x->n_node] = k;
-      x->next[x->n_node] = x->head[b];
-      x->head[b] = x->n_node++;
-    }
-  }
-  return 0;
-}
-
-/* Candidate k for query q: collected once, if its time overlaps s's. */
-static void collect(time_index *x, const slot *placed, int k, int q,
-                    const slot *s, int *nc) {
-  if (x->stamp[k] == q)
-    return;
-  x->stamp[k] = q;
-  const slot *u = &placed[k];
-  if ((u->mask & s->mask) && segs_overlap(u->seg, u->n_seg, s->seg, s->n_seg))
-    x->cand[(*nc)++] = k;
-}
-
-/* The placed items (of np) overlapping slot s in time into x->cand;
- * returns their count. A long-lived s reads every placed item. */
-static int overlapping(time_index *x, const slot *placed, int np, int q,
-                       const slot *s) {
+/* The placed items (placed[0..np)) overlapping slot s in time into
+ * cand (room for np); returns their count. A long-lived s reads every
+ * placed item, a short-lived one those the time index lists near it
+ * (timeindex.h). */
+static int overlapping(nto_time_index *x, const slot *placed, int np,
+                       const slot *s, int *cand) {
+  int n = 0;
+  if (nto_time_index_span(x, s->seg, s->n_seg) > NTO_TIME_INDEX_LONG)
+    for (; n < np; n++)
+      cand[n] = n;
+  else
+    n = nto_time_index_near(x, s->seg, s->n_seg, cand);
   int nc = 0;
-  if (span_buckets(x, s) > LONG_BUCKETS) {
-    for (int k = 0; k < np; k++)
-      collect(x, placed, k, q, s, &nc);
-    return nc;
+  for (int i = 0; i < n; i++) {
+    const slot *u = &placed[cand[i]];
+    if ((u->mask & s->mask) && segs_overlap(u->seg, u->n_seg, s->seg, s->n_seg))
+      cand[nc++] = cand[i];
   }
-  for (int i = 0; i < s->n_seg; i++) {
-    long a, nb = buckets_of(x, s->seg[i], &a);
-    for (long b = a; b < a + nb; b++)
-      for (int e = x->head[b]; e >= 0; e = x->next[e])
-        collect(x, placed, x->node_item[e], q, s, &nc);
-  }
-  for (int j = 0; j < x->n_lng; j++)
-    collect(x, placed, x->lng[j], q, s, &nc);
   return nc;
 }
 
@@ -227,22 +123,21 @@ static void sort_by_lo(int *c, int n, slot *placed) {
  * index); returns the region, or (size_t)-1 when out of memory. */
 static size_t place_in_order(nto_place_item *items, const int *idx, int n,
                              long T, slot *placed) {
-  time_index x;
+  nto_time_index x = {0};
   size_t region = 0;
-  if (index_init(&x, n, T) != 0) {
-    index_free(&x);
-    return (size_t)-1;
-  }
-  for (int i = 0; i < n; i++) {
+  int *cand = malloc(((size_t)n + 1) * sizeof *cand);
+  if (!cand || nto_time_index_init(&x, n, T) != 0)
+    region = (size_t)-1;
+  for (int i = 0; region != (size_t)-1 && i < n; i++) {
     nto_place_item *v = &items[idx[i]];
     slot *s = &placed[i];
     *s = (slot){.mask = time_mask(v, T), .n_seg = v->n_seg};
     memcpy(s->seg, v->seg, sizeof v->seg);
-    int nc = overlapping(&x, placed, i, i, s);
-    sort_by_lo(x.cand, nc, placed);
+    int nc = overlapping(&x, placed, i, s, cand);
+    sort_by_lo(cand, nc, placed);
     size_t len = v->bytes, off = 0;
     for (int c = 0; c < nc; c++) {
-      const slot *u = &placed[x.cand[c]];
+      const slot *u = &placed[cand[c]];
       if (u->lo >= off + len)
         break; /* room below u */
       if (u->hi > off)
@@ -250,14 +145,14 @@ static size_t place_in_order(nto_place_item *items, const int *idx, int n,
     }
     v->offset = s->lo = off;
     s->hi = off + len;
-    if (index_add(&x, i, s) != 0) {
-      index_free(&x);
-      return (size_t)-1;
-    }
-    if (off + len > region)
+    int lng = nto_time_index_span(&x, s->seg, s->n_seg) > NTO_TIME_INDEX_LONG;
+    if (nto_time_index_add(&x, i, s->seg, s->n_seg, lng) != 0)
+      region = (size_t)-1;
+    else if (off + len > region)
       region = off + len;
   }
-  index_free(&x);
+  nto_time_index_free(&x);
+  free(cand);
   return region;
 }
 

@@ -5,7 +5,9 @@
  * and 3 close the intervals that pass 1 opens across the wrap.
  */
 #include "schedule.h"
+
 #include "place.h"
+#include "timeindex.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -309,12 +311,10 @@ typedef struct spread_buf {
   int *near, *busy;
   size_t *cand, *pm;
   range *br;
-  /* the index: the time [0, T) in nb buckets of w instants, each with its
-   * one-segment intervals touching it (a pool of nodes); the two-segment
-   * and long ones (more than NBR_LONG buckets) in lng, read by every
-   * query */
-  long w;
-  int nb, *head, *node, *next, n_node, *lng, n_lng, *stamp, *cand_iv;
+  /* the intervals by time (timeindex.h): one-segment ones in their
+   * buckets, two-segment and long ones in the list every query reads */
+  nto_time_index x;
+  int *cand_iv; /* a query's candidates */
 } spread_buf;
 
 static void spread_buf_free(spread_buf *b) {
@@ -323,65 +323,25 @@ static void spread_buf_free(spread_buf *b) {
   free(b->cand);
   free(b->br);
   free(b->pm);
-  free(b->head);
-  free(b->node);
-  free(b->next);
-  free(b->lng);
-  free(b->stamp);
+  nto_time_index_free(&b->x);
   free(b->cand_iv);
 }
 
-#define NBR_LONG 64
-
-/* Buckets [*a, *a + return) that instants [x, y] (0 <= x <= y < T) touch. */
-static long nbr_buckets(const spread_buf *b, long x, long y, long *a) {
-  *a = x / b->w;
-  long e = y / b->w;
-  if (e >= b->nb)
-    e = b->nb - 1;
-  return e - *a + 1;
-}
-
-/* Every spreadable interval into the index. Returns 0 or NTO_ENOMEM. */
+/* Every spreadable interval into the time index. Returns 0 or
+ * NTO_ENOMEM. */
 static int nbr_build(const model *m, spread_buf *b) {
-  long T = 3L * m->S, a;
-  int n = m->n_iv, cap = 0;
-  b->nb = (int)(T < 4096 ? (T > 0 ? T : 1) : 4096);
-  b->w = (T + b->nb - 1) / b->nb;
-  b->head = malloc((size_t)b->nb * sizeof *b->head);
-  b->lng = malloc(((size_t)n + 1) * sizeof *b->lng);
-  b->stamp = malloc(((size_t)n + 1) * sizeof *b->stamp);
+  int n = m->n_iv;
   b->cand_iv = malloc(((size_t)n + 1) * sizeof *b->cand_iv);
-  if (!b->head || !b->lng || !b->stamp || !b->cand_iv)
+  if (!b->cand_iv || nto_time_index_init(&b->x, n, 3L * m->S) != 0)
     return NTO_ENOMEM;
-  for (int i = 0; i < b->nb; i++)
-    b->head[i] = -1;
   for (int j = 0; j < n; j++) {
     const interval *u = &m->iv[j];
-    b->stamp[j] = -1;
     if (!used(u) || m->p->bytes[u->t] == 0)
       continue;
-    long nbk = nbr_buckets(b, u->seg[0][0], u->seg[0][1], &a);
-    if (u->n_seg != 1 || nbk > NBR_LONG) {
-      b->lng[b->n_lng++] = j;
-      continue;
-    }
-    for (long k = a; k < a + nbk; k++) {
-      if (b->n_node == cap) {
-        cap = cap ? 2 * cap : 4096;
-        int *nd = realloc(b->node, (size_t)cap * sizeof *nd);
-        if (!nd)
-          return NTO_ENOMEM;
-        b->node = nd;
-        int *nx = realloc(b->next, (size_t)cap * sizeof *nx);
-        if (!nx)
-          return NTO_ENOMEM;
-        b->next = nx;
-      }
-      b->node[b->n_node] = j;
-      b->next[b->n_node] = b->head[k];
-      b->head[k] = b->n_node++;
-    }
+    int lng = u->n_seg != 1 ||
+              nto_time_index_span(&b->x, u->seg, 1) > NTO_TIME_INDEX_LONG;
+    if (nto_time_index_add(&b->x, j, u->seg, 1, lng) != 0)
+      return NTO_ENOMEM;
   }
   return 0;
 }
@@ -398,8 +358,7 @@ static int by_index(const void *x, const void *y) {
  * both sides (around the cycle): an interval ending less than the horizon
  * before k starts, or starting less than it after k ends, touches them;
  * the others are in lng. A two-segment k reads every interval. */
-static void neighbours(const model *m, spread_buf *b, int k, int *nb,
-                       int *nn) {
+static void neighbours(const model *m, spread_buf *b, int k, int *nb, int *nn) {
   long T = 3L * m->S;
   const interval *v = &m->iv[k];
   int nc = 0;
@@ -408,7 +367,8 @@ static void neighbours(const model *m, spread_buf *b, int k, int *nb,
       b->cand_iv[nc++] = j;
   } else {
     long x = v->seg[0][0] - SPREAD_HORIZON, y = v->seg[0][1] + SPREAD_HORIZON;
-    long parts[3][2], np = 0;
+    long parts[3][2];
+    int np = 0;
     if (y - x + 1 >= T) {
       parts[np][0] = 0, parts[np++][1] = T - 1;
     } else {
@@ -418,20 +378,7 @@ static void neighbours(const model *m, spread_buf *b, int k, int *nb,
         parts[np][0] = 0, parts[np++][1] = y - T, y = T - 1;
       parts[np][0] = x, parts[np++][1] = y;
     }
-    for (long p = 0; p < np; p++) {
-      long a, nbk = nbr_buckets(b, parts[p][0], parts[p][1], &a);
-      for (long q = a; q < a + nbk; q++)
-        for (int e = b->head[q]; e >= 0; e = b->next[e])
-          if (b->stamp[b->node[e]] != k) {
-            b->stamp[b->node[e]] = k;
-            b->cand_iv[nc++] = b->node[e];
-          }
-    }
-    for (int i = 0; i < b->n_lng; i++)
-      if (b->stamp[b->lng[i]] != k) {
-        b->stamp[b->lng[i]] = k;
-        b->cand_iv[nc++] = b->lng[i];
-      }
+    nc = nto_time_index_near(&b->x, (const long(*)[2])parts, np, b->cand_iv);
     qsort(b->cand_iv, (size_t)nc, sizeof *b->cand_iv, by_index);
   }
   *nb = *nn = 0;
