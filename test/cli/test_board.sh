@@ -24,24 +24,7 @@ passes=0
 net=test/data/nets/fmnist_small.ini
 tiny=test/data/nets/tiny_resnet.ini
 
-ok() { passes=$((passes + 1)); }
-fail() {
-  echo "FAIL $*"
-  fails=$((fails + 1))
-}
-
-expect() { # expect NAME STATUS PATTERN -- command...
-  name=$1 want=$2 pat=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
-    fail "$name: status $got (want $want), output:"
-    sed 's/^/  /' "$tmp/out"
-  else
-    ok
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # progress FILE: the progress lines of a run's output, one a line (a
 # terminal's are separated by \r; the erase-line escape removed)

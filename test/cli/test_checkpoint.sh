@@ -21,24 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 passes=0
 
-ok() { passes=$((passes + 1)); }
-fail() {
-  echo "FAIL $*"
-  fails=$((fails + 1))
-}
-
-expect() { # expect NAME STATUS PATTERN -- command...
-  name=$1 want=$2 pat=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
-    fail "$name: status $got (want $want), output:"
-    sed 's/^/  /' "$tmp/out"
-  else
-    ok
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 same() { # same NAME FILE1 FILE2
   if cmp -s "$2" "$3"; then ok; else fail "$1: $2 and $3 differ"; fi

@@ -10,19 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 passes=0
 
-expect() { # expect NAME STATUS PATTERN -- command...
-  name=$1 want=$2 pat=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
-    echo "FAIL $name: status $got (want $want), output:"
-    sed 's/^/  /' "$tmp/out"
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 printf '[Model]\nType=NeuralNetwork\nbatch_size=2\n[in]\ntype=input\ninput_shape=1:8:8\n[c]\ntype=conv2d\nfilters=-3\nkernel_size=3\n' >"$tmp/bad.ini"
 

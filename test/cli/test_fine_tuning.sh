@@ -27,19 +27,7 @@ net=test/data/nets/finetune.ini
 sed 's/^\[head\]$/[head_new]/' "$net" >"$tmp/new_head.ini"
 common="--train-samples 300 --epochs 3 --eval-samples 500"
 
-expect() { # expect NAME STATUS PATTERN -- command...
-  name=$1 want=$2 pat=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
-    echo "FAIL $name: status $got (want $want), output:"
-    sed 's/^/  /' "$tmp/out"
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # percent LABEL FILE: the accuracy on the line starting with LABEL, as an
 # integer (72.80% -> 72)

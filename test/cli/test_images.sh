@@ -21,19 +21,7 @@ fails=0
 passes=0
 net=test/data/nets/images.ini
 
-expect() { # expect NAME STATUS PATTERN -- command...
-  name=$1 want=$2 pat=$3
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
-    echo "FAIL $name: status $got (want $want), output:"
-    sed 's/^/  /' "$tmp/out"
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 "$make_images" "$tmp/d" 40 10 || { echo "FAIL make_images"; exit 1; }
 
