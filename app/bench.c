@@ -7,14 +7,17 @@
  *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
  * (plus --batch-size, --freeze-until, --swap-dir, --io, --memory-budget,
- * --recompute and --no-direct when given), one configuration after the other,
+ * --recompute, --no-direct, --allow-tmpfs-swap and --flash-endurance when
+ * given), one configuration after the other,
  * so that each has its own peak RSS (the kernel's VmHWM is per process). With
  * --rounds R the list runs R times, configurations interleaved (round 1: every
  * configuration, then round 2, ...), so that a slow spell of a shared machine
  * hits every configuration alike; each figure is the median over the rounds
  * (peak RSS and resident peak: the largest), and the ratio the median of the
  * per-round ratios, each against the same round's `all` run. Before the runs,
- * the swap directory's sequential write then read bandwidth is measured once
+ * the swap directory (setup_swap_dir: the runs choose it alike, and one on
+ * tmpfs or ramfs is refused) has its sequential write then read bandwidth
+ * measured once
  * through our own I/O layer (nto_swap_probe, io/probe.h: a swap file and a
  * queue with the runs' backend; O_DIRECT unless refused; depth 16, 1 MiB
  * requests, up to 256 MiB).
@@ -40,6 +43,7 @@
 #include "iobackend.h"
 #include "json.h"
 #include "probe.h"
+#include "setup.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -89,12 +93,19 @@ static const char usage[] =
     "  --json FILE           also write the results as JSON\n"
     "  --plot FILE.svg       peak RSS against iteration time (gnuplot)\n"
     "  --swap-dir DIR        swap directory (default: the INI's\n"
-    "                        memory_swap_path, else $TMPDIR or /tmp)\n"
+    "                        memory_swap_path, else $TMPDIR or /tmp, or\n"
+    "                        /var/tmp where that is tmpfs or ramfs)\n"
+    "  --allow-tmpfs-swap    accept a swap directory on tmpfs or ramfs\n"
+    "                        (passed to train; for tests)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
     "  --recompute MODE      auto or off: passed to train (runs without\n"
     "                        +MODE)\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
+    "  --flash-endurance TBW the swap device's rated endurance, for the\n"
+    "                        flash wear per epoch "
+    "(default " SETUP_FLASH_TBW_TEXT ": a typical\n"
+    "                        32 GB eMMC's; TBW: 10^12 bytes written)\n"
     "\n"
     "exit status: 0 every configuration ran and the weights agree; 1 a\n"
     "configuration failed or the weights differ; 2 usage error\n";
@@ -103,9 +114,12 @@ typedef struct bench_opts {
   const char *model, *windows, *data, *csv, *json, *plot;
   const char *swap_dir, *io, *budget, *recompute; /* NULL: not given */
   const char *freeze_until;                       /* NULL: not given */
+  const char *endurance;                          /* NULL: not given */
   long iterations, warmup, batch;                 /* batch 0: the INI's */
   long rounds;
   int no_direct;
+  int allow_ram_swap; /* --allow-tmpfs-swap or NTO_ALLOW_TMPFS_SWAP=1 */
+  double tbw;         /* --flash-endurance, else SETUP_FLASH_TBW */
   char labels[MAX_CONFIGS][LABEL_MAX];
   int n;
 } bench_opts;
@@ -119,6 +133,8 @@ typedef struct report {
   double batch, iterations, warmup, measured;
   double peak_rss, resident_peak; /* bytes */
   double median_ms, p90_ms, stall_ms, read_mib, written_mib;
+  double per_epoch;     /* iterations in an epoch of the run's data */
+  double written_epoch; /* bytes: written per iteration x per_epoch */
   long n_iteration_ms;
   /* what the region floor needs (offloading runs): the final region, the
    * mean compute of every training step, and what fixes the run's plan */
@@ -267,13 +283,22 @@ static int parse_windows(bench_opts *o) {
  * cli_opt_match's), or NULL if a is not one. */
 static const char **string_opt(bench_opts *o, const char *a, const char **name,
                                int *m) {
-  static const char *const names[] = {
-      "--windows",   "--data",         "--csv", "--json",
-      "--plot",      "--swap-dir",     "--io",  "--memory-budget",
-      "--recompute", "--freeze-until", NULL};
-  const char **dst[] = {&o->windows,   &o->data,        &o->csv, &o->json,
-                        &o->plot,      &o->swap_dir,    &o->io,  &o->budget,
-                        &o->recompute, &o->freeze_until};
+  static const char *const names[] = {"--windows",
+                                      "--data",
+                                      "--csv",
+                                      "--json",
+                                      "--plot",
+                                      "--swap-dir",
+                                      "--io",
+                                      "--memory-budget",
+                                      "--recompute",
+                                      "--freeze-until",
+                                      "--flash-endurance",
+                                      NULL};
+  const char **dst[] = {&o->windows,      &o->data,     &o->csv,
+                        &o->json,         &o->plot,     &o->swap_dir,
+                        &o->io,           &o->budget,   &o->recompute,
+                        &o->freeze_until, &o->endurance};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -290,6 +315,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   o->iterations = 5;
   o->warmup = 1;
   o->rounds = 1;
+  o->tbw = SETUP_FLASH_TBW;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *name = a;
     int m = 0;
@@ -304,6 +330,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         return -1;
       }
       o->no_direct = 1;
+      continue;
+    } else if (cli_opt_match(a, "--allow-tmpfs-swap")) {
+      if (strcmp(a, "--allow-tmpfs-swap") != 0) {
+        cli_error("option --allow-tmpfs-swap takes no value, got '%s'", a);
+        return -1;
+      }
+      o->allow_ram_swap = 1;
       continue;
     } else if (dst) {
       if (!(*dst = cli_opt_value(argc, argv, &i, name, m))) {
@@ -349,6 +382,11 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
               o->recompute);
     return -1;
   }
+  if (o->endurance &&
+      setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw) != 0)
+    return -1;
+  if (setup_ram_swap_env(&o->allow_ram_swap) != 0)
+    return -1;
   return parse_windows(o);
 }
 
@@ -511,6 +549,10 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--freeze-until"), ARG(o->freeze_until);
   if (o->no_direct)
     ARG("--no-direct");
+  if (o->allow_ram_swap)
+    ARG("--allow-tmpfs-swap");
+  if (o->endurance)
+    ARG("--flash-endurance"), ARG(o->endurance);
   args[n] = NULL;
 #undef ARG
   nto_err err = {0};
@@ -673,6 +715,8 @@ static int read_report(const char *path, report *r, nto_err *err) {
        offsetof(report, n_step_ms) - offsetof(report, step_ms), 0},
       {"recomputed_convolutions", F_NUM, &r->recomputed_convs, 0, 0},
       {"convolutions_kept", F_BOOL, &r->convs_kept, 0, 0},
+      {"iterations_per_epoch", F_NUM, &r->per_epoch, 0, 0},
+      {"written_bytes_per_epoch", F_NUM, &r->written_epoch, 0, 0},
       {NULL, F_NUM, NULL, 0, 0}};
   char *buf = NULL;
   size_t len = 0;
@@ -808,6 +852,7 @@ static void summarize_runs(config *c, int n) {
   OVER(stall_ms, 0);
   OVER(read_mib, 0);
   OVER(written_mib, 0);
+  OVER(written_epoch, 0);
   OVER(region_floor_ms, 0);
 #undef OVER
 }
@@ -878,6 +923,33 @@ static void print_header(const bench *b) {
   printf("command: %s\n\n", b->cmdline);
 }
 
+/* The line under the table: each run's swap writes per epoch of its data
+ * (the written MiB/it column x the iterations of an epoch) and their share
+ * of the flash endurance. */
+static void print_wear(const bench *b) {
+  char a[32], c[32];
+  int first = 1;
+  for (int i = 0; i < b->o.n; i++) {
+    const config *k = &b->cfg[i];
+    if (!k->ok)
+      continue;
+    if (first)
+      printf("\nflash wear per epoch (%.0f iterations of the data):",
+             k->r.per_epoch);
+    printf("%s %s: %s (%s)", first ? "" : ",", k->label,
+           k->r.written_epoch > 0
+               ? nto_format_bytes((uint64_t)k->r.written_epoch, a, sizeof a)
+               : "0",
+           setup_share(k->r.written_epoch / (b->o.tbw * 1e12), c, sizeof c));
+    first = 0;
+  }
+  if (!first)
+    printf(" of %g TBW (10^12 bytes): %s\n", b->o.tbw,
+           b->o.endurance ? "--flash-endurance"
+                          : "a typical 32 GB eMMC's rating, the default "
+                            "(--flash-endurance TBW)");
+}
+
 static void print_table(const bench *b) {
   int w = label_width(b);
   printf("%-*s %6s %9s %9s %9s %9s %8s %8s %8s %9s %6s %9s %6s %s\n", w,
@@ -920,6 +992,7 @@ static void print_table(const bench *b) {
       printf("\n");
     }
   }
+  print_wear(b);
   printf("\nfloor = max(compute, read/read bandwidth + written/write "
          "bandwidth); compute = %s\n",
          b->all >= 0 && b->cfg[b->all].ok
@@ -936,6 +1009,7 @@ static const char csv_header[] =
     "config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,"
     "iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,"
     "written_mib_per_iteration,floor_ms,ratio,region_floor_ms,region_ratio,"
+    "iterations_per_epoch,written_mib_per_epoch,epoch_endurance_fraction,"
     "weights_identical\n";
 
 static int close_out(FILE *f, const char *path, const char *opt, nto_err *err) {
@@ -955,7 +1029,7 @@ static int write_csv(const bench *b, const char *path, nto_err *err) {
     const config *c = &b->cfg[i];
     const report *r = &c->r;
     if (!c->ok) {
-      fprintf(f, "%s,failed,,,,,,,,,,,,,-\n", c->label);
+      fprintf(f, "%s,failed,,,,,,,,,,,,,,,,-\n", c->label);
       continue;
     }
     fprintf(f, "%s,ok,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,",
@@ -966,12 +1040,13 @@ static int write_csv(const bench *b, const char *path, nto_err *err) {
       fprintf(f, "%.3f,%.4f,", r->region_floor_ms, c->region_ratio);
     else
       fprintf(f, ",,");
-    fprintf(f, "%s\n", c->identical);
+    fprintf(f, "%.0f,%.3f,%.9g,%s\n", r->per_epoch, MIB(r->written_epoch),
+            r->written_epoch / (b->o.tbw * 1e12), c->identical);
   }
   return close_out(f, path, "--csv", err);
 }
 
-static void json_config(FILE *f, const config *c, int rounds) {
+static void json_config(FILE *f, const config *c, int rounds, double tbw) {
   const report *r = &c->r;
   fprintf(f, "    {\"config\": ");
   cli_json_string(f, c->label);
@@ -982,7 +1057,10 @@ static void json_config(FILE *f, const config *c, int rounds) {
                "\"iteration_ms_median\": null, \"iteration_ms_p90\": null, "
                "\"stall_ms_per_iteration\": null, "
                "\"read_mib_per_iteration\": null, "
-               "\"written_mib_per_iteration\": null, \"floor_ms\": null, "
+               "\"written_mib_per_iteration\": null, "
+               "\"iterations_per_epoch\": null, "
+               "\"written_mib_per_epoch\": null, "
+               "\"epoch_endurance_fraction\": null, \"floor_ms\": null, "
                "\"ratio\": null, \"ratios\": null, "
                "\"region_floor_ms\": null, \"region_ratio\": null, "
                "\"weights_identical\": \"-\"}");
@@ -1000,10 +1078,15 @@ static void json_config(FILE *f, const config *c, int rounds) {
           "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
           "\"stall_ms_per_iteration\": %.3f, "
           "\"read_mib_per_iteration\": %.3f, "
-          "\"written_mib_per_iteration\": %.3f, \"floor_ms\": %.3f, "
+          "\"written_mib_per_iteration\": %.3f, "
+          "\"iterations_per_epoch\": %.0f, "
+          "\"written_mib_per_epoch\": %.3f, "
+          "\"epoch_endurance_fraction\": %.9g, \"floor_ms\": %.3f, "
           "\"ratio\": %.4f, \"ratios\": [",
           MIB(r->peak_rss), MIB(r->resident_peak), r->median_ms, r->p90_ms,
-          r->stall_ms, r->read_mib, r->written_mib, c->floor_ms, c->ratio);
+          r->stall_ms, r->read_mib, r->written_mib, r->per_epoch,
+          MIB(r->written_epoch), r->written_epoch / (tbw * 1e12), c->floor_ms,
+          c->ratio);
   for (int k = 0; k < rounds; k++)
     fprintf(f, "%s%.4f", k ? ", " : "", c->ratios[k]);
   if (r->region_floor_ms > 0)
@@ -1024,8 +1107,9 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
   cli_json_string(f, b->o.model);
   fprintf(f,
           ",\n  \"batch\": %ld,\n  \"iterations\": %ld,\n"
-          "  \"warmup\": %ld,\n  \"rounds\": %ld,\n",
-          b->batch, b->o.iterations, b->o.warmup, b->o.rounds);
+          "  \"warmup\": %ld,\n  \"rounds\": %ld,\n"
+          "  \"flash_endurance_tbw\": %.9g,\n",
+          b->batch, b->o.iterations, b->o.warmup, b->o.rounds, b->o.tbw);
   fprintf(f,
           "  \"bandwidth\": {\"read_mib_s\": %.1f, \"write_mib_s\": %.1f, "
           "\"block_bytes\": %zu, \"depth\": %u, \"direct\": %s, "
@@ -1038,7 +1122,7 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
   cli_json_string(f, bw->dir);
   fprintf(f, "},\n  \"configs\": [\n");
   for (int i = 0; i < b->o.n; i++) {
-    json_config(f, &b->cfg[i], (int)b->o.rounds);
+    json_config(f, &b->cfg[i], (int)b->o.rounds, b->o.tbw);
     fprintf(f, "%s\n", i + 1 < b->o.n ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
@@ -1242,7 +1326,8 @@ static int run_all(bench *b) {
 }
 
 /* Model file check, the swap directory and the batch size the runs use.
- * Returns 0, or -1 after printing the config error. */
+ * Returns 0, or -1 after printing the config error (or the swap directory
+ * refused: on tmpfs or ramfs). */
 static int read_model(bench *b) {
   nto_config *c = &b->conf;
   nto_err err = {0};
@@ -1251,12 +1336,15 @@ static int read_model(bench *b) {
     return -1;
   }
   cli_config_warnings(c);
-  const char *t = getenv("TMPDIR");
-  const char *dir = b->o.swap_dir           ? b->o.swap_dir
-                    : c->model.swap_path[0] ? c->model.swap_path
-                    : t && *t               ? t
-                                            : "/tmp";
-  snprintf(b->bw.dir, sizeof b->bw.dir, "%s", dir);
+  setup_swap sw; /* the runs choose it alike (they inherit $TMPDIR) */
+  if (setup_swap_dir(b->o.swap_dir, c->model.swap_path, b->o.model,
+                     b->o.allow_ram_swap, &sw, &err) != 0) {
+    cli_error("bench: %s", err.msg);
+    return -1;
+  }
+  if (sw.note[0])
+    fprintf(stderr, "bench: note: %s\n", sw.note);
+  snprintf(b->bw.dir, sizeof b->bw.dir, "%s", sw.dir);
   b->batch = b->o.batch ? b->o.batch : c->model.batch_size;
   return 0;
 }

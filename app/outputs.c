@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "fileio.h"
+#include "setup.h"
 #include "weights.h"
 
 #include <signal.h>
@@ -182,12 +183,10 @@ static void rescue(run *r, const char *path, nto_err *err) {
       *slash = '\0';
     nd++;
   }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dirs[nd++], sizeof dirs[0], "%s",
-           r->o.swap_dir             ? r->o.swap_dir
-           : r->c.model.swap_path[0] ? r->c.model.swap_path
-           : tmp && tmp[0]           ? tmp
-                                     : "/tmp");
+  setup_swap sw; /* the run's swap directory; set also when refused */
+  setup_swap_dir(r->o.swap_dir, r->c.model.swap_path, r->o.model,
+                 setup_flash_opts()->allow_ram_swap, &sw, NULL);
+  snprintf(dirs[nd++], sizeof dirs[0], "%s", sw.dir);
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   size_t len = strlen(base);
   if (len > 4 && !strcmp(base + len - 4, ".bin"))

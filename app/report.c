@@ -2,13 +2,17 @@
 #include "report.h"
 #include "blas.h"
 #include "cli.h"
+#include "fileio.h"
 #include "memstat.h"
+#include "outputs.h"
+#include "setup.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -27,6 +31,42 @@ static double percentile(const double *v, size_t n, double q) {
   double r = s[(size_t)floor(q * (double)(n - 1) + 0.5)];
   free(s);
   return r;
+}
+
+/* The size of file path in bytes, 0 if it cannot be read. */
+static uint64_t file_bytes(const char *path) {
+  struct stat st;
+  return path && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* The bytes of the weights saved to path and its safetensors twin (.bin
+ * replaced, else added: outputs.c's rule). */
+static uint64_t weights_bytes(const char *path) {
+  char st[NTO_PATH_BYTES];
+  size_t n = strlen(path);
+  if (n > 4 && !strcmp(path + n - 4, ".bin"))
+    snprintf(st, sizeof st, "%.*s.safetensors", (int)(n - 4), path);
+  else
+    snprintf(st, sizeof st, "%s.safetensors", path);
+  return file_bytes(path) + file_bytes(st);
+}
+
+/* The flash wear figures of mx (report.h). */
+static void measure_wear(const run *r, metrics *mx) {
+  const setup_flash *fl = setup_flash_opts();
+  const char *save = outputs_save_path(r);
+  mx->per_epoch = r->train && r->batch > 0
+                      ? (long)(nto_dataset_size(r->train) / (size_t)r->batch)
+                      : 0;
+  mx->written_iteration = mx->n > 0 ? (double)r->io_written / mx->n : 0;
+  mx->written_epoch = mx->written_iteration * (double)mx->per_epoch;
+  mx->swap_written = mx->offload ? mx->st.written_bytes : 0;
+  mx->ckpt_written =
+      r->o.checkpoint ? (uint64_t)r->n_ckpt * file_bytes(r->o.checkpoint) : 0;
+  mx->weights_written = save ? weights_bytes(save) : 0;
+  mx->run_written = mx->swap_written + mx->ckpt_written + mx->weights_written;
+  mx->endurance = fl->tbw * 1e12;
+  mx->endurance_default = fl->endurance == NULL;
 }
 
 void report_measure(const run *r, metrics *mx) {
@@ -52,6 +92,7 @@ void report_measure(const run *r, metrics *mx) {
   mx->offload = nto_model_offload_stats(r->m, &mx->st) == 0;
   mx->plan = nto_model_mem_plan(r->m);
   mx->peak_rss = nto_peak_rss_bytes();
+  measure_wear(r, mx);
 }
 
 /* The read-ahead line: what the tuner put in force. */
@@ -181,6 +222,35 @@ static void report_run(const run *r, const metrics *mx, double total_s) {
            r->n_steps - r->it0, r->o.warmup);
 }
 
+/* (offloading) The flash wear: the swap file's writes per epoch, what this
+ * run wrote (swap, checkpoints, weights), and their share of the device's
+ * rated endurance. Before the results, which end the report. */
+static void report_wear(const metrics *mx) {
+  char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+  if (!mx->offload)
+    return;
+  printf("flash wear        %s per epoch (%ld iterations), %s by this run "
+         "= %s of %g TBW; an epoch %s",
+         nto_format_bytes((uint64_t)mx->written_epoch, a, sizeof a),
+         mx->per_epoch, nto_format_bytes(mx->run_written, b, sizeof b),
+         setup_share((double)mx->run_written / mx->endurance, c, sizeof c),
+         mx->endurance / 1e12,
+         setup_share(mx->written_epoch / mx->endurance, d, sizeof d));
+  if (mx->written_epoch > 0)
+    printf(", %.0f epochs to the rating", mx->endurance / mx->written_epoch);
+  printf("\n                  this run: swap file %s",
+         nto_format_bytes(mx->swap_written, e, sizeof e));
+  if (mx->ckpt_written)
+    printf(" + checkpoints %s",
+           nto_format_bytes(mx->ckpt_written, f, sizeof f));
+  if (mx->weights_written)
+    printf(" + weights %s", nto_format_bytes(mx->weights_written, g, sizeof g));
+  printf("; %g TBW (10^12 bytes): %s\n", mx->endurance / 1e12,
+         mx->endurance_default ? "a typical 32 GB eMMC's rating, the default "
+                                 "(--flash-endurance TBW)"
+                               : "--flash-endurance");
+}
+
 /* What a user looks for at the end, last so that a console shows it
  * without scrolling: loss and accuracy, peak RSS, time, swap traffic. */
 static void report_results(const run *r, const metrics *mx) {
@@ -229,6 +299,7 @@ void report_print(const run *r, const metrics *mx, double total_s) {
            r->o.checkpoint, r->n_ckpt, r->ckpt_s, r->ckpt_it);
   report_offload(r, mx);
   report_window_trace(r);
+  report_wear(mx);
   report_results(r, mx);
 }
 
@@ -328,6 +399,25 @@ int report_json(const run *r, const metrics *mx, double total_s, nto_err *err) {
           mx->offload ? st->planned_read / 1048576.0 : 0.0);
   fprintf(f, "  \"planned_written_mib_per_iteration\": %.3f,\n",
           mx->offload ? st->planned_written / 1048576.0 : 0.0);
+  fprintf(f, "  \"iterations_per_epoch\": %ld,\n", mx->per_epoch);
+  fprintf(f, "  \"written_bytes_per_iteration\": %.3f,\n",
+          mx->written_iteration);
+  fprintf(f, "  \"written_bytes_per_epoch\": %.3f,\n", mx->written_epoch);
+  fprintf(f, "  \"swap_written_bytes\": %llu,\n",
+          (unsigned long long)mx->swap_written);
+  fprintf(f, "  \"checkpoint_written_bytes\": %llu,\n",
+          (unsigned long long)mx->ckpt_written);
+  fprintf(f, "  \"weights_written_bytes\": %llu,\n",
+          (unsigned long long)mx->weights_written);
+  fprintf(f, "  \"run_written_bytes\": %llu,\n",
+          (unsigned long long)mx->run_written);
+  fprintf(f, "  \"flash_endurance_tbw\": %.9g,\n", mx->endurance / 1e12);
+  fprintf(f, "  \"flash_endurance_default\": %s,\n",
+          mx->endurance_default ? "true" : "false");
+  fprintf(f, "  \"run_endurance_fraction\": %.9g,\n",
+          (double)mx->run_written / mx->endurance);
+  fprintf(f, "  \"epoch_endurance_fraction\": %.9g,\n",
+          mx->written_epoch / mx->endurance);
   fprintf(f, "  \"resumed_at_iteration\": %ld,\n", r->it0);
   fprintf(f, "  \"init_weights_loaded_parameters\": %zu,\n", r->init.params);
   fprintf(f, "  \"train_loss\": %.6f,\n", r->last_loss);

@@ -4,13 +4,144 @@
 #include "cli.h"
 #include "init_weights.h"
 #include "parallel.h"
+#include "swap.h"
 
 #include <cblas.h>
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The last setup_parse's setup_flash options; main thread only. */
+static setup_flash flash = {.tbw = SETUP_FLASH_TBW};
+
+/* setup_swap_dir's note for the run that setup_memory_opts set up, printed
+ * with the offload line; "" if none. Main thread only. */
+static char swap_note[sizeof((setup_swap *)0)->note];
+
+const setup_flash *setup_flash_opts(void) { return &flash; }
+
+int setup_flash_endurance(const char *what, const char *v, double *tbw) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end != v && (!strcasecmp(end, "TBW") || !strcasecmp(end, "TB")))
+    end += strlen(end);
+  if (end == v || *end || !(x > 0) || x > 1e6) { /* NaN too */
+    cli_error("%s %s: expected the device's rated endurance in TBW "
+              "(terabytes written, 10^12 bytes, as its datasheet gives "
+              "it), a number above 0 such as 48 or 150TBW",
+              what, v);
+    return -1;
+  }
+  *tbw = x;
+  return 0;
+}
+
+const char *setup_share(double frac, char *buf, size_t len) {
+  double p = 100 * frac;
+  if (p >= 10)
+    snprintf(buf, len, "%.0f%%", p);
+  else if (p >= 1)
+    snprintf(buf, len, "%.1f%%", p);
+  else if (p >= 0.01)
+    snprintf(buf, len, "%.2f%%", p);
+  else if (p >= 0.0001)
+    snprintf(buf, len, "%.4f%%", p);
+  else
+    snprintf(buf, len, "%s%%", p > 0 ? "<0.0001" : "0");
+  return buf;
+}
+
+int setup_ram_swap_env(int *allow) {
+  const char *v = getenv("NTO_ALLOW_TMPFS_SWAP");
+  if (!v || !v[0] || !strcmp(v, "0"))
+    return 0;
+  if (strcmp(v, "1") != 0) {
+    cli_error("NTO_ALLOW_TMPFS_SWAP: expected 0 or 1 (1: as "
+              "--allow-tmpfs-swap), got '%s'",
+              v);
+    return -1;
+  }
+  *allow = 1;
+  return 0;
+}
+
+/* NTO_ECONFIG: s->dir (from s->what) is on fs, refused. */
+static int ram_refused(const setup_swap *s, const char *fs, nto_err *err) {
+  return nto_err_set(err, NTO_ECONFIG,
+                     "%s is on %s: its pages are RAM: swapping there saves "
+                     "no memory; give a directory on flash or disk, or "
+                     "--allow-tmpfs-swap to swap there anyway (for tests)",
+                     s->what, fs);
+}
+
+/* Whether dir can take the swap file instead of a RAM-backed default: a
+ * directory we may write in, not on tmpfs or ramfs. If not, why into
+ * why. */
+static int disk_dir(const char *dir, char *why, size_t len) {
+  struct stat st;
+  const char *fs;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    snprintf(why, len, "%s is not a directory", dir);
+  else if (access(dir, W_OK | X_OK) != 0)
+    snprintf(why, len, "%s is not writable", dir);
+  else if (nto_swap_dir_in_ram(dir, &fs, NULL) == 1)
+    snprintf(why, len, "%s is on %s too", dir, fs);
+  else
+    return 1;
+  return 0;
+}
+
+/* The default swap directory (setup_swap_dir): $TMPDIR or /tmp, or
+ * /var/tmp instead of a RAM-backed one. */
+static int default_swap_dir(int allow_ram, setup_swap *s, nto_err *err) {
+  static const char alt[] = "/var/tmp";
+  const char *t = getenv("TMPDIR"), *fs;
+  int env = t && t[0];
+  char why[128];
+  s->dir = env ? t : "/tmp";
+  if (env)
+    snprintf(s->what, sizeof s->what, "$TMPDIR (%.400s)", t);
+  else
+    snprintf(s->what, sizeof s->what, "/tmp");
+  if (allow_ram || nto_swap_dir_in_ram(s->dir, &fs, NULL) != 1)
+    return 0;
+  if (!disk_dir(alt, why, sizeof why))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "no default swap directory on flash or disk: %s is "
+                       "on %s: its pages are RAM: swapping there saves no "
+                       "memory; and %s; give --swap-dir DIR, or "
+                       "--allow-tmpfs-swap to swap in RAM anyway (for tests)",
+                       s->what, fs, why);
+  snprintf(s->note, sizeof s->note,
+           "swap directory %s, not %s: that is on %s, whose pages are RAM "
+           "(swapping there saves no memory); --swap-dir DIR chooses",
+           alt, s->what, fs);
+  s->dir = alt;
+  snprintf(s->what, sizeof s->what, "%s", alt);
+  return 0;
+}
+
+int setup_swap_dir(const char *opt, const char *swap_path, const char *model,
+                   int allow_ram, setup_swap *s, nto_err *err) {
+  const char *fs;
+  memset(s, 0, sizeof *s);
+  if (opt) {
+    s->dir = opt;
+    snprintf(s->what, sizeof s->what, "--swap-dir %.400s", opt);
+  } else if (swap_path && swap_path[0]) {
+    s->dir = swap_path;
+    snprintf(s->what, sizeof s->what, "%.200s: [Model] memory_swap_path %s",
+             model ? model : "the INI file", swap_path);
+  } else {
+    return default_swap_dir(allow_ram, s, err);
+  }
+  if (!allow_ram && nto_swap_dir_in_ram(s->dir, &fs, NULL) == 1)
+    return ram_refused(s, fs, err);
+  return 0;
+}
 
 /* The window: --window, else the INI's memory_swap_lookahead (when
  * memory_swap is on); "auto", "all" or a number; NULL if neither. */
@@ -74,6 +205,18 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   oo->swap_dir = o->swap_dir        ? o->swap_dir
                  : mc->swap_path[0] ? mc->swap_path
                                     : NULL;
+  swap_note[0] = '\0';
+  if (mo->window_mode != NTO_WINDOW_FIXED || oo->window > 0) { /* may swap */
+    setup_swap sw;
+    nto_err err = {0};
+    if (setup_swap_dir(o->swap_dir, mc->swap_path, o->model,
+                       flash.allow_ram_swap, &sw, &err) != 0) {
+      cli_error("%s", err.msg);
+      return -1;
+    }
+    oo->swap_dir = sw.dir;
+    snprintf(swap_note, sizeof swap_note, "%s", sw.note);
+  }
   oo->no_direct = o->no_direct;
   oo->io = NTO_IO_AUTO;
   if (o->io && cli_io(o->io, &oo->io) != 0)
@@ -269,6 +412,8 @@ void setup_print_offload(const run *r) {
          st.swap_dir, st.direct ? " (O_DIRECT)" : " (page cache)",
          nto_format_bytes(st.region, b, sizeof b),
          nto_format_bytes(p.workspace, c, sizeof c));
+  if (swap_note[0])
+    printf("offload: %s\n", swap_note);
 }
 
 /* The entry of opts that argument a names, as "--name" or "--name=VALUE"
@@ -285,7 +430,7 @@ static const setup_opt *find_opt(const setup_opt *opts, size_t n, const char *a,
  * -1 after a usage error naming the option. */
 static int set_opt(int argc, char **argv, int *i, const setup_opt *d, int m,
                    train_opts *o) {
-  char *field = (char *)o + d->off;
+  char *field = (d->flash ? (char *)&flash : (char *)o) + d->off;
   if (d->kind == 'f') {
     if (m == 2) {
       cli_error("option %s takes no value, got '%s'", d->name, argv[*i]);
@@ -308,6 +453,7 @@ static int set_opt(int argc, char **argv, int *i, const setup_opt *d, int m,
 int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
                 size_t n, train_opts *o, const char **args, int *n_args) {
   const char *cmd = argv[0];
+  flash = (setup_flash){.tbw = SETUP_FLASH_TBW};
   if (n_args)
     *n_args = 0;
   for (int i = 1; i < argc; i++) {
@@ -336,7 +482,11 @@ int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
     fputs(usage, stderr);
     return -1;
   }
-  return 0;
+  if (flash.endurance &&
+      setup_flash_endurance("--flash-endurance", flash.endurance, &flash.tbw) !=
+          0)
+    return -1;
+  return setup_ram_swap_env(&flash.allow_ram_swap);
 }
 
 /* Every weight of the model from o->weights; a tensor the file lacks or

@@ -28,18 +28,92 @@ int setup_open_data(const train_opts *o, const nto_config *c, nto_shape in,
                     int k, nto_dataset **train, nto_dataset **test,
                     nto_err *err);
 
-/* One option of a command: where its value goes in train_opts. */
+/* One option of a command: where its value goes in train_opts (or, for
+ * the entries SETUP_FLASH_OPT makes, in setup_flash). */
 typedef struct setup_opt {
   const char *name; /* "--weights" */
   size_t off;       /* offsetof(train_opts, field) */
   char kind;        /* 's': const char *; 'i': long in [min, max];
                        'f': an int flag, set to 1 */
   long min, max;
+  int flash; /* 1: off is offsetof(setup_flash, field) */
 } setup_opt;
 
 /* An entry of a setup_opt table. */
 #define SETUP_OPT(name, field, kind, min, max)                                 \
-  { name, offsetof(train_opts, field), kind, min, max }
+  { name, offsetof(train_opts, field), kind, min, max, 0 }
+
+/*
+ * The flash endurance assumed without --flash-endurance, in TBW: terabytes
+ * written, 10^12 bytes, as vendors rate flash. What a typical 32 GB eMMC's
+ * rating comes to by the estimate vendors publish (JEDEC's TBW: capacity x
+ * P/E cycles / write amplification, e.g. Insignis, "NAND write endurance",
+ * insignis-tech.com/technology/storage/nand-write-endurance) with 3000 P/E
+ * cycles (MLC NAND: around 3000, forum.hilscher.com/Thread-Memory-card-
+ * endurance; TLC 3000-5000, micrometer.xyz/cdn/node/110) and a write
+ * amplification of 2 (the value DAVE Embedded Systems assume,
+ * wiki.dave.eu MISC-TN-017): 32e9 x 3000 / 2 bytes = 48 TBW.
+ */
+#define SETUP_FLASH_TBW 48.0
+#define SETUP_FLASH_TBW_TEXT "48" /* the same, for usage texts */
+
+/* Options train, evaluate and predict keep beside train_opts: the swap
+ * directory's filesystem check and the flash endurance. Set by
+ * setup_parse; main thread only. */
+typedef struct setup_flash {
+  int allow_ram_swap;    /* --allow-tmpfs-swap, or NTO_ALLOW_TMPFS_SWAP=1 */
+  const char *endurance; /* --flash-endurance as given, NULL: not given */
+  double tbw;            /* its value in TBW, else SETUP_FLASH_TBW */
+} setup_flash;
+
+/* An entry of a setup_opt table whose value goes to setup_flash. */
+#define SETUP_FLASH_OPT(name, field, kind)                                     \
+  { name, offsetof(setup_flash, field), kind, 0, 0, 1 }
+
+/* The setup_flash options of the last setup_parse (before any: the
+ * defaults). Owned by setup.c; main thread only. */
+const setup_flash *setup_flash_opts(void);
+
+/* --flash-endurance v (the option's name: what) in TBW into *tbw: a
+ * number above 0, optionally followed by TBW or TB ("48", "150TBW").
+ * Returns 0, or -1 after printing a usage error naming what and v. */
+int setup_flash_endurance(const char *what, const char *v, double *tbw);
+
+/* frac, a share of the flash endurance, as a percentage with the digits
+ * a small share needs ("2.2%", "0.0031%", "<0.0001%") into buf; returns
+ * buf. */
+const char *setup_share(double frac, char *buf, size_t len);
+
+/* *allow |= the environment's NTO_ALLOW_TMPFS_SWAP (1: as
+ * --allow-tmpfs-swap, for test harnesses; 0 or unset: nothing). Returns 0,
+ * or -1 after printing an error for another value. */
+int setup_ram_swap_env(int *allow);
+
+/* The swap directory a command uses and where it came from. */
+typedef struct setup_swap {
+  const char *dir; /* borrowed: the option's, the config's or $TMPDIR's
+                      value, or a literal ("/tmp", "/var/tmp") */
+  char what[NTO_CONF_STR + 80];  /* where it came from, for messages */
+  char note[NTO_CONF_STR + 256]; /* the default skipped a RAM-backed
+                                    $TMPDIR or /tmp: which, and why; "" */
+} setup_swap;
+
+/*
+ * The swap directory: opt (--swap-dir), else swap_path (the INI's
+ * memory_swap_path, already joined to the INI's directory; "" or NULL:
+ * none; model: the INI file, for messages), else the default: $TMPDIR
+ * when set and not empty, else /tmp, except that one on tmpfs or ramfs
+ * is skipped for /var/tmp (a writable directory on another filesystem),
+ * with s->note saying so. A directory on tmpfs or ramfs keeps its pages
+ * in RAM: a swap file there saves no memory, so it is refused unless
+ * allow_ram (--allow-tmpfs-swap; also keeps a RAM-backed default). A
+ * directory statfs cannot read is not refused here: opening the swap
+ * file names its problem. s->dir is set also on error. Returns 0, or
+ * NTO_ECONFIG (a usage error) naming the directory, where it came from,
+ * the filesystem, why, and --allow-tmpfs-swap. Main thread only.
+ */
+int setup_swap_dir(const char *opt, const char *swap_path, const char *model,
+                   int allow_ram, setup_swap *s, nto_err *err);
 
 /* The options evaluate and predict share (the weights, the data as train
  * reads it, the memory settings, the batch, threads and seed): entries
@@ -54,6 +128,7 @@ typedef struct setup_opt {
       SETUP_OPT("--window", window, 's', 0, 0),                                \
       SETUP_OPT("--memory-budget", budget, 's', 0, 0),                         \
       SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),                            \
+      SETUP_FLASH_OPT("--allow-tmpfs-swap", allow_ram_swap, 'f'),              \
       SETUP_OPT("--io", io, 's', 0, 0),                                        \
       SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),                          \
       SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),                      \
@@ -66,11 +141,12 @@ void setup_free(run *r);
 
 /*
  * Parse argv[1..argc) of command cmd (argv[0]) by opts[0..n) into *o,
- * whose defaults the caller set: "--help" prints usage; the first word
- * that is not an option is the model; later ones go to args[0..*n_args)
- * (pointers into argv; args NULL: refused). Returns 0, 1 after --help, or
- * -1 after printing a usage error (an unknown option, a missing or bad
- * value, no model).
+ * whose defaults the caller set, and the setup_flash options (reset to
+ * their defaults first; NTO_ALLOW_TMPFS_SWAP read): "--help" prints usage;
+ * the first word that is not an option is the model; later ones go to
+ * args[0..*n_args) (pointers into argv; args NULL: refused). Returns 0, 1
+ * after --help, or -1 after printing a usage error (an unknown option, a
+ * missing or bad value, no model).
  */
 int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
                 size_t n, train_opts *o, const char **args, int *n_args);
@@ -85,13 +161,16 @@ int setup_parse_classes(const char *list, int *out, int max, int *n,
  * The memory settings into *mo and r->window_mode / r->budget: options
  * first (--window, --memory-budget, --swap-dir, --io, --no-direct,
  * --recompute), then the INI's memory_swap* / fsu* and memory_budget
- * keys. Returns 0, or -1 after printing a usage error naming the option or
- * the INI key.
+ * keys. When the run may offload, the swap directory is setup_swap_dir's
+ * (--allow-tmpfs-swap from setup_flash_opts). Returns 0, or -1 after
+ * printing a usage error naming the option or the INI key (or the swap
+ * directory on tmpfs or ramfs).
  */
 int setup_memory_opts(run *r, nto_model_opts *mo);
 
 /* "planned memory: S (all resident)", or the offload line: window, I/O
- * backend, swap file, region and workspace. Stdout. */
+ * backend, swap file, region and workspace, then the note of a default
+ * swap directory that skipped $TMPDIR or /tmp (setup_swap_dir). Stdout. */
 void setup_print_offload(const run *r);
 
 /*

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "memstat.h"
 #include "parallel.h"
+#include "setup.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,9 @@ static const char usage[] =
     "T]\n"
     "                                 [--recompute auto|off]\n"
     "                                 [--freeze-until LAYER]\n"
+    "                                 [--data DIR|synthetic] [--epochs E]\n"
+    "                                 [--iterations K] [--flash-endurance "
+    "TBW]\n"
     "\n"
     "Options take their value as --name VALUE or --name=VALUE.\n"
     "\n"
@@ -23,7 +27,9 @@ static const char usage[] =
     "memory of training with everything resident, and, for offloading\n"
     "with windows 1, 2, 4 and 8, the planned memory of resident tensors,\n"
     "the estimated peak RSS of `train` and the swap traffic per\n"
-    "iteration.\n"
+    "iteration; then the flash wear those windows plan: the swap file's\n"
+    "writes per epoch of the training set and for the run, and their\n"
+    "share of the device's rated endurance.\n"
     "\n"
     "  --batch-size B   batch size (default: the INI's batch_size)\n"
     "  --freeze-until LAYER\n"
@@ -34,7 +40,31 @@ static const char usage[] =
     "                   as for train (default auto: the table and the\n"
     "                   all-resident memory with activations recomputed,\n"
     "                   the offloading lines with cheap convolutions'\n"
-    "                   outputs too)\n";
+    "                   outputs too)\n"
+    "  --data DIR|synthetic, --train-samples N, --classes LIST,\n"
+    "  --valid-split F  the training set, as for train: its size makes an\n"
+    "                   epoch's iterations (default: the INI's [train_set],\n"
+    "                   else " SETUP_DEFAULT_DATA ")\n"
+    "  --epochs E, --iterations K\n"
+    "                   the run, as for train (default: the INI's Epochs)\n"
+    "  --flash-endurance TBW\n"
+    "                   the swap device's rated endurance "
+    "(default " SETUP_FLASH_TBW_TEXT ": a\n"
+    "                   typical 32 GB eMMC's; TBW: 10^12 bytes written)\n";
+
+/* summary's options. */
+typedef struct summary_opts {
+  const char *path, *freeze, *endurance;
+  long batch, threads, epochs, iterations;
+  nto_recompute recompute;
+  double tbw;   /* --flash-endurance, else SETUP_FLASH_TBW */
+  train_opts d; /* the training set: --data, --train-samples, --classes,
+                   --valid-split (setup_open_data) */
+} summary_opts;
+
+/* The windows summary plans offloading with. */
+static const int windows[] = {1, 2, 4, 8};
+#define N_WINDOWS 4
 
 /* Bytes layer i keeps from its forward step to its backward step (an
  * output or input that backward recomputes is not kept). */
@@ -93,21 +123,23 @@ static size_t estimate_rss(size_t tensors, long threads) {
  * from `all` (the resident plan's, nto_model_mem_plan: m's, or with
  * nto_recompute auto another model's, freed before m was built so that
  * this process's RSS holds one model's plans, as train's does). */
-static void print_windows(const nto_model *m, nto_mem_plan all, long threads) {
-  const int windows[] = {1, 2, 4, 8};
+static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
+                          double written[N_WINDOWS]) {
   size_t ws = nto_model_mem_plan(m).workspace;
   char a[32], b[32], c[32];
   printf("\noffloading (train --window N), with %ld threads: resident "
          "tensors + workspace %s, estimated peak RSS, swap traffic per "
          "iteration\n",
          threads, nto_format_bytes(ws, b, sizeof b));
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < N_WINDOWS; i++) {
     nto_window_plan wp;
     nto_err err = {0};
+    written[i] = -1;
     if (nto_tuner_window_plan(nto_model_tuner(m), windows[i], &wp, &err) != 0) {
       printf("  window %d: %s\n", windows[i], err.msg);
       continue;
     }
+    written[i] = (double)wp.written_bytes;
     printf("  window %d: %s of tensors; estimated peak RSS %s; %.1f MiB "
            "read, %.1f MiB written\n",
            windows[i], nto_format_bytes(wp.need - ws, a, sizeof a),
@@ -119,81 +151,192 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads) {
          nto_format_bytes(estimate_rss(all.total, threads), c, sizeof c));
 }
 
-/* summary's options into *batch, *threads, *recompute, *freeze and the
- * model *path; "--name VALUE" or "--name=VALUE". Returns 0, 1 after
- * --help, or -1 after a usage error naming the option. */
-static int parse_opts(int argc, char **argv, const char **path, long *batch,
-                      long *threads, nto_recompute *recompute,
-                      const char **freeze) {
+/* The string option a names ("--name" or "--name=VALUE": *name and *m,
+ * cli_opt_match's), or NULL if a is not one. */
+static const char **string_opt(summary_opts *o, const char *a,
+                               const char **name, int *m) {
+  static const char *const names[] = {"--freeze-until",    "--data",
+                                      "--classes",         "--valid-split",
+                                      "--flash-endurance", NULL};
+  const char **dst[] = {&o->freeze, &o->d.data, &o->d.classes,
+                        &o->d.valid_split, &o->endurance};
+  for (int i = 0; names[i]; i++)
+    if ((*m = cli_opt_match(a, names[i])) != 0) {
+      *name = names[i];
+      return dst[i];
+    }
+  return NULL;
+}
+
+/* The integer option a names, its bounds, or NULL. */
+static long *int_opt(summary_opts *o, const char *a, const char **name, int *m,
+                     long *max) {
+  static const char *const names[] = {"--batch-size",    "--threads",
+                                      "--train-samples", "--epochs",
+                                      "--iterations",    NULL};
+  static const long maxes[] = {1 << 20, 256, 1L << 40, 1L << 40, 1L << 40};
+  long *dst[] = {&o->batch, &o->threads, &o->d.train_samples, &o->epochs,
+                 &o->iterations};
+  for (int i = 0; names[i]; i++)
+    if ((*m = cli_opt_match(a, names[i])) != 0) {
+      *name = names[i];
+      *max = maxes[i];
+      return dst[i];
+    }
+  return NULL;
+}
+
+/* summary's options into *o (defaults set here); "--name VALUE" or
+ * "--name=VALUE". Returns 0, 1 after --help, or -1 after a usage error
+ * naming the option. */
+static int parse_opts(int argc, char **argv, summary_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->threads = sysconf(_SC_NPROCESSORS_ONLN);
+  o->recompute = NTO_RECOMPUTE_AUTO;
+  o->tbw = SETUP_FLASH_TBW;
+  o->d.seed = 1;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char *a = argv[i], *name = a, **dst;
+    long *target, max = 0;
     int m;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 1;
-    } else if ((m = cli_opt_match(a, "--batch-size")) != 0) {
-      if (cli_int("--batch-size",
-                  cli_opt_value(argc, argv, &i, "--batch-size", m), 1, 1 << 20,
-                  batch) != 0)
-        return -1;
-    } else if ((m = cli_opt_match(a, "--freeze-until")) != 0) {
-      if (!(*freeze = cli_opt_value(argc, argv, &i, "--freeze-until", m))) {
-        cli_error("option --freeze-until needs a value");
+    } else if ((dst = string_opt(o, a, &name, &m)) != NULL) {
+      if (!(*dst = cli_opt_value(argc, argv, &i, name, m))) {
+        cli_error("option %s needs a value", name);
         return -1;
       }
+    } else if ((target = int_opt(o, a, &name, &m, &max)) != NULL) {
+      if (cli_int(name, cli_opt_value(argc, argv, &i, name, m), 1, max,
+                  target) != 0)
+        return -1;
     } else if ((m = cli_opt_match(a, "--recompute")) != 0) {
       const char *v = cli_opt_value(argc, argv, &i, "--recompute", m);
       if (!v) {
         cli_error("option --recompute needs a value");
         return -1;
       }
-      if (cli_recompute(v, recompute) != 0)
-        return -1;
-    } else if ((m = cli_opt_match(a, "--threads")) != 0) {
-      if (cli_int("--threads", cli_opt_value(argc, argv, &i, "--threads", m), 1,
-                  256, threads) != 0)
+      if (cli_recompute(v, &o->recompute) != 0)
         return -1;
     } else if (a[0] == '-') {
       cli_error("summary: unknown option '%s'", a);
       return -1;
-    } else if (!*path) {
-      *path = a;
+    } else if (!o->path) {
+      o->path = a;
     } else {
       cli_error("summary: unexpected argument '%s'", a);
       return -1;
     }
   }
-  return 0;
+  o->d.model = o->path;
+  return o->endurance
+             ? setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw)
+             : 0;
+}
+
+/* Iterations in an epoch of the training set the options and the config
+ * c name, for model m (full batches, as train counts them); its samples
+ * into *samples. 0 with why filled when it cannot be opened (or holds
+ * fewer samples than a batch). */
+static long epoch_iterations(const summary_opts *o, const nto_config *c,
+                             const nto_model *m, size_t *samples, char *why,
+                             size_t len) {
+  nto_dataset *train = NULL, *test = NULL;
+  nto_err err = {0};
+  size_t batch = (size_t)nto_model_batch(m);
+  long n = 0;
+  *samples = 0;
+  if (setup_open_data(&o->d, c, nto_model_input_shape(m),
+                      nto_model_output_size(m), &train, &test, &err) != 0) {
+    snprintf(why, len, "%s", err.msg);
+  } else {
+    if (o->d.train_samples && !(o->d.data && !strcmp(o->d.data, "synthetic")))
+      nto_dataset_limit(train, (size_t)o->d.train_samples);
+    *samples = nto_dataset_size(train);
+    n = (long)(*samples / batch);
+    if (n == 0)
+      snprintf(why, len, "%zu training samples are fewer than one batch of %zu",
+               *samples, batch);
+  }
+  nto_dataset_close(train);
+  nto_dataset_close(test);
+  return n;
+}
+
+/* The flash wear the windows plan (written[i]: window i's swap writes
+ * per iteration, bytes; < 0: no plan): per epoch of the training set
+ * (per_epoch iterations of samples; 0: why) and for the run (--epochs,
+ * else the INI's Epochs, at most --iterations), against the endurance. */
+static void print_wear(const summary_opts *o, const nto_config *c,
+                       const double written[N_WINDOWS], int batch,
+                       long per_epoch, size_t samples, const char *why) {
+  char a[32], b[32], c1[32], c2[32], run_what[96];
+  double endurance = o->tbw * 1e12;
+  long epochs = o->epochs ? o->epochs : c->model.epochs;
+  long planned = epochs * per_epoch;
+  if (o->iterations && o->iterations < planned) {
+    planned = o->iterations;
+    snprintf(run_what, sizeof run_what, "%ld iterations (--iterations)",
+             planned);
+  } else {
+    snprintf(run_what, sizeof run_what, "%ld epoch%s, %ld iterations", epochs,
+             epochs == 1 ? "" : "s", planned);
+  }
+  printf("\nflash wear (train --window N): the swap file's planned writes, "
+         "against %g TBW (10^12 bytes): %s\n",
+         o->tbw,
+         o->endurance ? "--flash-endurance"
+                      : "a typical 32 GB eMMC's rating, the default "
+                        "(--flash-endurance TBW)");
+  if (per_epoch == 0) {
+    printf("  per epoch and for the run: no training set (%s); --data "
+           "DIR|synthetic names one\n",
+           why);
+    return;
+  }
+  printf("  an epoch: %ld iterations (%zu training samples, batch %d, full "
+         "batches); the run: %s\n",
+         per_epoch, samples, batch, run_what);
+  for (int i = 0; i < N_WINDOWS; i++) {
+    if (written[i] < 0)
+      continue;
+    double epoch = written[i] * (double)per_epoch;
+    double total = written[i] * (double)planned;
+    printf("  window %d: %.1f MiB per iteration, %s per epoch (%s), %s "
+           "for the run = %s of %g TBW\n",
+           windows[i], written[i] / 1048576.0,
+           nto_format_bytes((uint64_t)epoch, a, sizeof a),
+           setup_share(epoch / endurance, c1, sizeof c1),
+           nto_format_bytes((uint64_t)total, b, sizeof b),
+           setup_share(total / endurance, c2, sizeof c2), o->tbw);
+  }
 }
 
 int cmd_summary(int argc, char **argv) {
-  const char *path = NULL;
-  long batch = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
-  nto_recompute recompute = NTO_RECOMPUTE_AUTO;
-  const char *freeze = NULL;
-  int prc =
-      parse_opts(argc, argv, &path, &batch, &threads, &recompute, &freeze);
+  summary_opts so;
+  int prc = parse_opts(argc, argv, &so);
   if (prc != 0)
     return prc > 0 ? CLI_OK : CLI_USAGE;
-  if (!path) {
+  if (!so.path) {
     fputs(usage, stderr);
     return CLI_USAGE;
   }
   nto_config c;
   nto_err err = {0};
   nto_model *m = NULL;
-  int rc = nto_config_load(&c, path, &err);
+  int rc = nto_config_load(&c, so.path, &err);
   if (rc == 0)
     cli_config_warnings(&c);
-  nto_model_opts o = {.batch = (int)batch,
+  nto_model_opts o = {.batch = (int)so.batch,
                       .plan_only = 1,
-                      .recompute = recompute,
-                      .freeze_until = freeze};
+                      .recompute = so.recompute,
+                      .freeze_until = so.freeze};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
    * (parallel.h): plan with train's thread count */
   if (rc == 0)
-    cli_compute_threads(threads);
+    cli_compute_threads(so.threads);
   if (rc == 0) {
     rc = nto_model_create(&m, &c, &o, &err);
     status = cli_status(rc);
@@ -204,10 +347,10 @@ int cmd_summary(int argc, char **argv) {
     nto_parallel_free();
     return status;
   }
-  printf("model %s, batch %d\n\n", path, nto_model_batch(m));
+  printf("model %s, batch %d\n\n", so.path, nto_model_batch(m));
   print_table(m);
   nto_mem_plan p = nto_model_mem_plan(m);
-  char a[32], b[32], d[32], e[32], f[32];
+  char a[32], b[32], d[32], e[32], f[32], why[NTO_ERR_MSG_MAX] = "";
   printf("\ntotal: %d layers, %zu trainable parameters\n",
          nto_model_graph(m)->n_layers, nto_model_param_count(m));
   printf("planned memory (all resident): %s = weights %s + optimizer state "
@@ -217,17 +360,23 @@ int cmd_summary(int argc, char **argv) {
          nto_format_bytes(p.opt_state, d, sizeof d),
          nto_format_bytes(p.arena, e, sizeof e),
          nto_format_bytes(p.workspace, f, sizeof f));
-  if (recompute == NTO_RECOMPUTE_AUTO) {
+  if (so.recompute == NTO_RECOMPUTE_AUTO) {
     /* offloaded, auto also recomputes convolutions: a plan of its own */
     nto_model_free(m);
     m = NULL;
     o.window_mode = NTO_WINDOW_AUTO;
     rc = nto_model_create(&m, &c, &o, &err);
   }
-  if (rc == 0)
-    print_windows(m, p, threads);
-  else
+  double written[N_WINDOWS];
+  if (rc == 0) {
+    size_t samples;
+    print_windows(m, p, so.threads, written);
+    /* the data after the RSS estimates, which this process's RSS makes */
+    long per_epoch = epoch_iterations(&so, &c, m, &samples, why, sizeof why);
+    print_wear(&so, &c, written, nto_model_batch(m), per_epoch, samples, why);
+  } else {
     cli_error("%s", err.msg);
+  }
   nto_model_free(m);
   nto_parallel_free();
   nto_config_free(&c);

@@ -76,7 +76,10 @@ static const char usage[] =
     "  --memory-budget SIZE  bound on resident tensors + workspace (K/M/G);\n"
     "                        alone: the largest window that fits\n"
     "  --swap-dir DIR        swap file directory (default: the INI's\n"
-    "                        memory_swap_path, else $TMPDIR or /tmp)\n"
+    "                        memory_swap_path, else $TMPDIR or /tmp, or\n"
+    "                        /var/tmp where that is tmpfs or ramfs)\n"
+    "  --allow-tmpfs-swap    accept a swap directory on tmpfs or ramfs\n"
+    "                        (refused: its pages are RAM; for tests)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --no-direct           swap through the page cache (for a file system\n"
     "                        that refuses O_DIRECT)\n"
@@ -87,6 +90,10 @@ static const char usage[] =
     "  --save FILE           weights as nntrainer .bin and FILE.safetensors\n"
     "                        (default: the INI's Save_Path)\n"
     "  --report-json FILE    the report as JSON too\n"
+    "  --flash-endurance TBW the swap device's rated endurance, for the\n"
+    "                        report's flash wear (default " SETUP_FLASH_TBW_TEXT
+    ": a typical\n"
+    "                        32 GB eMMC's; TBW: 10^12 bytes written)\n"
     "  --trace FILE.json     Chrome trace: steps, reads, writes, states\n"
     "  --log-every K         the progress window: loss and accuracy are\n"
     "                        averaged over K iterations (default: about 20\n"
@@ -125,6 +132,7 @@ static const setup_opt train_opts_table[] = {
     SETUP_OPT("--window", window, 's', 0, 0),
     SETUP_OPT("--memory-budget", budget, 's', 0, 0),
     SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),
+    SETUP_FLASH_OPT("--allow-tmpfs-swap", allow_ram_swap, 'f'),
     SETUP_OPT("--io", io, 's', 0, 0),
     SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
     SETUP_OPT("--recompute", recompute, 's', 0, 0),
@@ -132,6 +140,7 @@ static const setup_opt train_opts_table[] = {
     SETUP_OPT("--frozen-bn", frozen_bn, 's', 0, 0),
     SETUP_OPT("--init-weights", init_weights, 's', 0, 0),
     SETUP_OPT("--report-json", report_json, 's', 0, 0),
+    SETUP_FLASH_OPT("--flash-endurance", endurance, 's'),
     SETUP_OPT("--trace", trace, 's', 0, 0),
     SETUP_OPT("--checkpoint", checkpoint, 's', 0, 0),
     SETUP_OPT("--resume", resume, 's', 0, 0),

@@ -19,12 +19,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -358,3 +360,16 @@ uint64_t nto_swap_size(const nto_swap *s) { return s->bytes; }
 int nto_swap_is_direct(const nto_swap *s) { return s->direct; }
 
 const char *nto_swap_dir(const nto_swap *s) { return s->dir; }
+
+int nto_swap_dir_in_ram(const char *dir, const char **fs, nto_err *err) {
+  struct statfs sf;
+  if (statfs(dir, &sf) != 0)
+    return nto_err_set(err, NTO_EIO, "swap dir %s: %s", dir, strerror(errno));
+  /* the magics are 32 bits; f_type is a signed word of either width */
+  uint32_t type = (uint32_t)sf.f_type;
+  if (type == (uint32_t)TMPFS_MAGIC || type == (uint32_t)RAMFS_MAGIC) {
+    *fs = type == (uint32_t)TMPFS_MAGIC ? "tmpfs" : "ramfs";
+    return 1;
+  }
+  return 0;
+}

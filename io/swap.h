@@ -22,7 +22,8 @@ typedef struct nto_swap nto_swap;
 
 typedef struct nto_swap_opts {
   const char *dir; /* directory for the swap file; NULL or "": $TMPDIR if
-                      set and non-empty, else /tmp */
+                      set and non-empty, else /tmp (the command line passes
+                      its own choice, which skips tmpfs: app/setup.c) */
   uint64_t bytes;  /* bytes to preallocate; rounded up to NTO_PAGE */
   int direct;      /* 1: O_DIRECT required (error if unsupported);
                       0: buffered, through the page cache (--no-direct) */
@@ -83,6 +84,18 @@ int nto_swap_is_direct(const nto_swap *s);
 /* The directory actually used (after the NULL/$TMPDIR//tmp choice); owned
  * by s, valid until nto_swap_close. */
 const char *nto_swap_dir(const nto_swap *s);
+
+/*
+ * Whether the filesystem of directory dir keeps its pages in RAM: tmpfs or
+ * ramfs (statfs(2) f_type TMPFS_MAGIC, RAMFS_MAGIC). A swap file there
+ * saves no memory: its pages are RAM too. nto_swap_open does not refuse
+ * such a directory; the command line does (app/setup.c).
+ * Returns 1 with *fs = "tmpfs" or "ramfs" (a static string), 0 for any
+ * other filesystem (*fs untouched), or NTO_EIO when statfs fails (the
+ * message names dir and the reason; a missing directory is reported so).
+ * Any thread.
+ */
+int nto_swap_dir_in_ram(const char *dir, const char **fs, nto_err *err);
 
 /*
  * Test hook: on != 0 makes nto_swap_open behave as if every filesystem

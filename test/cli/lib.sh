@@ -25,3 +25,18 @@ expect() {
     ok
   fi
 }
+
+# on_ram DIR: DIR's filesystem keeps its pages in RAM (tmpfs or ramfs),
+# where train refuses a swap directory without --allow-tmpfs-swap.
+on_ram() {
+  case $(stat -f -c %T "$1" 2>/dev/null) in
+  tmpfs | ramfs) return 0 ;;
+  esac
+  return 1
+}
+
+# json_value KEY FILE: the value of "KEY" in a flat JSON file that has one
+# key a line (train's --report-json), without its trailing comma.
+json_value() {
+  sed -n "s/^ *\"$1\": *\\([^,]*\\),\\{0,1\\}\$/\\1/p" "$2" | head -n 1
+}

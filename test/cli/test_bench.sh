@@ -51,7 +51,7 @@ grep -q "^command: nntrainer-offload bench $net --windows 1,2,all" "$tmp/run.out
   fail header "no command or bandwidth line" "$tmp/run.out"
 
 # CSV: the documented header, three rows, all ok and identical to `all`.
-hdr="config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,written_mib_per_iteration,floor_ms,ratio,region_floor_ms,region_ratio,weights_identical"
+hdr="config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,written_mib_per_iteration,floor_ms,ratio,region_floor_ms,region_ratio,iterations_per_epoch,written_mib_per_epoch,epoch_endurance_fraction,weights_identical"
 if [ ! -f "$tmp/r.csv" ]; then
   fail csv "no CSV file" "$tmp/run.out"
 else
@@ -73,7 +73,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 def num(x): return isinstance(x, (int, float)) and not isinstance(x, bool)
 def integer(x): return isinstance(x, int) and not isinstance(x, bool)
-assert set(d) == {"model", "batch", "iterations", "warmup", "rounds", "bandwidth", "configs"}, sorted(d)
+assert set(d) == {"model", "batch", "iterations", "warmup", "rounds", "flash_endurance_tbw", "bandwidth", "configs"}, sorted(d)
 assert isinstance(d["model"], str) and d["model"].endswith("tiny_resnet.ini")
 assert integer(d["batch"]) and d["batch"] == 4
 assert d["iterations"] == 3 and d["warmup"] == 1 and d["rounds"] == 1
@@ -84,7 +84,8 @@ assert bw["block_bytes"] == 1048576 and bw["depth"] == 16, bw
 assert isinstance(bw["direct"], bool), bw
 keys = {"config", "status", "window", "recompute", "peak_rss_mib", "resident_peak_mib",
         "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
-        "read_mib_per_iteration", "written_mib_per_iteration", "floor_ms",
+        "read_mib_per_iteration", "written_mib_per_iteration", "iterations_per_epoch",
+        "written_mib_per_epoch", "epoch_endurance_fraction", "floor_ms",
         "ratio", "ratios", "region_floor_ms", "region_ratio",
         "weights_identical"}
 c = d["configs"]
