@@ -7,6 +7,7 @@
  */
 #include "cli.h"
 #include "memstat.h"
+#include "outputs.h"
 #include "parallel.h"
 #include "run.h"
 #include "setup.h"
@@ -266,6 +267,8 @@ int cmd_evaluate(int argc, char **argv) {
   int prc = parse_opts(argc, argv, &r.o);
   if (prc != 0)
     return prc > 0 ? CLI_OK : CLI_USAGE;
+  if (outputs_check_report(&r, "--report-json", NULL, 0) != 0)
+    return CLI_USAGE;
   nto_err err = {0};
   int rc = 0, status = setup_inference(&r, 0);
   if (status != CLI_OK) {

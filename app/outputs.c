@@ -26,7 +26,8 @@ int outputs_stop_signal(void) { return stop_signal; }
 /* What a second stop signal removes before it exits: the temp files the
  * run's saves write ("<file>.tmp.<pid>", only ever ours), and the
  * checkpoint's lock file below. Filled by check_outputs before training. */
-#define ABORT_PATHS 3 /* the weights, their safetensors, the checkpoint */
+#define ABORT_PATHS 5 /* the weights, save_best_path, their safetensors,
+                          the checkpoint */
 static char abort_path[ABORT_PATHS][NTO_PATH_BYTES];
 static volatile sig_atomic_t n_abort_paths;
 static volatile sig_atomic_t out_tty; /* stdout is a terminal */
@@ -72,7 +73,10 @@ static void on_stop_signal(int sig) {
 
 /* SIGHUP (an ssh session that ends) stops like SIGTERM. SIGXFSZ (beyond
  * ulimit -f) is ignored so that the write fails with EFBIG and is
- * reported like any other write error instead of killing the run. Each
+ * reported like any other write error instead of killing the run.
+ * SIGPIPE is ignored: when stdout is a pipe whose reader went away (`|
+ * tee log` in an ssh session that ended), printing fails with EPIPE and
+ * the run goes on to its checkpoint and saves instead of dying. Each
  * handler blocks the other stop signals, so a second one waits for the
  * first to finish. The offload engine's I/O threads block all signals. */
 void outputs_install_signals(void) {
@@ -89,6 +93,7 @@ void outputs_install_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGXFSZ, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 /* The training data's class names, one per line, in label order
@@ -115,22 +120,34 @@ const char *outputs_save_path(const run *r) {
   return path && path[0] ? path : NULL;
 }
 
-/* The safetensors twin of a weights path: .bin replaced, else added. */
+/* Does a weights path name a safetensors file (by its extension)? */
+static int is_st(const char *path) {
+  size_t n = strlen(path);
+  return n > 12 && !strcmp(path + n - 12, ".safetensors");
+}
+
+/* The twin of a weights path, in the other format: for X.safetensors the
+ * nntrainer .bin X.bin; else the safetensors file, .bin replaced, else
+ * added. */
 static void st_path(const char *path, char *st, size_t len) {
   size_t n = strlen(path);
-  if (n > 4 && !strcmp(path + n - 4, ".bin"))
+  if (is_st(path))
+    snprintf(st, len, "%.*s.bin", (int)(n - 12), path);
+  else if (n > 4 && !strcmp(path + n - 4, ".bin"))
     snprintf(st, len, "%.*s.safetensors", (int)(n - 4), path);
   else
     snprintf(st, len, "%s.safetensors", path);
 }
 
-/* The weights to path (nntrainer .bin) and its safetensors twin. */
+/* The weights to path and its twin (st_path): nntrainer .bin and
+ * safetensors, whichever path names. */
 static int save_to(run *r, const char *path, nto_err *err) {
   nto_named_tensor *ts = NULL;
   int n = 0;
   int rc = nto_model_weights(r->m, &ts, &n, err);
-  char st[NTO_PATH_BYTES];
-  st_path(path, st, sizeof st);
+  char twin[NTO_PATH_BYTES];
+  st_path(path, twin, sizeof twin);
+  const char *st = is_st(path) ? path : twin, *bin = is_st(path) ? twin : path;
   char iters[32];
   snprintf(iters, sizeof iters, "%ld", nto_model_iteration(r->m));
   char *names = class_names(r);
@@ -154,12 +171,12 @@ static int save_to(run *r, const char *path, nto_err *err) {
   if (rc == 0)
     rc = nto_model_weights_bin(r->m, &tb, &nb, err);
   if (rc == 0)
-    rc = nto_weights_save_bin(path, tb, nb, err);
+    rc = nto_weights_save_bin(bin, tb, nb, err);
   nto_model_weights_free(tb, nb);
   if (rc == 0)
     rc = nto_safetensors_save(st, ts, n, meta, err);
   if (rc == 0)
-    printf("saved weights     %s (nntrainer layout) and %s\n", path, st);
+    printf("saved weights     %s (nntrainer layout) and %s\n", bin, st);
   nto_model_weights_free(ts, n);
   free(names);
   return rc;
@@ -219,9 +236,18 @@ int outputs_save(run *r, nto_err *err) {
   return rc;
 }
 
-/* The most files a run writes: --save and its twin, --checkpoint,
- * --report-json, --trace, --log-csv. */
-#define OUTPUTS 6
+/* The weights of the best epoch so far to the INI's save_best_path (and
+ * its twin), as outputs_save writes them, without the rescue: the run
+ * goes on, and the last save still comes. Returns 0 or the save's
+ * error. */
+int outputs_save_best(run *r, nto_err *err) {
+  const char *path = r->c.model.save_best_path;
+  return path[0] ? save_to(r, path, err) : 0;
+}
+
+/* The most files a run writes: --save and its twin, save_best_path and
+ * its twin, --checkpoint, --report-json, --trace, --log-csv. */
+#define OUTPUTS 8
 
 /* A file the run writes or reads, as the checks of check_outputs see
  * it. */
@@ -242,6 +268,9 @@ typedef struct use_names {
   char st[NTO_PATH_BYTES];
   char save_what[NTO_CONF_STR + 64];
   char st_what[NTO_CONF_STR + 96];
+  char best_st[NTO_PATH_BYTES];
+  char best_what[NTO_CONF_STR + 64];
+  char best_st_what[NTO_CONF_STR + 96];
 } use_names;
 
 /* The outputs of the run into out[] (at most OUTPUTS), its inputs into in[]
@@ -256,11 +285,21 @@ static void file_uses(const run *r, file_use *out, int *n_out, file_use *in,
     else
       snprintf(nm->save_what, sizeof nm->save_what,
                "%s: [model] key 'save_path'", r->o.model);
-    snprintf(nm->st_what, sizeof nm->st_what, "%s (its safetensors twin)",
-             nm->save_what);
+    snprintf(nm->st_what, sizeof nm->st_what, "%s (its %s twin)",
+             nm->save_what, is_st(save) ? "nntrainer .bin" : "safetensors");
     st_path(save, nm->st, sizeof nm->st);
     out[no++] = use_of(nm->save_what, save, NTO_WRITE_RENAME);
     out[no++] = use_of(nm->st_what, nm->st, NTO_WRITE_RENAME);
+  }
+  const char *best = r->c.model.save_best_path;
+  if (best[0]) {
+    snprintf(nm->best_what, sizeof nm->best_what,
+             "%s: [model] key 'save_best_path'", r->o.model);
+    snprintf(nm->best_st_what, sizeof nm->best_st_what, "%s (its %s twin)",
+             nm->best_what, is_st(best) ? "nntrainer .bin" : "safetensors");
+    st_path(best, nm->best_st, sizeof nm->best_st);
+    out[no++] = use_of(nm->best_what, best, NTO_WRITE_RENAME);
+    out[no++] = use_of(nm->best_st_what, nm->best_st, NTO_WRITE_RENAME);
   }
   if (r->o.checkpoint)
     out[no++] = use_of("--checkpoint", r->o.checkpoint, NTO_WRITE_RENAME);
@@ -369,6 +408,39 @@ int outputs_check(run *r) {
              "that ended without cleaning up)\n",
              k, k > 1 ? "s" : "", out[i].path);
     abort_on(out[i].path);
+  }
+  return 0;
+}
+
+int outputs_check_report(const run *r, const char *what,
+                         const char *const *inputs, int n_inputs) {
+  const char *path = r->o.report_json;
+  nto_err err = {0};
+  if (!path)
+    return 0;
+  if (nto_file_check_output(path, NTO_WRITE_IN_PLACE, &err) != 0) {
+    cli_error("%s: %s", what, err.msg);
+    return -1;
+  }
+  static nto_file_id out, in; /* 4 KiB paths: off the stack */
+  nto_file_identify(path, &out);
+  for (int i = -2; i < n_inputs; i++) {
+    const char *p = i == -2   ? r->o.model
+                    : i == -1 ? r->o.weights
+                              : inputs[i];
+    if (!p)
+      continue;
+    nto_file_identify(p, &in);
+    if (nto_file_same(&out, &in)) {
+      cli_error("%s %s is %s %s: it would be overwritten; write the output "
+                "elsewhere",
+                what, path,
+                i == -2   ? "the model file"
+                : i == -1 ? "--weights"
+                          : "an input",
+                p);
+      return -1;
+    }
   }
   return 0;
 }

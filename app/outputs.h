@@ -38,6 +38,18 @@ const char *outputs_save_path(const run *r);
  * or the save's error. */
 int outputs_save(run *r, nto_err *err);
 
+/* The weights to the INI's save_best_path (as outputs_save, without its
+ * rescue), nothing when there is none. Returns 0 or the save's error. */
+int outputs_save_best(run *r, nto_err *err);
+
+/* evaluate and predict: their JSON output (r->o.report_json, option what,
+ * e.g. "--json"), checked before any work as train checks its outputs:
+ * writable in place, and not the model file, --weights or one of
+ * inputs[0..n_inputs). Returns 0 (also when there is none), or -1 after
+ * printing why (a usage error). */
+int outputs_check_report(const run *r, const char *what,
+                         const char *const *inputs, int n_inputs);
+
 /* At the end of the run: the lock released, nothing left for a signal
  * to remove. */
 void outputs_release(void);

@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "image.h"
+#include "outputs.h"
 #include "parallel.h"
 #include "run.h"
 #include "setup.h"
@@ -239,7 +240,9 @@ int cmd_predict(int argc, char **argv) {
   int status = parse_opts(argc, argv, &r.o, &p);
   status = status > 0   ? -1
            : status < 0 ? CLI_USAGE
-                        : setup_inference(&r, p.n_files);
+           : outputs_check_report(&r, "--json", p.files, p.n_files) != 0
+               ? CLI_USAGE
+               : setup_inference(&r, p.n_files);
   nto_err err = {0};
   double *prob = status == CLI_OK ? malloc((size_t)r.k * sizeof *prob) : NULL;
   int rc = status != CLI_OK ? 0

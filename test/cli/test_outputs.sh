@@ -15,11 +15,14 @@
 #   says at once that the run stops after the iteration, a second aborts
 #   (exit 130, no temp or lock file left); an interrupted run without
 #   --checkpoint saves its weights; beyond ulimit -f a write fails with a
-#   message (exit 1) instead of a kill by SIGXFSZ;
+#   message (exit 1) instead of a kill by SIGXFSZ; a closed stdout pipe
+#   (SIGPIPE) does not end the run;
 # - a final save that fails after all (its directory went away) puts the
 #   weights next to the checkpoint or into the swap directory and says so;
 # - a checkpoint whose values are out of range (iteration 2^63-1) is
-#   refused with exit 1 naming the value.
+#   refused with exit 1 naming the value;
+# - evaluate's --report-json and predict's --json are checked at the start
+#   as train's outputs are (exit 2; an input is never overwritten).
 # usage: test_outputs.sh PATH/TO/nntrainer-offload   (run from the repo root)
 set -u
 exe=$1
@@ -376,6 +379,41 @@ cp "$tmp/v.ckpt" "$tmp/v_ie.ckpt"
 set_value "$tmp/v_ie.ckpt" loop.iter_in_epoch '\000\000\000\000\000\000\000\001'
 expect value_iter_in_epoch 1 "v_ie.ckpt: value loop.iter_in_epoch = 72057594037927936 is out of range (at most 3)" \
   -- "$exe" train $net $quick --resume "$tmp/v_ie.ckpt"
+
+# --- stdout's reader goes away (| head, | tee after an ssh disconnect) --
+# SIGPIPE does not kill the run: it trains to the end and saves.
+{
+  "$exe" train $net $quick --save "$tmp/pipe.bin" 2>"$tmp/pipe.err"
+  echo $? >"$tmp/pipe.status"
+} | head -n 1 >/dev/null
+check sigpipe_status [ "$(cat "$tmp/pipe.status")" = 0 ]
+check sigpipe_saved [ -s "$tmp/pipe.bin" ]
+
+# --- --save X.safetensors: safetensors there, its .bin twin beside ----
+expect save_st 0 "saved weights     $tmp/st.bin (nntrainer layout) and $tmp/st.safetensors" \
+  -- "$exe" train $net $quick --save "$tmp/st.safetensors"
+check save_st_header [ "$(head -c 9 "$tmp/st.safetensors" | tail -c 1)" = "{" ]
+check save_st_no_double [ ! -e "$tmp/st.safetensors.safetensors" ]
+expect save_st_eval 0 "accuracy" -- "$exe" evaluate $net --data synthetic \
+  --eval-samples 8 --weights "$tmp/st.safetensors"
+
+# --- evaluate's and predict's JSON, checked before any work -----------
+expect eval_json_dir 2 "--report-json: $tmp/nodir/e.json" -- "$exe" evaluate \
+  $net --weights "$tmp/v.bin" --data synthetic \
+  --report-json "$tmp/nodir/e.json"
+expect eval_json_weights 2 "is --weights" -- "$exe" evaluate $net \
+  --weights "$tmp/v.bin" --data synthetic --report-json "$tmp/v.bin"
+cp "$tmp/v.bin" "$tmp/v_keep.bin"
+check eval_json_intact cmp -s "$tmp/v.bin" "$tmp/v_keep.bin"
+printf 'P5\n28 28\n255\n' >"$tmp/in.pgm"
+head -c 784 /dev/zero >>"$tmp/in.pgm"
+cp "$tmp/in.pgm" "$tmp/in_keep.pgm"
+expect predict_json_input 2 "is an input" -- "$exe" predict $net \
+  --weights "$tmp/v.bin" --json "$tmp/in.pgm" "$tmp/in.pgm"
+check predict_json_intact cmp -s "$tmp/in.pgm" "$tmp/in_keep.pgm"
+expect predict_json_ok 0 "" -- "$exe" predict $net --weights "$tmp/v.bin" \
+  --json "$tmp/p.json" "$tmp/in.pgm"
+check predict_json_written [ -s "$tmp/p.json" ]
 
 echo "outputs: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
