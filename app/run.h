@@ -96,6 +96,11 @@ typedef struct run {
                         an epoch (min(test set, EVAL_SHORT_RUN)) */
   double before_loss, before_acc; /* --init-weights: before training */
   long before_n;                  /* 0: not evaluated */
+  double best_acc;  /* save_best_path: the best epoch-end accuracy so far
+                       (%), -1: none yet */
+  const char *continued; /* continue_train: the weights file the run
+                            started from (also in o.init_weights), or
+                            NULL */
   int stopped;                    /* a signal stopped the loop */
   /* checkpoints */
   long ckpt_it; /* iteration of the last checkpoint in the file, -1: none */

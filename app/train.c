@@ -464,6 +464,7 @@ static int write_checkpoint(run *r, nto_err *err) {
   nto_ckpt_set(&v[n++], "loop.seen", (uint64_t)r->seen);
   nto_ckpt_set(&v[n++], "loop.last_loss", dbits(r->last_loss));
   nto_ckpt_set(&v[n++], "loop.last_acc", dbits(r->last_acc));
+  nto_ckpt_set(&v[n++], "loop.best_acc", dbits(r->best_acc));
   double t = now_s();
   nto_ckpt_state st;
   nto_named_tensor *ts;
@@ -548,6 +549,10 @@ static int loop_values(run *r, long it, const nto_ckpt_value *v, int n,
   if (rc == 0)
     rc = ckpt_real(r, "loop.last_acc", nto_ckpt_get(v, n, "loop.last_acc", 0),
                    0, 100, &r->last_acc, err);
+  if (rc == 0) /* checkpoints before save_best_path: none yet */
+    rc = ckpt_real(r, "loop.best_acc",
+                   nto_ckpt_get(v, n, "loop.best_acc", dbits(-1)), -1, 100,
+                   &r->best_acc, err);
   return rc;
 }
 
@@ -677,6 +682,10 @@ static void eval_setup(run *r) {
   if (!r->test) {
     if (r->o.eval_every)
       printf("note: --eval-every: there is no test set to evaluate on\n");
+    if (r->c.model.save_best_path[0])
+      printf("note: save_best_path: there is no test or validation set to "
+             "evaluate on: nothing is saved to %s\n",
+             r->c.model.save_best_path);
     return;
   }
   nto_dataset_limit(r->test, 0);
@@ -799,6 +808,24 @@ static int after_iteration(run *r, const loop_conf *lc, long e, long ie,
   return rc;
 }
 
+/* save_best_path: after the evaluation that ended epoch e, the weights
+ * when its accuracy is the best of the run so far (nntrainer saves the
+ * best validation epoch's there). Returns 0 or the save's error. */
+static int save_best(run *r, long e, nto_err *err) {
+  const char *path = r->c.model.save_best_path;
+  if (!path[0] || !r->test || r->test_it != r->n_steps ||
+      r->test_acc <= r->best_acc)
+    return 0;
+  printf("save_best_path: epoch %ld has the best accuracy so far (%.2f%%)\n",
+         e, r->test_acc);
+  int rc = outputs_save_best(r, err);
+  if (rc != 0)
+    return nto_err_prefix(err, rc, "save_best_path: ");
+  r->best_acc = r->test_acc;
+  fflush(stdout);
+  return 0;
+}
+
 /*
  * The training loop: epochs of full batches (the last partial batch of an
  * epoch is dropped), an evaluation after each epoch, every --eval-every
@@ -843,10 +870,11 @@ static int train_loop(run *r, nto_err *err) {
       r->ie = ++ie;
       rc = after_iteration(r, &lc, e, ie, &st, err);
     }
+    int kind = it == r->planned && ie < lc.per_epoch ? EVAL_END : EVAL_EPOCH;
     if (rc == 0 && !r->stopped)
-      rc = evaluate(
-          r, it == r->planned && ie < lc.per_epoch ? EVAL_END : EVAL_EPOCH, e,
-          err);
+      rc = evaluate(r, kind, e, err);
+    if (rc == 0 && !r->stopped && kind == EVAL_EPOCH)
+      rc = save_best(r, e, err);
   }
   return rc;
 }
@@ -1021,6 +1049,32 @@ static int finish(run *r, double t0, nto_err *err) {
   return rc;
 }
 
+/* [Model] continue_train = true: the run starts from the weights at the
+ * save path (--save, else save_path) when that file exists, through
+ * --init-weights (not its optimizer state: that is --resume's). An
+ * explicit --init-weights or --resume wins; each case says so. */
+static void continue_train(run *r) {
+  const char *path = outputs_save_path(r);
+  if (!r->c.model.continue_train)
+    return;
+  if (r->o.resume || r->o.init_weights) {
+    printf("note: continue_train: %s given: starting from it\n",
+           r->o.resume ? "--resume" : "--init-weights");
+  } else if (!path) {
+    printf("note: continue_train: no save_path or --save: starting from "
+           "initialized weights\n");
+  } else if (access(path, F_OK) != 0) {
+    printf("note: continue_train: %s does not exist yet: starting from "
+           "initialized weights (the end of this run saves it)\n",
+           path);
+  } else {
+    printf("continue_train: starting from the weights at %s (not its "
+           "optimizer state: continue that with --checkpoint/--resume)\n",
+           path);
+    r->o.init_weights = r->continued = path;
+  }
+}
+
 int cmd_train(int argc, char **argv) {
   static run r; /* main thread only */
   memset(&r, 0, sizeof r);
@@ -1052,11 +1106,17 @@ int cmd_train(int argc, char **argv) {
     return CLI_USAGE;
   }
   rc = nto_model_create(&r.m, &r.c, &mo, &err);
+  r.best_acc = -1;
+  if (rc == 0)
+    continue_train(&r);
   if (rc == 0 && r.o.init_weights &&
       (rc = init_weights_load(r.m, r.o.init_weights, &r.init, &err)) != 0 &&
       rc != NTO_ENOMEM) { /* a file that is missing, unreadable or does not
                              fit the model: usage error */
-    cli_error("--init-weights: %s", err.msg);
+    cli_error("%s: %s",
+              r.continued ? "continue_train (the weights at save_path)"
+                          : "--init-weights",
+              err.msg);
     cleanup(&r, &cerr);
     return CLI_USAGE;
   }

@@ -818,6 +818,8 @@ static int st_match_some(const st_list *l, const nto_named_tensor *ts, int n,
   *unused = l->n;
   for (int i = 0; i < n; i++) {
     const st_entry *e = st_find(l, ts[i].name);
+    if (!e && ts[i].alt_name)
+      e = st_find(l, ts[i].alt_name);
     memset(&match[i], 0, sizeof match[i]);
     found[i] = NULL;
     match[i].status = NTO_MATCH_ABSENT;

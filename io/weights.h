@@ -29,7 +29,12 @@
  * initializers) so that unused callbacks are NULL.
  */
 typedef struct nto_named_tensor {
-  const char *name; /* e.g. "conv1.weight" */
+  const char *name;     /* e.g. "conv1.weight" */
+  const char *alt_name; /* NULL, or the name nto_weights_load_init tries
+                           when a file has no tensor named name: a
+                           backbone layer's tensor under its name in the
+                           backbone's own weights ("conv1.weight" for
+                           "baseconv1.weight") */
   int ndim;         /* 1..4 */
   int dims[4];      /* outermost first */
   float *data;      /* product(dims) floats, or NULL */
@@ -121,8 +126,8 @@ typedef enum {
  * holds for them, its format found from its first bytes (safetensors: an
  * 8-byte little-endian header length, then '{'; anything else is read as
  * nntrainer .bin).
- *  - safetensors, by name: every ts[i] whose name the file has with the
- *    same shape is loaded; the others keep their values. match[i] says
+ *  - safetensors, by name: every ts[i] whose name (else alt_name) the
+ *    file has with the same shape is loaded; the others keep their values. match[i] says
  *    which (n entries, caller-owned); *unused counts the file's tensors
  *    that no ts[i] names.
  *  - nntrainer .bin has no names: the file loads whole, in ts order, when

@@ -88,7 +88,9 @@ static int bn_set_prop(nto_layer *l, const char *key, const char *value,
                        nto_err *err) {
   bn_priv *p = l->priv;
   double x;
-  int rc;
+  int rc = nto_parse_decay_key(key, value, err);
+  if (rc != NTO_ENOKEY)
+    return rc;
   if (strcmp(key, "epsilon") == 0) {
     rc = nto_parse_float(value, 0.0, DBL_MAX, &x, err);
     if (rc == 0 && x <= 0.0)

@@ -14,7 +14,10 @@
  * "rows,cols" or "top,bottom,left,right"), dilation (default 1), groups
  * (default 1; must divide C and filters), weight_initializer (default
  * xavier_uniform), bias_initializer (default zeros), disable_bias (default
- * false).
+ * false), weight_regularizer (l2norm | none, default none) and
+ * weight_regularizer_constant (default 1), or their 2020 spellings
+ * weight_decay and weight_decay_lambda (props.h nto_regularizer): the
+ * weight's, not the bias's.
  *   "same": TensorFlow's rule, OH = ceil(H / sh), total padding
  *     max((OH-1)*sh + dh*(kh-1)+1 - H, 0), top = total/2, bottom = rest
  *     (the extra row goes to the bottom/right), likewise for columns.
@@ -116,12 +119,19 @@
  * im2col's by rounding (test_conv2d holds both to a double reference).
  *
  * Backward needs the forward input (bwd_needs_input = 1), nothing saved.
- * The forward is a pure function of input, weight and bias, so it is also
- * the replay (layer.h): the model may recompute a cheap convolution's
- * output in backward (replay_macs = C/G x kh x kw multiply-adds per output
- * element; never in place).
+ * The output is a pure function of input, weight and bias, so the forward
+ * less its regularization term is also the replay (layer.h): the model may
+ * recompute a cheap convolution's output in backward (replay_macs = C/G x
+ * kh x kw multiply-adds per output element; never in place).
  * dW and db are written with "=" (summed over the batch within the call);
  * din is zeroed, then col2im adds into it. A NULL din or dw skips that part.
+ *
+ * Regularizer (l2norm, constant C): forward sets l->reg_loss to
+ * 0.5 * C * ||W||; C * W is added to dW once it is computed, by backward
+ * and by each call of backward_weight_rows to its rows (layer.h
+ * nto_layer_reg_loss, nto_layer_reg_grad): elementwise, so rows computed
+ * chunk by chunk in U steps get the term of the weight as it was before
+ * their own chunk's update, as the whole gradient does.
  */
 #include "clones.h"
 #include "layer.h"
@@ -195,6 +205,7 @@ typedef struct conv_priv {
   int groups;
   nto_init_kind winit, binit;
   int disable_bias;
+  nto_regularizer reg; /* the weight's */
   /* set by plan */
   conv_geom g;
   int path;  /* PATH_* */
@@ -225,6 +236,7 @@ static void conv_defaults(nto_layer *l) {
   p->groups = 1;
   p->winit = NTO_INIT_XAVIER_UNIFORM;
   p->binit = NTO_INIT_ZEROS;
+  nto_regularizer_defaults(&p->reg);
 }
 
 /* "a,b" or "a" (replicated) with values in [min, CONV_DIM_MAX] into *a, *b.
@@ -297,6 +309,9 @@ static int conv_set_prop(nto_layer *l, const char *key, const char *value,
       p->groups = (int)x;
     return rc;
   }
+  rc = nto_parse_regularizer_key(key, value, &p->reg, err);
+  if (rc != NTO_ENOKEY)
+    return rc;
   return nto_parse_weight_bias_key(key, value, &p->winit, &p->binit,
                                    &p->disable_bias, err);
 }
@@ -606,6 +621,7 @@ static int conv_plan(nto_layer *l, nto_err *err) {
   p->iw =
       nto_layer_add_weight(l, "weight", (nto_shape){g->f, g->cg, g->kh, g->kw},
                            4, p->winit, g->kcol, g->f * g->kh * g->kw, 1);
+  l->w[p->iw].l2 = nto_regularizer_l2(&p->reg);
   p->ib = -1;
   if (!p->disable_bias)
     p->ib = nto_layer_add_weight(l, "bias", (nto_shape){1, g->f, 1, 1}, 1,
@@ -1287,8 +1303,9 @@ static void forward_chunks(void *ctx, size_t c0, size_t c1, int slot) {
   }
 }
 
-/* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top. */
-static void conv_forward(nto_layer *l, const nto_fwd *f) {
+/* f->in[0]: (N, C, H, W) -> f->out: (N, F, OH, OW). ws: see the top.
+ * Writes nothing else: also the replay. */
+static void conv_output(nto_layer *l, const nto_fwd *f) {
   conv_priv *p = l->priv;
   const float *w = f->w[p->iw];
   const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
@@ -1304,6 +1321,12 @@ static void conv_forward(nto_layer *l, const nto_fwd *f) {
   }
   chunk_job j = {l, f->in[0], w, bias, NULL, f->out, NULL, f->ws};
   run_chunks(p, l->batch, forward_chunks, forward_one_chunk, &j);
+}
+
+/* The output (conv_output) and l->reg_loss. */
+static void conv_forward(nto_layer *l, const nto_fwd *f) {
+  l->reg_loss = nto_layer_reg_loss(l, f->w);
+  conv_output(l, f);
 }
 
 /* dX of chunks [c0, c1): zeroed, then per group one GEMM into the columns
@@ -1487,6 +1510,8 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
       memset(dw, 0, (size_t)g->f * g->kcol * sizeof *dw);
     dw_job j = {l, b->in[0], w, NULL, b->dout, NULL, din, dw, b->ws};
     nto_parallel_for((size_t)g->c, 1, p->ws_slots, dw_range, &j);
+    if (dw)
+      nto_layer_reg_grad(l, p->iw, w, dw, (size_t)g->f * g->kcol);
     return;
   }
   /* dW, then dX (its filter transform where dW's workspace was) */
@@ -1494,6 +1519,8 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
     nto_wino_dw(&p->wdw, b->in[0], b->dout, 0, g->f, b->ws, NULL, 0, dw);
   else if (dw)
     dw_im2col(l, b, dw);
+  if (dw)
+    nto_layer_reg_grad(l, p->iw, w, dw, (size_t)g->f * g->kcol);
   if (din && p->wino) {
     nto_wino_filter(w, g->f, g->c, b->ws);
     nto_wino_run(&p->wdx, b->dout, b->ws, 1, NULL, b->ws + p->wino_u, din);
@@ -1501,6 +1528,19 @@ static void conv_backward(nto_layer *l, const nto_bwd *b) {
     chunk_job j = {l, NULL, w, NULL, b->dout, NULL, din, b->ws};
     run_chunks(p, l->batch, dx_chunks, dx_one_chunk, &j);
   }
+}
+
+/* The regularizer's term of rows [r0, r1) of dW, in dst (layer.h
+ * nto_layer_reg_grad): b->w[j] is read only with a regularizer (a test
+ * may pass none). */
+static void rows_reg_grad(const nto_layer *l, const nto_bwd *b, int j, int r0,
+                          int r1, float *dst) {
+  const conv_priv *p = l->priv;
+  if (!(l->w[j].l2 > 0.0f))
+    return;
+  size_t row = (size_t)p->g.kcol;
+  nto_layer_reg_grad(l, j, b->w[j] + (size_t)r0 * row, dst,
+                     (size_t)(r1 - r0) * row);
 }
 
 /* Rows of the weight gradient: one filter (C/G*kh*kw elements); not for
@@ -1544,12 +1584,12 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
   const conv_geom *g = &p->g;
   assert(j == p->iw && p->path != PATH_DEPTHWISE && 0 <= r0 && r0 < r1 &&
          r1 <= g->f);
-  (void)j;
   size_t in_img = (size_t)g->c * g->h * g->w, hw = (size_t)g->h * g->w;
   size_t out_img = (size_t)g->f * g->oh * g->ow, ohw = (size_t)g->oh * g->ow;
   size_t cache_ld = (size_t)l->batch * ohw; /* columns of the cache */
   if (p->wino_dw) {
     nto_wino_dw(&p->wdw, b->in[0], b->dout, r0, r1, b->ws, cache, fill, dst);
+    rows_reg_grad(l, b, j, r0, r1, dst);
     return;
   }
   if (cache && fill) {
@@ -1590,6 +1630,7 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
                             &jb);
     }
   }
+  rows_reg_grad(l, b, j, r0, r1, dst);
 }
 
 const nto_layer_ops nto_conv2d_layer = {
@@ -1602,7 +1643,7 @@ const nto_layer_ops nto_conv2d_layer = {
     .plan = conv_plan,
     .forward = conv_forward,
     .backward = conv_backward,
-    .replay = conv_forward,
+    .replay = conv_output,
     .weight_row = conv_weight_row,
     .weight_rows_cache = conv_weight_rows_cache,
     .backward_weight_rows = conv_backward_weight_rows,

@@ -6,7 +6,11 @@
  * (N, 1, 1, unit). (PyTorch's nn.Linear stores the transpose, (unit, in).)
  *
  * Keys: unit (required, >= 1), weight_initializer (default xavier_uniform),
- * bias_initializer (default zeros), disable_bias (default false).
+ * bias_initializer (default zeros), disable_bias (default false),
+ * weight_regularizer (l2norm | none, default none) and
+ * weight_regularizer_constant (default 1), or their 2020 spellings
+ * weight_decay and weight_decay_lambda (props.h nto_regularizer): the
+ * weight's, not the bias's.
  *
  * Weights, in this order: "weight" (1, 1, in, unit), export rank 2,
  * fan_in = in, fan_out = unit; "bias" (1, 1, 1, unit), export rank 1,
@@ -15,7 +19,10 @@
  * Forward and backward are cblas_sgemm calls; no workspace, nothing saved;
  * backward reads the forward input (bwd_needs_input = 1):
  *   dW = x^T . dout, db = sum over the batch of dout, dx = dout . W^T,
- * each written with "=" and skipped when its pointer is NULL.
+ * each written with "=" and skipped when its pointer is NULL. With an
+ * l2norm regularizer of constant C, forward sets l->reg_loss to
+ * 0.5 * C * ||W|| and backward adds C * W to dW (layer.h
+ * nto_layer_reg_loss, nto_layer_reg_grad).
  *
  * Compute threads (parallel.h): each GEMM is split into min(cols,
  * FC_BLOCKS) fixed blocks of its output's columns (unit for out and dW, in
@@ -39,6 +46,7 @@ typedef struct fc_priv {
   int unit; /* output features; 0 = not set (required) */
   nto_init_kind winit, binit;
   int disable_bias;
+  nto_regularizer reg; /* the weight's */
   /* set by plan */
   int in; /* input features C*H*W */
   int iw; /* index of "weight" */
@@ -49,6 +57,7 @@ static void fc_defaults(nto_layer *l) {
   fc_priv *p = l->priv;
   p->winit = NTO_INIT_XAVIER_UNIFORM;
   p->binit = NTO_INIT_ZEROS;
+  nto_regularizer_defaults(&p->reg);
 }
 
 /* Applies one INI key. Returns 0, NTO_ENOKEY or NTO_ECONFIG (message). */
@@ -62,6 +71,9 @@ static int fc_set_prop(nto_layer *l, const char *key, const char *value,
       p->unit = (int)x;
     return rc;
   }
+  int rc = nto_parse_regularizer_key(key, value, &p->reg, err);
+  if (rc != NTO_ENOKEY)
+    return rc;
   return nto_parse_weight_bias_key(key, value, &p->winit, &p->binit,
                                    &p->disable_bias, err);
 }
@@ -84,6 +96,7 @@ static int fc_plan(nto_layer *l, nto_err *err) {
   l->out_shape = (nto_shape){l->batch, 1, 1, p->unit};
   p->iw = nto_layer_add_weight(l, "weight", (nto_shape){1, 1, p->in, p->unit},
                                2, p->winit, p->in, p->unit, 1);
+  l->w[p->iw].l2 = nto_regularizer_l2(&p->reg);
   p->ib = -1;
   if (!p->disable_bias)
     p->ib = nto_layer_add_weight(l, "bias", (nto_shape){1, 1, 1, p->unit}, 1,
@@ -134,9 +147,10 @@ static void fc_gemm(const fc_job *j) {
   nto_parallel_for_blas((size_t)fc_blocks(j), 1, 0, fc_range, (void *)j);
 }
 
-/* f->in[0]: (N, in) -> f->out: (N, unit) = x . W + b. */
+/* f->in[0]: (N, in) -> f->out: (N, unit) = x . W + b; l->reg_loss. */
 static void fc_forward(nto_layer *l, const nto_fwd *f) {
   fc_priv *p = l->priv;
+  l->reg_loss = nto_layer_reg_loss(l, f->w);
   int n = l->batch, unit = p->unit;
   const float *bias = p->ib >= 0 ? f->w[p->ib] : NULL;
   for (int i = 0; i < n; i++) {
@@ -157,9 +171,10 @@ static void fc_backward(nto_layer *l, const nto_bwd *b) {
   int n = l->batch, unit = p->unit;
   float *dw = b->dw[p->iw];
   float *db = p->ib >= 0 ? b->dw[p->ib] : NULL;
-  if (dw) { /* dW (in, unit) = x^T (in, n) . dout (n, unit) */
+  if (dw) { /* dW (in, unit) = x^T (in, n) . dout (n, unit) + C * W */
     fc_job j = {p, n, FC_DW, b->in[0], NULL, b->dout, dw};
     fc_gemm(&j);
+    nto_layer_reg_grad(l, p->iw, b->w[p->iw], dw, (size_t)p->in * unit);
   }
   if (db) {
     for (int j = 0; j < unit; j++) {

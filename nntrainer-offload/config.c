@@ -153,6 +153,14 @@ static int lookup(const char *k, const char *const *names) {
   return -1;
 }
 
+/* Index of v in names, case-insensitively, or -1. */
+static int lookup_ci(const char *v, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (nto_streq(v, names[i]))
+      return i;
+  return -1;
+}
+
 /* "a, b, c" of names into buf. */
 static void join_names(const char *const *names, char *buf, size_t cap) {
   buf[0] = '\0';
@@ -633,13 +641,30 @@ static int check_continued_comments(const char *file, nto_err *err) {
 /* ---------------------------------------------------------------------- */
 /* Loader state                                                            */
 
+/* A backbone section of the file being loaded and the name of the last
+ * layer it inserted: a reference to the section in input_layers means
+ * that layer (nntrainer connects a layer to a backbone so). */
+typedef struct backbone_end {
+  char section[NAME_MAX_LEN + 1];
+  char last[NAME_MAX_LEN + 1];
+} backbone_end;
+
 typedef struct loader {
   const char *file;       /* for messages */
   char dir[NTO_CONF_STR]; /* directory of file with a trailing '/', or "" */
-  nto_config *conf;       /* being loaded: its warnings */
+  nto_config *conf;       /* being loaded: its warnings and layers */
   dictionary *d;
   const char **keys; /* scratch for iniparser_getseckeys */
   int nkeys;
+  int file_idx;       /* nto_section.file of the sections read from file */
+  int depth;          /* backbones between the INI and file */
+  backbone_end *ends; /* the backbone sections of file */
+  int n_ends;
+  const struct loader *parent; /* the file whose backbone this is, or
+                                  NULL */
+  const char *loss_sec;        /* a loss layer section of file ([x] type = mse),
+                                  or NULL */
+  int loss_at;                 /* c->n_layers when it was read */
 } loader;
 
 static int check_lengths(const loader *L, const char *sec, nto_err *err);
@@ -826,6 +851,15 @@ static const char *const model_opt_keys[] = {
     "optimizer", "learning_rate", "decay_rate", "decay_steps",
     "beta1",     "beta2",         "epsilon",    NULL};
 
+/* [Model] keys of nntrainer's 2020 format, refused by nntrainer today
+ * ("Model has unparsed properties"), and what replaced each. */
+static const char *const model_2020[][2] = {
+    {"epoch", "epochs"},
+    {"cost", "loss (cross or mse)"},
+    {"model", "save_path"},
+    {"minibatch", "batch_size"},
+};
+
 static const char *const loss_names[] = {"cross", "mse", "cross_softmax",
                                          "cross_sigmoid", NULL};
 
@@ -839,26 +873,14 @@ static int model_key_nntrainer(loader *L, const char *sec, const char *k,
                                nto_err *err) {
   int b, rc = 0;
   switch (idx) {
-  case MK_CONTINUE:
+  case MK_CONTINUE: /* applied by train: start from save_path's weights */
     if ((rc = nto_parse_bool(v, &b, err)) != 0)
       return key_err(L, sec, k, err);
     m->continue_train = b;
-    if (b) /* false is what this trainer does: start from the init */
-      rc = warn(L, err,
-                "%s: [%s] key '%s': not applied yet: training starts from "
-                "initialized weights (continue from saved ones with train "
-                "--init-weights FILE, or --resume CHECKPOINT)",
-                L->file, sec, k);
     break;
-  case MK_SAVE_BEST:
-    if ((rc = set_path(L, sec, k, v, m->save_best_path,
-                       sizeof m->save_best_path, err)) == 0 &&
-        v[0])
-      rc = warn(L, err,
-                "%s: [%s] key '%s': not applied yet: the best validation "
-                "epoch's weights are not saved to %s (save_path and --save "
-                "save the last)",
-                L->file, sec, k, m->save_best_path);
+  case MK_SAVE_BEST: /* applied by train: the best epoch's weights */
+    rc = set_path(L, sec, k, v, m->save_best_path, sizeof m->save_best_path,
+                  err);
     break;
   case MK_TENSOR_TYPE: /* nntrainer: <weight type>-<activation type> */
     if (!nto_streq(v, "fp32-fp32"))
@@ -901,10 +923,16 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
     long x = 0;
     int b;
     switch (idx) {
-    case MK_TYPE:
-      if (!nto_streq(v, "neuralnetwork"))
+    case MK_TYPE: /* nntrainer filters it out of [Model]'s properties */
+      if (nto_streq(v, "regression"))
+        rc = warn(L, err,
+                  "%s: [%s] key '%s': 'Regression' is ignored, as nntrainer "
+                  "ignores it: the layers say what is trained",
+                  L->file, sec, k);
+      else if (!nto_streq(v, "neuralnetwork"))
         rc = nto_err_set(err, NTO_ECONFIG,
-                         "%s: [%s] key '%s': expected NeuralNetwork, got '%s'",
+                         "%s: [%s] key '%s': expected NeuralNetwork (or "
+                         "Regression, read the same), got '%s'",
                          L->file, sec, k, v);
       break;
     case MK_EPOCHS:
@@ -994,9 +1022,16 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
       rc = model_key_nntrainer(L, sec, k, v, idx, m, err);
       break;
     default:
-      if (lookup(k, model_opt_keys) < 0)
-        rc = unknown_key(L, sec, k, model_keys, err);
-      break; /* an optimizer key: model_optimizer */
+      if (lookup(k, model_opt_keys) >= 0)
+        break; /* an optimizer key: model_optimizer */
+      for (size_t j = 0; j < sizeof model_2020 / sizeof model_2020[0]; j++)
+        if (!strcmp(k, model_2020[j][0]))
+          return nto_err_set(err, NTO_ECONFIG,
+                             "%s: [%s] key '%s': nntrainer's 2020 key, which "
+                             "nntrainer no longer reads either: write %s",
+                             L->file, sec, k, model_2020[j][1]);
+      rc = unknown_key(L, sec, k, model_keys, err);
+      break;
     }
   }
   return rc;
@@ -1470,11 +1505,420 @@ static int rename_old_type(loader *L, const char *sec, nto_section *out,
   return 0;
 }
 
-static int copy_layer(loader *L, const char *sec, nto_section *out,
-                      nto_err *err) {
+/* Room for one more layer section at the end of c->layers, zeroed and
+ * counted (so that nto_config_free releases what it gets); NULL with err
+ * set when out of memory. */
+static nto_section *push_layer(loader *L, nto_err *err) {
+  nto_config *c = L->conf;
+  if (c->n_layers == c->layers_cap) {
+    int cap = c->layers_cap ? 2 * c->layers_cap : 16;
+    nto_section *p = realloc(c->layers, (size_t)cap * sizeof *p);
+    if (!p) {
+      nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+      return NULL;
+    }
+    c->layers = p;
+    c->layers_cap = cap;
+  }
+  nto_section *out = &c->layers[c->n_layers++];
+  memset(out, 0, sizeof *out);
+  out->file = L->file_idx;
+  return out;
+}
+
+/* Set key (lowercase) of section s to value, replacing or adding it.
+ * Returns 0 or NTO_ENOMEM. */
+static int set_kv(nto_section *s, const char *key, const char *value) {
+  for (int i = 0; i < s->n_kv; i++)
+    if (!strcmp(s->kv[i].key, key)) {
+      snprintf(s->kv[i].value, sizeof s->kv[i].value, "%s", value);
+      return 0;
+    }
+  nto_kv *kv = realloc(s->kv, (size_t)(s->n_kv + 1) * sizeof *kv);
+  if (!kv)
+    return NTO_ENOMEM;
+  s->kv = kv;
+  snprintf(kv[s->n_kv].key, sizeof kv[s->n_kv].key, "%s", key);
+  snprintf(kv[s->n_kv].value, sizeof kv[s->n_kv].value, "%s", value);
+  s->n_kv++;
+  return 0;
+}
+
+static int load_file(loader *L, nto_err *err);
+static int load_layer_sections(loader *L, nto_err *err);
+static void loader_init(loader *L, const char *path, nto_config *c);
+static void loader_free(loader *L);
+
+/*
+ * Rewrite the comma-separated layer names of list (an input_layers value)
+ * through map: a name equal to from[i] (n of them) becomes to[i]; with
+ * keep_others 0, any other name is returned in *bad (NTO_ECONFIG) and
+ * list is unchanged. out has NTO_CONF_STR bytes.
+ */
+static int map_names(const char *list, const char (*from)[NAME_MAX_LEN + 1],
+                     const char (*to)[NAME_MAX_LEN + 1], int n, int keep_others,
+                     char *out, char *bad, size_t bad_len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (const char *p = list; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char name[NTO_CONF_STR];
+    snprintf(name, sizeof name, "%.*s", (int)len, p);
+    strip_inplace(name);
+    lower_inplace(name);
+    const char *rep = NULL;
+    for (int i = 0; i < n && !rep; i++)
+      if (!strcmp(name, from[i]))
+        rep = to[i];
+    if (!rep && !keep_others) {
+      snprintf(bad, bad_len, "%s", name);
+      return NTO_ECONFIG;
+    }
+    used += (size_t)snprintf(out + used,
+                             used < NTO_CONF_STR ? NTO_CONF_STR - used : 0,
+                             "%s%s", used ? ", " : "", rep ? rep : name);
+    p = comma ? comma + 1 : p + len;
+  }
+  return used < NTO_CONF_STR ? 0 : NTO_ECONFIG;
+}
+
+/* list (input_layers) with the names of this file's backbone sections
+ * replaced by their last layers' into out (NTO_CONF_STR bytes). Returns 0,
+ * NTO_ECONFIG (too long) or NTO_ENOMEM. */
+static int map_ends(const loader *L, const char *list, char *out) {
+  int n = L->n_ends > 0 ? L->n_ends : 1;
+  char(*f)[NAME_MAX_LEN + 1] = calloc((size_t)n, sizeof *f);
+  char(*t)[NAME_MAX_LEN + 1] = calloc((size_t)n, sizeof *t);
+  int rc = f && t ? 0 : NTO_ENOMEM;
+  for (int i = 0; rc == 0 && i < L->n_ends; i++) {
+    snprintf(f[i], sizeof f[i], "%s", L->ends[i].section);
+    snprintf(t[i], sizeof t[i], "%s", L->ends[i].last);
+  }
+  char bad[2];
+  if (rc == 0)
+    rc = map_names(list, f, t, L->n_ends, 1, out, bad, sizeof bad);
+  free(f);
+  free(t);
+  return rc;
+}
+
+/* Keys of a section that includes a backbone: nntrainer's (its INI
+ * interpreter's getMergeableGraph); `type` is ignored there, as nntrainer
+ * ignores it. */
+static const char *const backbone_keys[] = {
+    "backbone",    "trainable", "input_layers", "input_shape", "inputlayer",
+    "outputlayer", "scalesize", "preload",      "type",        NULL};
+
+#define BACKBONE_DEPTH_MAX 8
+
+/* Layers [first, c->n_layers) of a backbone: keep those from the one named
+ * in (if given) through the one named out (if given), by file order, as
+ * nntrainer's getUnsortedLayers slices them. */
+static int slice_backbone(loader *L, const char *sec, int first, const char *in,
+                          const char *out, nto_err *err) {
+  nto_config *c = L->conf;
+  int lo = first, hi = c->n_layers - 1;
+  const char *names[2] = {in, out};
+  const char *keys[2] = {"inputlayer", "outputlayer"};
+  for (int k = 0; k < 2; k++) {
+    if (!names[k] || !names[k][0])
+      continue;
+    int at = -1;
+    for (int i = first; i < c->n_layers && at < 0; i++)
+      if (nto_streq(c->layers[i].name, names[k]))
+        at = i;
+    if (at < 0)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': the backbone has no layer '%s'",
+                         L->file, sec, keys[k], names[k]);
+    if (k == 0)
+      lo = at;
+    else
+      hi = at;
+  }
+  if (lo > hi)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] keys 'inputlayer', 'outputlayer': layer '%s' "
+                       "comes after '%s' in the backbone: no layers left",
+                       L->file, sec, in, out);
+  for (int i = first; i < c->n_layers; i++)
+    if (i < lo || i > hi)
+      free(c->layers[i].kv);
+  int kept = hi - lo + 1;
+  memmove(&c->layers[first], &c->layers[lo], (size_t)kept * sizeof *c->layers);
+  c->n_layers = first + kept;
+  return 0;
+}
+
+/*
+ * Name the backbone's layers [first, c->n_layers) as nntrainer's
+ * extendGraph does: the section's name, then the layer's (lowercase, no
+ * separator); their input_layers follow (a name outside the kept layers
+ * must be a layer already in the model). trainable, input_shape and
+ * input_layers of the section apply as nntrainer applies them.
+ */
+static int wire_backbone(loader *L, const char *sec, int first, int trainable,
+                         const char *shape, const char *inputs, nto_err *err) {
+  nto_config *c = L->conf;
+  int n = c->n_layers - first;
+  char(*from)[NAME_MAX_LEN + 1] = calloc((size_t)(n + first), sizeof *from);
+  char(*to)[NAME_MAX_LEN + 1] = calloc((size_t)(n + first), sizeof *to);
+  int rc = from && to ? 0 : nto_err_set(err, NTO_ENOMEM, "out of memory");
+  for (int i = 0; rc == 0 && i < n; i++) {
+    nto_section *s = &c->layers[first + i];
+    snprintf(from[i], sizeof from[i], "%s", s->name);
+    if (strlen(sec) + strlen(s->name) > NAME_MAX_LEN)
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': layer '%s' would be named "
+                       "'%s%s', longer than %d characters (shorten the "
+                       "section's name)",
+                       L->file, sec, s->name, sec, s->name, NAME_MAX_LEN);
+    else { /* lengths checked: fits */
+      size_t a = strlen(sec);
+      memcpy(to[i], sec, a);
+      memcpy(to[i] + a, s->name, strlen(s->name) + 1);
+    }
+  }
+  /* layers already in the model keep their names */
+  for (int i = 0; rc == 0 && i < first; i++) {
+    snprintf(from[n + i], sizeof from[n + i], "%s", c->layers[i].name);
+    snprintf(to[n + i], sizeof to[n + i], "%s", c->layers[i].name);
+  }
+  for (int i = 0; rc == 0 && i < n; i++) {
+    nto_section *s = &c->layers[first + i];
+    const char *in = nto_section_get(s, "input_layers");
+    char mapped[NTO_CONF_STR], bad[NTO_CONF_STR];
+    if (in && map_names(in, from, to, n + first, 0, mapped, bad, sizeof bad))
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'input_layers': no layer '%s' in the "
+                       "backbone's layers (of [%s] in %s) or before them",
+                       nto_section_file(c, s), s->name, bad, sec, L->file);
+    else if (in && set_kv(s, "input_layers", mapped))
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  for (int i = 0; rc == 0 && i < n; i++) {
+    nto_section *s = &c->layers[first + i];
+    snprintf(s->name, sizeof s->name, "%s", to[i]);
+    s->prefix = (int)strlen(sec);
+    if (set_kv(s, "trainable", trainable ? "true" : "false"))
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  nto_section *s0 = &c->layers[first];
+  if (rc == 0 && shape && set_kv(s0, "input_shape", shape))
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  if (rc == 0 && inputs) { /* a backbone section before: its last layer */
+    char mapped[NTO_CONF_STR];
+    if (map_ends(L, inputs, mapped) != 0)
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'input_layers': too long once mapped",
+                       L->file, sec);
+    else if (set_kv(s0, "input_layers", mapped) != 0)
+      rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
+  }
+  free(from);
+  free(to);
+  return rc;
+}
+
+/*
+ * Section sec with `backbone = path`: nntrainer's transfer-learning
+ * include. The layer sections of the INI at path (relative: to this
+ * file's directory; its [Model], [Optimizer] and data sections are
+ * ignored, as nntrainer ignores them) are inserted here, sliced by
+ * InputLayer/OutputLayer, named with sec as prefix, trainable as the
+ * section says (default false), the first one given input_shape and
+ * input_layers. TFLite and other external backbones are refused.
+ */
+static int insert_backbone(loader *L, const char *sec, const char *path,
+                           nto_err *err) {
+  int rc = load_keys(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++)
+    if (lookup(key_at(L, sec, i), backbone_keys) < 0)
+      rc = unknown_key(L, sec, key_at(L, sec, i), backbone_keys, err);
+  if (rc != 0)
+    return rc;
+  size_t pn = strlen(path);
+  if (pn >= 7 && nto_streq(path + pn - 7, ".tflite"))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': a TFLite backbone ('%s') is "
+                       "not supported: only layers written as INI sections "
+                       "are trained here",
+                       L->file, sec, path);
+  if (pn < 4 || !nto_streq(path + pn - 4, ".ini"))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': expected an .ini file, got "
+                       "'%s' (nntrainer runs other backbones through TFLite "
+                       "or NNStreamer, not supported here)",
+                       L->file, sec, path);
+  if (L->depth >= BACKBONE_DEPTH_MAX)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': backbones nested more than "
+                       "%d deep",
+                       L->file, sec, BACKBONE_DEPTH_MAX);
+  int trainable = 0;
+  double scale = 1.0;
+  const char *v;
+  if ((v = get(L, sec, "trainable")) && nto_parse_bool(v, &trainable, err))
+    return key_err(L, sec, "trainable", err);
+  if ((v = get(L, sec, "scalesize")) &&
+      parse_real(v, 0, 1, INFINITY, 1, &scale, err) != 0)
+    return key_err(L, sec, "scalesize", err);
+  if (scale != 1.0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'scalesize': only 1 is supported "
+                       "(scaling a backbone's layer sizes is not), got '%s'",
+                       L->file, sec, v);
+  if (get(L, sec, "preload") &&
+      (rc = warn(L, err,
+                 "%s: [%s] key 'preload': ignored, as nntrainer ignores it "
+                 "(load a backbone's weights with train --init-weights)",
+                 L->file, sec)) != 0)
+    return rc;
+
+  nto_config *c = L->conf;
+  char full[NTO_CONF_STR];
+  if ((rc = set_path(L, sec, "backbone", path, full, sizeof full, err)) != 0)
+    return rc;
+  struct stat fs, ps;
+  for (const loader *p = L; p && stat(full, &fs) == 0; p = p->parent)
+    if (stat(p->file, &ps) == 0 && ps.st_dev == fs.st_dev &&
+        ps.st_ino == fs.st_ino)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key 'backbone': '%s' is %s, which would "
+                         "include itself",
+                         L->file, sec, path,
+                         p == L ? "this file"
+                                : "a file that includes this one");
+  char **files = realloc(c->files, (size_t)(c->n_files + 1) * sizeof *files);
+  if (!files || !(files[c->n_files] = strdup(full))) {
+    if (files)
+      c->files = files;
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  }
+  c->files = files;
+  c->n_files++;
+
+  loader B;
+  loader_init(&B, c->files[c->n_files - 1], c);
+  B.file_idx = c->n_files;
+  B.depth = L->depth + 1;
+  B.parent = L;
+  int first = c->n_layers;
+  rc = load_file(&B, err);
+  if (rc == 0)
+    rc = load_layer_sections(&B, err);
+  loader_free(&B);
+  if (rc != 0 && L->depth == 0) /* the innermost message names its file */
+    return nto_err_prefix(err, rc, "%s: [%s] key 'backbone': ", L->file, sec);
+  if (rc != 0)
+    return rc;
+  if (c->n_layers == first)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'backbone': %s has no layer sections",
+                       L->file, sec, full);
+  rc = slice_backbone(L, sec, first, get(L, sec, "inputlayer"),
+                      get(L, sec, "outputlayer"), err);
+  if (rc == 0)
+    rc = wire_backbone(L, sec, first, trainable, get(L, sec, "input_shape"),
+                       get(L, sec, "input_layers"), err);
+  if (rc != 0)
+    return rc;
+  backbone_end *e = realloc(L->ends, (size_t)(L->n_ends + 1) * sizeof *e);
+  if (!e)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  L->ends = e;
+  snprintf(e[L->n_ends].section, sizeof e->section, "%s", sec);
+  snprintf(e[L->n_ends].last, sizeof e->last, "%s",
+           c->layers[c->n_layers - 1].name);
+  L->n_ends++;
+  return 0;
+}
+
+/*
+ * Layer keys of nntrainer's 2020 INI format, read by the layers with
+ * today's meaning (props.h nto_parse_regularizer_key), and their current
+ * spelling: a warning each. weight_decay is the old regularizer only as
+ * l2norm or none: today's nntrainer reads a number there, which the layer
+ * refuses (no warning then).
+ */
+static const char *const old_layer_keys[][2] = {
+    {"weight_decay", "weight_regularizer"},
+    {"weight_decay_lambda", "weight_regularizer_constant"},
+};
+
+static int warn_old_layer_keys(loader *L, const char *sec,
+                               const nto_section *out, nto_err *err) {
+  for (int i = 0; i < out->n_kv; i++) {
+    const nto_kv *kv = &out->kv[i];
+    for (size_t j = 0; j < sizeof old_layer_keys / sizeof old_layer_keys[0];
+         j++) {
+      if (strcmp(kv->key, old_layer_keys[j][0]) != 0 ||
+          (j == 0 && !nto_streq(kv->value, "l2norm") &&
+           !nto_streq(kv->value, "none")))
+        continue;
+      int rc = warn(L, err,
+                    "%s: [%s] key '%s': deprecated, read as %s (nntrainer's "
+                    "2020 layer key)",
+                    L->file, sec, kv->key, old_layer_keys[j][1]);
+      if (rc != 0)
+        return rc;
+    }
+  }
+  return 0;
+}
+
+/*
+ * Section sec of type loss_names[kind]: nntrainer's loss layer written as
+ * a section (current nntrainer: [loss] type = mse after the last layer),
+ * read as [Model] loss, which it wins over as in nntrainer (a graph
+ * whose output already is a loss layer gets none added). It must be the
+ * last layer section of the INI, fed by the one before it (checked in
+ * load_layer_sections); only type, name and input_layers are allowed.
+ */
+static int loss_section(loader *L, const char *sec, int kind, nto_err *err) {
+  static const char *const keys[] = {"type", "name", "input_layers", NULL};
+  int rc = load_keys(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++)
+    if (lookup(key_at(L, sec, i), keys) < 0)
+      rc = unknown_key(L, sec, key_at(L, sec, i), keys, err);
+  if (rc != 0)
+    return rc;
+  if (L->depth > 0 || L->loss_sec || L->conf->n_layers == 0)
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'type': a loss layer ('%s') is only "
+                       "allowed once, after the model's last layer, in the "
+                       "model's own INI",
+                       L->file, sec, get(L, sec, "type"));
+  const char *in = get(L, sec, "input_layers");
+  const char *last = L->conf->layers[L->conf->n_layers - 1].name;
+  if (in && !nto_streq(in, last))
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'input_layers': a loss layer takes the "
+                       "last layer ('%s') as input, got '%s'",
+                       L->file, sec, last, in);
+  L->conf->model.loss = kind == 1 ? NTO_LOSS_MSE : NTO_LOSS_CROSS;
+  L->loss_sec = sec;
+  L->loss_at = L->conf->n_layers;
+  return 0;
+}
+
+/* Layer section sec: copied as its key/value list, a loss layer read as
+ * the loss, or a backbone's sections inserted in its place. */
+static int copy_layer(loader *L, const char *sec, nto_err *err) {
+  const char *bb = get(L, sec, "backbone");
+  if (bb)
+    return insert_backbone(L, sec, bb, err);
+  const char *type = get(L, sec, "type");
+  int kind = type ? lookup_ci(type, loss_names) : -1;
+  if (kind >= 0)
+    return loss_section(L, sec, kind, err);
   int rc = load_keys(L, sec, err);
   if (rc != 0)
     return rc;
+  nto_section *out = push_layer(L, err);
+  if (!out)
+    return NTO_ENOMEM;
   snprintf(out->name, sizeof out->name, "%s", sec);
   if (L->nkeys > 0) {
     out->kv = calloc((size_t)L->nkeys, sizeof *out->kv);
@@ -1486,23 +1930,10 @@ static int copy_layer(loader *L, const char *sec, nto_section *out,
     snprintf(out->kv[i].value, sizeof out->kv[i].value, "%s", value_at(L, i));
   }
   out->n_kv = L->nkeys;
-  const char *bb = nto_section_get(out, "backbone");
-  size_t bn = bb ? strlen(bb) : 0;
-  if (bb && bn >= 7 && nto_streq(bb + bn - 7, ".tflite"))
-    return nto_err_set(err, NTO_ECONFIG,
-                       "%s: [%s] key 'backbone': a TFLite backbone ('%s') is "
-                       "not supported: only layers written as INI sections "
-                       "are trained here",
-                       L->file, sec, bb);
-  if (bb) /* nntrainer inserts the layer sections of another INI here */
-    return nto_err_set(err, NTO_ECONFIG,
-                       "%s: [%s] key 'backbone': backbones ('%s') are not "
-                       "supported yet: copy its layer sections into this "
-                       "file",
-                       L->file, sec, bb);
   if (!nto_section_get(out, "type"))
     return missing_key(L, sec, "type", err);
-  return rename_old_type(L, sec, out, err);
+  rc = rename_old_type(L, sec, out, err);
+  return rc != 0 ? rc : warn_old_layer_keys(L, sec, out, err);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1578,10 +2009,48 @@ static int load_data(loader *L, const char *const *sec_name, nto_config *c,
   return rc;
 }
 
+/*
+ * The layer sections of L's file, in file order, appended to c->layers
+ * (backbones expanded); then the input_layers that name one of the file's
+ * backbone sections name its last layer.
+ */
+static int load_layer_sections(loader *L, nto_err *err) {
+  nto_config *c = L->conf;
+  int nsec = iniparser_getnsec(L->d), first = c->n_layers, rc = 0;
+  for (int i = 0; rc == 0 && i < nsec; i++) {
+    const char *s = iniparser_getsecname(L->d, i);
+    if (strlen(s) > NAME_MAX_LEN)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%.*s...] expected a section name of at most %d "
+                         "characters",
+                         L->file, 40, s, NAME_MAX_LEN);
+    if (lookup(s, special) < 0)
+      rc = copy_layer(L, s, err);
+  }
+  if (rc == 0 && L->loss_sec && L->loss_at != c->n_layers)
+    rc = nto_err_set(err, NTO_ECONFIG,
+                     "%s: [%s]: a loss layer must be the last layer section "
+                     "(layers follow it)",
+                     L->file, L->loss_sec);
+  for (int i = first; rc == 0 && L->n_ends && i < c->n_layers; i++) {
+    nto_section *s = &c->layers[i];
+    const char *in = nto_section_get(s, "input_layers");
+    char mapped[NTO_CONF_STR];
+    if (s->file != L->file_idx || !in)
+      continue;
+    if (map_ends(L, in, mapped) != 0)
+      rc = nto_err_set(err, NTO_ECONFIG,
+                       "%s: [%s] key 'input_layers': too long once mapped",
+                       L->file, s->name);
+    else if (set_kv(s, "input_layers", mapped) != 0)
+      rc = nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  }
+  return rc;
+}
+
 static int load_dict(loader *L, nto_config *c, nto_err *err) {
   int nsec = iniparser_getnsec(L->d);
   const char *sec_name[S_COUNT] = {NULL};
-  int n_layer = 0;
 
   for (int i = 0; i < nsec; i++) {
     const char *s = iniparser_getsecname(L->d, i);
@@ -1593,11 +2062,12 @@ static int load_dict(loader *L, nto_config *c, nto_err *err) {
     int k = lookup(s, special);
     if (k >= 0)
       sec_name[k] = s;
-    else
-      n_layer++;
   }
   if (!sec_name[S_MODEL])
-    return nto_err_set(err, NTO_ECONFIG, "%s: missing [Model] section",
+    return nto_err_set(err, NTO_ECONFIG,
+                       "%s: missing [Model] section (a file of layer sections "
+                       "only is a backbone: include it from a model's INI "
+                       "with `backbone = FILE`)",
                        L->file);
 
   int rc = parse_model(L, sec_name[S_MODEL], &c->model, err);
@@ -1605,24 +2075,9 @@ static int load_dict(loader *L, nto_config *c, nto_err *err) {
     rc = load_optimizer(L, sec_name, c, err);
   if (rc == 0)
     rc = load_data(L, sec_name, c, err);
-  if (rc != 0)
-    return rc;
-
-  if (n_layer > 0) {
-    c->layers = calloc((size_t)n_layer, sizeof *c->layers);
-    if (!c->layers)
-      return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
-  }
-  for (int i = 0; i < nsec; i++) {
-    const char *s = iniparser_getsecname(L->d, i);
-    if (lookup(s, special) >= 0)
-      continue;
-    rc = copy_layer(L, s, &c->layers[c->n_layers], err);
-    c->n_layers++; /* counted even on failure so free releases its kv */
-    if (rc != 0)
-      return rc;
-  }
-  return 0;
+  if (rc == 0)
+    rc = load_layer_sections(L, err);
+  return rc;
 }
 
 static void set_defaults(nto_config *c) {
@@ -1637,21 +2092,32 @@ static void set_defaults(nto_config *c) {
   c->lr.kind = NTO_LR_CONSTANT;
 }
 
-int nto_config_load(nto_config *c, const char *path, nto_err *err) {
-  memset(c, 0, sizeof *c);
-  nto_err_clear(err);
-  if (copy_str(c->path, sizeof c->path, path) != 0)
-    return nto_err_set(err, NTO_EINVAL, "%.64s...: path too long", path);
-  set_defaults(c);
-
-  loader L = {.file = path, .conf = c};
+/* A loader for the INI at path (kept by reference) into c. */
+static void loader_init(loader *L, const char *path, nto_config *c) {
+  memset(L, 0, sizeof *L);
+  L->file = path;
+  L->conf = c;
   const char *slash = strrchr(path, '/');
   size_t dlen = slash ? (size_t)(slash - path) + 1 : 0; /* with the '/' */
-  if (dlen >= sizeof L.dir)
-    dlen = sizeof L.dir - 1;
-  memcpy(L.dir, path, dlen);
-  L.dir[dlen] = '\0';
+  if (dlen >= sizeof L->dir)
+    dlen = sizeof L->dir - 1;
+  memcpy(L->dir, path, dlen);
+  L->dir[dlen] = '\0';
+}
 
+static void loader_free(loader *L) {
+  free(L->keys);
+  L->keys = NULL;
+  free(L->ends);
+  L->ends = NULL;
+  if (L->d)
+    iniparser_freedict(L->d);
+  L->d = NULL;
+}
+
+/* Check that L->file is a regular text file and parse it into L->d. */
+static int load_file(loader *L, nto_err *err) {
+  const char *path = L->file;
   /* Opened without blocking and checked to be a regular file before the
    * readers below (each opens it by name): opening a FIFO for reading
    * waits for a writer, forever if none comes. */
@@ -1672,29 +2138,39 @@ int nto_config_load(nto_config *c, const char *path, nto_err *err) {
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "a device");
 
-  int trc = check_text(path, err);
-  if (trc == 0)
-    trc = check_continued_comments(path, err);
-  if (trc != 0)
-    return trc;
+  int rc = check_text(path, err);
+  if (rc == 0)
+    rc = check_continued_comments(path, err);
+  if (rc != 0)
+    return rc;
 
   ini_msg[0] = '\0';
   ini_nmsg = 0;
   iniparser_set_error_callback(ini_capture);
-  L.d = iniparser_load(path);
+  L->d = iniparser_load(path);
   iniparser_set_error_callback(NULL);
 
-  int rc;
   if (ini_nmsg > 0)
-    rc = ini_error(path, err);
-  else if (!L.d)
-    rc = nto_err_set(err, NTO_ENOMEM, "%s: out of memory while parsing", path);
-  else if ((rc = scan_duplicates(path, err)) == 0)
-    rc = load_dict(&L, c, err);
+    return ini_error(path, err);
+  if (!L->d)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory while parsing",
+                       path);
+  return scan_duplicates(path, err);
+}
 
-  free(L.keys);
-  if (L.d)
-    iniparser_freedict(L.d);
+int nto_config_load(nto_config *c, const char *path, nto_err *err) {
+  memset(c, 0, sizeof *c);
+  nto_err_clear(err);
+  if (copy_str(c->path, sizeof c->path, path) != 0)
+    return nto_err_set(err, NTO_EINVAL, "%.64s...: path too long", path);
+  set_defaults(c);
+
+  loader L;
+  loader_init(&L, path, c);
+  int rc = load_file(&L, err);
+  if (rc == 0)
+    rc = load_dict(&L, c, err);
+  loader_free(&L);
   if (rc != 0)
     nto_config_free(c);
   return rc;
@@ -1707,12 +2183,28 @@ void nto_config_free(nto_config *c) {
     free(c->layers[i].kv);
   free(c->layers);
   c->layers = NULL;
-  c->n_layers = 0;
+  c->n_layers = c->layers_cap = 0;
+  for (int i = 0; i < c->n_files; i++)
+    free(c->files[i]);
+  free(c->files);
+  c->files = NULL;
+  c->n_files = 0;
   for (int i = 0; i < c->n_warnings; i++)
     free(c->warnings[i]);
   free(c->warnings);
   c->warnings = NULL;
   c->n_warnings = 0;
+}
+
+const char *nto_section_file(const nto_config *c, const nto_section *s) {
+  return s->file > 0 && s->file <= c->n_files ? c->files[s->file - 1] : c->path;
+}
+
+const char *nto_section_file_of(const nto_config *c, const char *name) {
+  for (int i = 0; i < c->n_layers; i++)
+    if (!strcmp(c->layers[i].name, name))
+      return nto_section_file(c, &c->layers[i]);
+  return c->path;
 }
 
 const char *nto_section_get(const nto_section *s, const char *key) {

@@ -20,10 +20,15 @@
  * nto_config.warnings (the core never prints; the app shows them):
  * [Model] optimizer, learning_rate, decay_rate, decay_steps, beta1, beta2
  * and epsilon (the optimizer before [Optimizer] existed), the [DataSet]
- * section (before [train_set] ...), and the layer types of nntrainer's
- * first INI format (InputLayer, FullyConnectedLayer, ...). Keys nntrainer
- * reads that this trainer does not apply yet (continue_train = true,
- * save_best_path) are accepted with a warning that says so. Relative paths
+ * section (before [train_set] ...), the layer types of nntrainer's
+ * first INI format (InputLayer, FullyConnectedLayer, ...), and its 2020
+ * layer keys weight_decay = l2norm|none and weight_decay_lambda (today's
+ * weight_regularizer and weight_regularizer_constant; the layers read
+ * either spelling, props.h nto_parse_regularizer_key). A section
+ * with `backbone = FILE.ini` stands for the layer sections of that INI,
+ * inserted as nntrainer's INI interpreter inserts them (names prefixed
+ * with the section's, trainable = false unless the section says
+ * otherwise; docs/ini-reference.md). Relative paths
  * (save_path, save_best_path, memory_swap_path, data paths) are relative
  * to the INI file's directory, as nntrainer resolves them.
  */
@@ -51,29 +56,37 @@ typedef struct nto_kv {
   char value[NTO_CONF_STR];
 } nto_kv;
 
-/* A layer section, in file order. */
+/* A layer section, in file order (a backbone's sections where its
+ * [section] with `backbone = FILE.ini` stood). */
 typedef struct nto_section {
-  char name[64]; /* lowercase: iniparser lowercases section names */
+  char name[64]; /* lowercase: iniparser lowercases section names; a
+                    backbone's layer: the backbone section's name, then its
+                    own (nntrainer's prefix, no separator) */
   nto_kv *kv;
   int n_kv;
+  int file;   /* where it is written: 0 the INI itself (nto_config.path),
+                 k > 0 the backbone file nto_config.files[k - 1] */
+  int prefix; /* characters of name that the outermost backbone section
+                 added (0: none); name + prefix is the layer's name in
+                 the backbone file (nested backbones' prefixes kept) */
 } nto_section;
 
 typedef struct nto_model_conf {
-  int epochs;           /* default 1 */
-  nto_loss_kind loss;   /* "cross" (default) or "mse" */
-  int batch_size;       /* default 1 */
+  int epochs;                   /* default 1 */
+  nto_loss_kind loss;           /* "cross" (default) or "mse" */
+  int batch_size;               /* default 1 */
   char save_path[NTO_CONF_STR]; /* "" if absent; relative: joined to the
                                    INI's directory */
   /* Swap settings (nntrainer memory_swap* / fsu* keys; used by offload). */
-  int memory_swap;                 /* 0/1, default 0 */
-  char swap_lookahead[32];         /* "" if absent; an int or "auto" */
-  char swap_path[NTO_CONF_STR];    /* "" if absent; relative: joined to the
-                                      INI's directory */
-  char memory_budget[32];          /* "" if absent; e.g. "64M" */
+  int memory_swap;              /* 0/1, default 0 */
+  char swap_lookahead[32];      /* "" if absent; an int or "auto" */
+  char swap_path[NTO_CONF_STR]; /* "" if absent; relative: joined to the
+                                   INI's directory */
+  char memory_budget[32];       /* "" if absent; e.g. "64M" */
   int frozen_bn_batch; /* frozen_bn_statistics = batch (1) or running (0,
                           default): what frozen batch normalization
                           normalizes with in training (layer.h) */
-  /* nntrainer keys read but not applied yet (a warning says so). */
+  /* Applied by the train command. */
   int continue_train; /* continue_train, bool, default 0: nntrainer's
                          "continue from the saved weights and optimizer
                          state" */
@@ -128,6 +141,9 @@ typedef struct nto_config {
   nto_data_conf train_set, valid_set, test_set;
   nto_section *layers; /* every other section, file order */
   int n_layers;
+  int layers_cap; /* allocated entries of layers */
+  char **files;   /* backbone INI files read (paths as resolved) */
+  int n_files;
   /* One line per deprecated spelling read or setting not applied, in file
    * order, without a trailing newline, naming the file, section and key,
    * e.g. "m.ini: [model] key 'learning_rate': deprecated, read as
@@ -153,6 +169,12 @@ void nto_config_free(nto_config *c);
 
 /* Value of key (lowercase) in section s, or NULL. */
 const char *nto_section_get(const nto_section *s, const char *key);
+
+/* The file section s was written in (c->path or a backbone's), for
+ * messages. The section named name, or NULL; nto_section_file_of(c, name)
+ * is its file, c->path if there is none. */
+const char *nto_section_file(const nto_config *c, const nto_section *s);
+const char *nto_section_file_of(const nto_config *c, const char *name);
 
 /* Parse a byte size "64M", "1.5G", "4096", "512K" (powers of 1024).
  * Returns 0 or NTO_ECONFIG. */

@@ -190,6 +190,10 @@ static int loss_step(const nto_exec *e, const float *y, int valid, int grad,
     g = tt->o.fused ? T(e, tt->edge_t[last][0]) : T(e, tt->loss_grad_t);
   double loss = nto_loss_compute(e->form, T(e, tt->out_t[tt->o.logits_layer]),
                                  y, n, k, valid, g);
+  /* the weight regularizers' term, as nntrainer reports it: each layer's
+   * forward of this pass computed its own while its weights were
+   * resident (layer.h reg_loss) */
+  loss += nto_loss_regularization(tt->g->layers, tt->L);
   st->loss = loss;
   st->samples = valid;
   st->correct = nto_count_correct(T(e, tt->out_t[last]), y, k, valid);

@@ -20,7 +20,8 @@
 
 /* Result of one pass. */
 typedef struct nto_step_stats {
-  double loss; /* mean loss over the valid samples */
+  double loss; /* mean loss over the valid samples, plus the weight
+                  regularizers' term (loss.h nto_loss_regularization) */
   int correct; /* samples whose argmax matches the label's */
   int samples; /* valid samples */
 } nto_step_stats;

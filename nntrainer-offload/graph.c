@@ -12,8 +12,10 @@
 typedef struct proto {
   nto_layer l;
   char inputs[NTO_MAX_INPUTS][NTO_NAME_MAX];
-  int n_inputs;        /* -1: default (previous proto) */
-  int section;         /* config section index it came from */
+  int out_idx[NTO_MAX_INPUTS]; /* nntrainer's "name(k)": output k of that
+                                  layer (0 when not written) */
+  int n_inputs;                /* -1: default (previous proto) */
+  int section;                 /* config section index it came from */
   int redirect;        /* 1: references to this name mean the next proto (its
                           realized activation) */
   int realized;        /* 1: a realized activation, reading its base layer */
@@ -76,7 +78,23 @@ static void trim_copy(char *dst, size_t len, const char *s, size_t n) {
   dst[n] = '\0';
 }
 
-/* Parse "a, b" into p->inputs. */
+/* nntrainer's "name(k)" (how its exported INIs name output k of a
+ * layer): k, with name cut to the layer's name; 0 for a plain name (-1
+ * for "name(" without a number). */
+static int output_index(char *name) {
+  size_t n = strlen(name);
+  char *open = strrchr(name, '(');
+  if (!open || n < 3 || name[n - 1] != ')' || open == name)
+    return 0;
+  char *end;
+  long k = strtol(open + 1, &end, 10);
+  if (end != name + n - 1 || end == open + 1 || k < 0 || k > 1 << 20)
+    return -1;
+  *open = '\0';
+  return (int)k;
+}
+
+/* Parse "a, b" into p->inputs (and "a(k)" into p->out_idx). */
 static int parse_inputs(builder *b, proto *p, const char *sec, const char *v) {
   p->n_inputs = 0;
   const char *s = v;
@@ -87,20 +105,71 @@ static int parse_inputs(builder *b, proto *p, const char *sec, const char *v) {
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s] key 'input_layers': at most %d inputs, got "
                          "'%s'",
-                         b->c->path, sec, NTO_MAX_INPUTS, v);
+                         nto_section_file_of(b->c, sec), sec, NTO_MAX_INPUTS,
+                         v);
     char *dst = p->inputs[p->n_inputs];
     trim_copy(dst, NTO_NAME_MAX, s, n);
+    p->out_idx[p->n_inputs] = output_index(dst);
+    if (p->out_idx[p->n_inputs] < 0)
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'input_layers': expected NAME or "
+                         "NAME(OUTPUT), got '%s'",
+                         nto_section_file_of(b->c, sec), sec, dst);
     if (dst[0] == '\0')
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s] key 'input_layers': expected a "
                          "comma-separated list of layer names, got '%s'",
-                         b->c->path, sec, v);
+                         nto_section_file_of(b->c, sec), sec, v);
     p->n_inputs++;
     if (!comma)
       break;
     s = comma + 1;
   }
   return 0;
+}
+
+/*
+ * nntrainer's built-in layer types (its app_context registrations) that
+ * this trainer does not have, each with what it is, so that a refusal
+ * names the feature: NULL for a type nntrainer does not have either.
+ */
+static const char *nntrainer_type(const char *type) {
+  static const char *const kinds[][2] = {
+      {"rnn", "a recurrent layer"},
+      {"rnncell", "a recurrent layer"},
+      {"lstm", "a recurrent layer (LSTM)"},
+      {"lstmcell", "a recurrent layer (LSTM)"},
+      {"zoneout_lstmcell", "a recurrent layer (LSTM)"},
+      {"gru", "a recurrent layer (GRU)"},
+      {"grucell", "a recurrent layer (GRU)"},
+      {"time_dist", "a recurrent wrapper"},
+      {"embedding", "an embedding layer"},
+      {"split", "a split layer"},
+      {"attention", "an attention layer"},
+      {"mol_attention", "an attention layer"},
+      {"multi_head_attention", "an attention layer"},
+      {"positional_encoding", "a sequence layer"},
+      {"layer_normalization", "layer normalization"},
+      {"conv1d", "a 1-D convolution"},
+      {"conv2d_transpose", "a transposed convolution"},
+      {"upsample2d", "upsampling"},
+      {"permute", "a permute layer"},
+      {"reshape", "a reshape layer"},
+      {"identity", "an identity layer"},
+      {"centroid_knn", "a k-nearest-neighbour classifier"},
+      {"preprocess_flip", "a preprocessing layer"},
+      {"preprocess_translate", "a preprocessing layer"},
+      {"preprocess_l2norm", "a preprocessing layer"},
+      {"backbone_nnstreamer", "an external backbone"},
+      {"backbone_tflite", "a TFLite backbone"},
+      {"weight", "a weight layer"},
+      {"tensor", "a tensor layer"},
+      {"constant_derivative", "a test loss layer"},
+  };
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (nto_streq(type, kinds[i][0]))
+      return kinds[i][1];
+  return NULL;
 }
 
 /* The ops of section s's `type` into *ops; an error names a missing or
@@ -111,14 +180,23 @@ static int section_ops(builder *b, const nto_section *s,
   *ops = type ? nto_layer_find(type) : NULL;
   if (!type)
     return nto_err_set(b->err, NTO_ECONFIG, "%s: [%s] missing key 'type'",
-                       b->c->path, s->name);
+                       nto_section_file_of(b->c, s->name), s->name);
   if (!*ops) {
     char list[512];
     nto_layer_type_list(list, sizeof list);
+    const char *what = nntrainer_type(type);
+    if (what)
+      return nto_err_set(b->err, NTO_ECONFIG,
+                         "%s: [%s] key 'type': nntrainer's '%s' layer is not "
+                         "supported (%s; the layers here: %s)",
+                         nto_section_file_of(b->c, s->name), s->name, type,
+                         what, list);
     return nto_err_set(b->err, NTO_ECONFIG,
                        "%s: [%s] key 'type': unknown layer type '%s' "
-                       "(expected one of: %s)",
-                       b->c->path, s->name, type, list);
+                       "(expected one of: %s; not one of nntrainer's "
+                       "built-in layers either: a custom plugin layer? "
+                       "those are not supported)",
+                       nto_section_file_of(b->c, s->name), s->name, type, list);
   }
   return 0;
 }
@@ -139,8 +217,8 @@ static int generated(builder *b, int si, const nto_layer_ops *ops,
   g->gen_key = key;
   int rc = ops->set_prop(&g->l, key, value, b->err);
   if (rc != 0)
-    return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ", b->c->path,
-                          s->name, key);
+    return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ",
+                          nto_section_file_of(b->c, s->name), s->name, key);
   return 0;
 }
 
@@ -152,13 +230,28 @@ static int add_input_proto(builder *b, int si, const char *shape) {
     return nto_err_set(b->err, NTO_ECONFIG,
                        "%s: [%s] key 'input_shape': only allowed on a layer "
                        "without input_layers",
-                       b->c->path, s->name);
+                       nto_section_file_of(b->c, s->name), s->name);
   proto *ip;
   int rc =
       generated(b, si, &nto_input_layer, "input", "input_shape", shape, &ip);
   if (rc == 0)
     ip->n_inputs = 0;
   return rc;
+}
+
+/* A layer key of nntrainer's first INI format and what replaced it, or
+ * NULL. */
+static const char *first_format_key(const char *key) {
+  static const char *const keys[][2] = {
+      {"hiddensize", "input_shape (input) or unit (fully_connected)"},
+      {"bias_zero", "bias_initializer = zeros"},
+      {"softmax", "activation = softmax"},
+      {"id", "nothing: sections are taken in file order"},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (!strcmp(key, keys[i][0]))
+      return keys[i][1];
+  return NULL;
 }
 
 /* Section s's keys into proto p (of ops): inputs, trainable, the layer's
@@ -178,7 +271,7 @@ static int apply_keys(builder *b, const nto_section *s, proto *p,
         return nto_err_set(b->err, NTO_ECONFIG,
                            "%s: [%s] key '%s': an input layer takes no "
                            "inputs",
-                           b->c->path, s->name, key);
+                           nto_section_file_of(b->c, s->name), s->name, key);
       rc = parse_inputs(b, p, s->name, val);
       if (rc != 0)
         return rc;
@@ -191,14 +284,22 @@ static int apply_keys(builder *b, const nto_section *s, proto *p,
       continue;
     } else {
       rc = ops->set_prop(&p->l, key, val, b->err);
+      if (rc == NTO_ENOKEY && first_format_key(key))
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s] key '%s': a key of nntrainer's first "
+                           "INI format (2020), which nntrainer no longer "
+                           "reads either: write %s",
+                           nto_section_file_of(b->c, s->name), s->name, key,
+                           first_format_key(key));
       if (rc == NTO_ENOKEY)
         return nto_err_set(b->err, NTO_ECONFIG,
                            "%s: [%s] unknown key '%s' for layer type '%s'",
-                           b->c->path, s->name, key, ops->type);
+                           nto_section_file_of(b->c, s->name), s->name, key,
+                           ops->type);
     }
     if (rc != 0)
-      return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ", b->c->path,
-                            s->name, key);
+      return nto_err_prefix(b->err, rc, "%s: [%s] key '%s': ",
+                            nto_section_file_of(b->c, s->name), s->name, key);
   }
   return 0;
 }
@@ -264,13 +365,13 @@ static int check_names(const builder *b) {
       const proto *gen = sec == &b->p[i] ? &b->p[j] : &b->p[i];
       const char *sname = b->c->layers[sec->section].name;
       if (!gen->gen_key)
-        return nto_err_set(b->err, NTO_ECONFIG,
-                           "%s: [%s]: layer name '%s' given twice", b->c->path,
-                           sname, sec->l.name);
+        return nto_err_set(
+            b->err, NTO_ECONFIG, "%s: [%s]: layer name '%s' given twice",
+            nto_section_file_of(b->c, sname), sname, sec->l.name);
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s]: layer name '%s' is already the name of "
                          "the %s layer that [%s] key '%s' adds",
-                         b->c->path, sname, sec->l.name,
+                         nto_section_file_of(b->c, sname), sname, sec->l.name,
                          gen->realized ? "activation" : "input",
                          b->c->layers[gen->section].name, gen->gen_key);
     }
@@ -299,7 +400,7 @@ static int wire(builder *b) {
                            "%s: [%s] missing key 'input_layers' (the first "
                            "layer must be an input layer or have "
                            "input_shape)",
-                           b->c->path, sec);
+                           nto_section_file_of(b->c, sec), sec);
       p->n_inputs = 1;
       set_name(p->inputs[0], b->p[prev].l.name);
     }
@@ -309,7 +410,15 @@ static int wire(builder *b) {
       if (j < 0)
         return nto_err_set(b->err, NTO_ECONFIG,
                            "%s: [%s] key 'input_layers': unknown layer '%s'",
-                           b->c->path, sec, p->inputs[k]);
+                           nto_section_file_of(b->c, sec), sec, p->inputs[k]);
+      /* a multiout layer gives every consumer the same tensor: output k
+       * of it is that tensor; other layers have output 0 only */
+      if (p->out_idx[k] != 0 && b->p[j].l.ops != &nto_multiout_layer)
+        return nto_err_set(b->err, NTO_ECONFIG,
+                           "%s: [%s] key 'input_layers': '%s(%d)': layer "
+                           "'%s' has one output, (0)",
+                           nto_section_file_of(b->c, sec), sec, p->inputs[k],
+                           p->out_idx[k], p->inputs[k]);
       p->l.in[k] = j;
     }
     const nto_layer_ops *ops = p->l.ops;
@@ -318,14 +427,15 @@ static int wire(builder *b) {
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s] key 'input_layers': layer type '%s' takes "
                          "%d input%s, got %d",
-                         b->c->path, sec, ops->type, ops->min_inputs,
-                         ops->min_inputs == 1 ? "" : "s", p->l.n_in);
+                         nto_section_file_of(b->c, sec), sec, ops->type,
+                         ops->min_inputs, ops->min_inputs == 1 ? "" : "s",
+                         p->l.n_in);
     if (p->l.n_in < ops->min_inputs || p->l.n_in > ops->max_inputs)
       return nto_err_set(b->err, NTO_ECONFIG,
                          "%s: [%s] key 'input_layers': layer type '%s' takes "
                          "%d to %d inputs, got %d",
-                         b->c->path, sec, ops->type, ops->min_inputs,
-                         ops->max_inputs, p->l.n_in);
+                         nto_section_file_of(b->c, sec), sec, ops->type,
+                         ops->min_inputs, ops->max_inputs, p->l.n_in);
   }
   return 0;
 }
@@ -357,19 +467,19 @@ static int topo_sort(builder *b, int *order) {
       while (placed[i])
         i++;
       free(placed);
-      return nto_err_set(b->err, NTO_ECONFIG,
-                         "%s: [%s] key 'input_layers': cycle in the layer "
-                         "graph through '%s'",
-                         b->c->path, b->c->layers[b->p[i].section].name,
-                         b->p[i].l.name);
+      return nto_err_set(
+          b->err, NTO_ECONFIG,
+          "%s: [%s] key 'input_layers': cycle in the layer "
+          "graph through '%s'",
+          nto_section_file_of(b->c, b->c->layers[b->p[i].section].name),
+          b->c->layers[b->p[i].section].name, b->p[i].l.name);
     }
   }
   free(placed);
   return 0;
 }
 
-int nto_graph_nntrainer_order(const nto_graph *g, int *order,
-                              nto_err *err) {
+int nto_graph_nntrainer_order(const nto_graph *g, int *order, nto_err *err) {
   int n = g->n_layers, top = 0, done = 0;
   int *by_file = malloc((size_t)n * sizeof *by_file);
   int *stack = malloc((size_t)n * sizeof *stack);
@@ -583,8 +693,7 @@ int nto_graph_freeze(nto_graph *g, const nto_config *c, const char *until,
   return plan_all(g, c, err);
 }
 
-int nto_graph_frozen_bn_batch(nto_graph *g, const nto_config *c,
-                              nto_err *err) {
+int nto_graph_frozen_bn_batch(nto_graph *g, const nto_config *c, nto_err *err) {
   for (int i = 0; i < g->n_layers; i++)
     g->layers[i].frozen_batch_stats =
         g->layers[i].ops == &nto_batch_normalization_layer;

@@ -1,6 +1,7 @@
 /* layer.c - helpers of the layer interface. See layer.h. */
 #include "layer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,4 +71,30 @@ size_t nto_layer_param_count(const nto_layer *l) {
     if (l->w[j].trainable)
       n += nto_shape_numel(l->w[j].shape);
   return n;
+}
+
+double nto_layer_reg_loss(const nto_layer *l, float *const *w) {
+  double loss = 0.0;
+  if (!l->trainable)
+    return 0.0;
+  for (int j = 0; j < l->n_w; j++) {
+    if (!(l->w[j].l2 > 0.0f) || !l->w[j].trainable)
+      continue;
+    const float *x = w[j];
+    size_t n = nto_shape_numel(l->w[j].shape);
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++)
+      ss += (double)x[i] * x[i];
+    loss += 0.5 * (double)l->w[j].l2 * sqrt(ss);
+  }
+  return loss;
+}
+
+void nto_layer_reg_grad(const nto_layer *l, int j, const float *w, float *dw,
+                        size_t n) {
+  float c = l->w[j].l2;
+  if (!(c > 0.0f))
+    return;
+  for (size_t i = 0; i < n; i++)
+    dw[i] += c * w[i];
 }

@@ -46,6 +46,12 @@ typedef struct nto_weight_req {
                     all elements, else the trailing ndim dims of shape;
                     e.g. conv weight 4, bias 1, fc weight 2 */
   int tensor;    /* index in the model's tensor table (set by model) */
+  float l2;      /* the constant C of the weight's l2norm regularizer
+                    (props.h nto_regularizer), 0: none. Set by plan after
+                    nto_layer_add_weight; applied by the layer itself:
+                    forward sets reg_loss (nto_layer_reg_loss), backward
+                    and backward_weight_rows add C * w to the gradient
+                    (nto_layer_reg_grad) */
 } nto_weight_req;
 
 /* A tensor forward writes and backward reads (e.g. a dropout mask). */
@@ -199,6 +205,11 @@ struct nto_layer {
                              parameters frozen); gamma and beta still get
                              no gradient. 0: the running statistics.
                              Set before plan */
+  double reg_loss; /* the regularizers' term of the loss for the weights
+                      the layer's last forward read (nto_layer_reg_loss),
+                      0 without one; written by forward, training or not
+                      (not by replay). The loss adds every layer's
+                      (loss.h nto_loss_regularization) */
 };
 
 /*
@@ -222,6 +233,28 @@ int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape);
  * when it trains (batch-norm running statistics not counted), frozen or
  * not. After plan. */
 size_t nto_layer_param_count(const nto_layer *l);
+
+/*
+ * The regularizers' term of the loss from the layer's weights w[j]
+ * (l->w[j].shape floats each; read only where l->w[j].l2 > 0): the sum over
+ * its weights with an l2norm regularizer of 0.5 * C * ||w[j]|| (the
+ * Euclidean norm, computed in double in element order), as nntrainer adds
+ * Weight::getRegularizationLoss to the loss. 0 for a frozen layer (l->trainable
+ * 0) and for weights without a gradient: nntrainer counts the weights that
+ * have one. Deterministic; calling thread (forward's).
+ */
+double nto_layer_reg_loss(const nto_layer *l, float *const *w);
+
+/*
+ * The regularizer's term of the gradient of weight j: dw[i] += C * w[i]
+ * for i in [0, n) (C = l->w[j].l2, in float, as nntrainer's
+ * Weight::calcRegularizationGradient); nothing when C is 0. w and dw are
+ * the same n elements of the weight and of its gradient (a chunk of rows
+ * passes both at the chunk's offset). Callers call it only where the
+ * gradient is computed (dw not NULL: the layer trains). Calling thread.
+ */
+void nto_layer_reg_grad(const nto_layer *l, int j, const float *w, float *dw,
+                        size_t n);
 
 /* Start of a plan that may run again on the same layer: clears the
  * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input,

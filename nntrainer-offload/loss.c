@@ -66,6 +66,13 @@ double nto_loss_compute(nto_loss_form f, const float *z, const float *y, int n,
   return f == NTO_LOSSF_SOFTMAX_CE ? total / valid : total * inv;
 }
 
+double nto_loss_regularization(const nto_layer *layers, int n) {
+  double r = 0.0;
+  for (int i = 0; i < n; i++)
+    r += layers[i].reg_loss;
+  return r;
+}
+
 int nto_count_correct(const float *out, const float *y, int k, int valid) {
   int c = 0;
   for (int b = 0; b < valid; b++)

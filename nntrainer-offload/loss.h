@@ -39,6 +39,18 @@ nto_loss_form nto_loss_form_for(nto_loss_kind k, nto_out_kind out, int *fused);
 double nto_loss_compute(nto_loss_form f, const float *z, const float *y,
                         int n, int k, int valid, float *grad);
 
+/*
+ * The regularizers' term of the loss (layer.h reg_loss): the sum of
+ * layers[0..n)'s reg_loss, in layer order, each set by the layer's forward
+ * of this pass. nntrainer's reported loss is the data loss plus this term,
+ * in training and in validation alike (its LayerNode::forwarding sets each
+ * layer's loss to its weights' regularization loss, and
+ * NeuralNetwork::getLoss sums the layers'): the executor adds it to
+ * nto_loss_compute's mean once every forward of the pass has run. 0 when no
+ * weight has a regularizer.
+ */
+double nto_loss_regularization(const nto_layer *layers, int n);
+
 /* Number of samples among the first valid (rows of k values) whose
  * argmax(out) == argmax(y). */
 int nto_count_correct(const float *out, const float *y, int k, int valid);

@@ -402,8 +402,25 @@ static int named(nto_model *m, nto_named_tensor *nt, const char *name,
   return 0;
 }
 
+/* Characters of layer name that a backbone section put before the name
+ * the layer has in the backbone's INI (config.h nto_section.prefix): of
+ * the section named name, or whose name and a '/' begin it (a layer the
+ * graph adds for a section); 0 if none. */
+static int backbone_prefix(const nto_config *c, const char *name) {
+  if (c->n_files == 0)
+    return 0;
+  for (int i = 0; i < c->n_layers; i++) {
+    const nto_section *s = &c->layers[i];
+    size_t n = strlen(s->name);
+    if (s->prefix > 0 && !strncmp(name, s->name, n) &&
+        (name[n] == '\0' || name[n] == '/'))
+      return s->prefix;
+  }
+  return 0;
+}
+
 /* Weight j of layer l as a named tensor "<layer>.<weight>" with its export
- * rank's dims. */
+ * rank's dims; alt_name without a backbone's prefix. */
 static int named_weight(nto_model *m, nto_named_tensor *nt, const nto_layer *l,
                         int j, nto_err *err) {
   char name[2 * NTO_NAME_MAX];
@@ -417,6 +434,9 @@ static int named_weight(nto_model *m, nto_named_tensor *nt, const nto_layer *l,
     d[0] = (int)nto_shape_numel(s);
   int rc = named(m, nt, name, d, nd, l->w[j].tensor, err);
   nt->param = l->w[j].trainable;
+  int prefix = rc == 0 ? backbone_prefix(m->conf, l->name) : 0;
+  if (prefix > 0 && !(nt->alt_name = strdup(name + prefix)))
+    rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
   return rc;
 }
 
@@ -476,8 +496,10 @@ int nto_model_weights_bin(nto_model *m, nto_named_tensor **out, int *n,
 void nto_model_weights_free(nto_named_tensor *ts, int n) {
   if (!ts)
     return;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     free((char *)ts[i].name);
+    free((char *)ts[i].alt_name);
+  }
   free(ts);
 }
 

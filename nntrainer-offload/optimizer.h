@@ -12,6 +12,10 @@
  *          w -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
  *   AdamW: w *= 1 - lr*wd, then Adam with wd = 0
  *          (Kingma & Ba 2015; Loshchilov & Hutter 2019).
+ * g arrives with a layer's weight regularizer term C * w already added by
+ * the layer (props.h nto_regularizer; nntrainer adds it before its
+ * optimizer too), per update chunk when the gradient is computed by rows;
+ * wd is the optimizer's own, on every weight.
  * Executor thread only.
  */
 #ifndef NTO_OPTIMIZER_H

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -237,4 +238,96 @@ int nto_parse_weight_bias_key(const char *key, const char *v,
   if (strcmp(key, "disable_bias") == 0)
     return nto_parse_bool(v, disable_bias, err);
   return NTO_ENOKEY;
+}
+
+void nto_regularizer_defaults(nto_regularizer *r) {
+  r->l2norm = 0;
+  r->constant = 1.0;
+  r->kind_key = r->constant_key = NULL;
+}
+
+/* The regularizer keys: today's spelling, then nntrainer's 2020 one. */
+static const char *const reg_kind_keys[] = {"weight_regularizer",
+                                            "weight_decay"};
+static const char *const reg_constant_keys[] = {"weight_regularizer_constant",
+                                                "weight_decay_lambda"};
+
+/* nntrainer's current weight_decay / bias_decay = D (a number): the
+ * update adds D times the weight (the bias) to its gradient, with no loss
+ * term. D = 0, as nntrainer's own exported INIs write it, changes nothing
+ * and is accepted; other values are refused, naming the feature. Returns
+ * 0, NTO_ECONFIG, or NTO_ENOKEY when v is not a number. */
+static int numeric_decay(const char *key, const char *v, nto_err *err);
+
+int nto_parse_decay_key(const char *key, const char *v, nto_err *err) {
+  if (strcmp(key, "weight_decay") != 0 && strcmp(key, "bias_decay") != 0)
+    return NTO_ENOKEY;
+  int rc = numeric_decay(key, v, err);
+  return rc != NTO_ENOKEY ? rc
+                          : nto_err_set(err, NTO_ECONFIG,
+                                        "expected a number (0), got '%s'", v);
+}
+
+static int numeric_decay(const char *key, const char *v, nto_err *err) {
+  double d;
+  if (nto_parse_float(v, -FLT_MAX, FLT_MAX, &d, NULL) != 0)
+    return NTO_ENOKEY;
+  if (d == 0.0)
+    return 0;
+  return nto_err_set(err, NTO_ECONFIG,
+                     "nntrainer's %s = %s (a decay added to the gradient "
+                     "without a loss term) is not supported: only 0; "
+                     "weight_regularizer = l2norm with "
+                     "weight_regularizer_constant = %s adds the same "
+                     "gradient to the weight, with nntrainer's loss term",
+                     key, v, v);
+}
+
+int nto_parse_regularizer_key(const char *key, const char *v,
+                              nto_regularizer *r, nto_err *err) {
+  static const char *const kinds[] = {"l2norm", "none", NULL};
+  if (strcmp(key, "bias_decay") == 0)
+    return nto_parse_decay_key(key, v, err);
+  for (int s = 0; s < 2; s++) {
+    const char *kk = reg_kind_keys[s], *ck = reg_constant_keys[s];
+    int is_kind = strcmp(key, kk) == 0;
+    if (!is_kind && strcmp(key, ck) != 0)
+      continue;
+    const char *by = is_kind ? r->kind_key : r->constant_key;
+    if (by && strcmp(by, key) != 0)
+      return nto_err_set(err, NTO_ECONFIG, "same setting as '%s', given twice",
+                         by);
+    if (is_kind) {
+      int k;
+      if (nto_parse_enum(v, kinds, &k, NULL) != 0) {
+        int rc = s == 1 ? numeric_decay(key, v, err) : NTO_ENOKEY;
+        if (rc != NTO_ENOKEY) /* today's nntrainer: a number here */
+          return rc;
+        if (s == 1)
+          return nto_err_set(err, NTO_ECONFIG,
+                             "expected l2norm or none (nntrainer's 2020 "
+                             "spelling of weight_regularizer) or a number "
+                             "(today's decay, 0 only), got '%s'",
+                             v);
+        return nto_parse_enum(v, kinds, &k, err);
+      }
+      r->l2norm = k == 0;
+      r->kind_key = kk;
+      return 0;
+    }
+    double c;
+    if (nto_parse_float(v, 0.0, FLT_MAX, &c, NULL) != 0)
+      return nto_err_set(err, NTO_ECONFIG,
+                         "expected a number >= 0 (finite in float32), got "
+                         "'%s'",
+                         v);
+    r->constant = c;
+    r->constant_key = ck;
+    return 0;
+  }
+  return NTO_ENOKEY;
+}
+
+float nto_regularizer_l2(const nto_regularizer *r) {
+  return r->l2norm ? (float)r->constant : 0.0f;
 }

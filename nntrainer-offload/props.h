@@ -70,6 +70,53 @@ int nto_parse_weight_bias_key(const char *key, const char *v,
                               int *disable_bias, nto_err *err);
 
 /*
+ * The regularizer of a layer's weight (not of its bias), nntrainer's
+ * weight_regularizer. l2norm with constant C adds, as nntrainer does,
+ *   to the loss:  0.5 * C * ||W||, the norm itself, not its square
+ *                 (nntrainer's Weight::getRegularizationLoss);
+ *   to dL/dW:     C * W, before the optimizer step
+ *                 (Weight::calcRegularizationGradient);
+ * so the gradient is that of 0.5 * C * ||W||^2 (PyTorch's weight_decay for
+ * SGD and Adam), while the loss reports 0.5 * C * ||W||.
+ */
+typedef struct nto_regularizer {
+  int l2norm;      /* weight_regularizer: 1 l2norm, 0 none (default) */
+  double constant; /* weight_regularizer_constant, >= 0 (default 1) */
+  /* the key that set each (a static string: today's or nntrainer's 2020
+   * spelling), NULL while unset; both spellings of one setting in one
+   * section are refused */
+  const char *kind_key, *constant_key;
+} nto_regularizer;
+
+/* No regularizer, constant 1 (nntrainer's defaults). */
+void nto_regularizer_defaults(nto_regularizer *r);
+
+/*
+ * The regularizer keys of layers with a weight (conv2d, fully_connected):
+ *   weight_regularizer = l2norm | none
+ *   weight_regularizer_constant = C (a number >= 0, finite in float32)
+ * and nntrainer's 2020 spellings of the same settings,
+ *   weight_decay = l2norm | none,  weight_decay_lambda = C
+ * (the config loader warns about those: config.h). key is lowercase.
+ * Returns 0 (stored), NTO_ENOKEY (another key) or NTO_ECONFIG (bad value,
+ * or the other spelling of a setting already given, with a message;
+ * *r unchanged). Callers prefix file, section and key.
+ */
+int nto_parse_regularizer_key(const char *key, const char *v,
+                              nto_regularizer *r, nto_err *err);
+
+/* nntrainer's numeric weight_decay / bias_decay keys (a decay added to
+ * the gradient in the update, no loss term) on a layer without
+ * weight_regularizer (batch_normalization): 0, as nntrainer's exported
+ * INIs write them, is accepted and changes nothing; another number is
+ * refused naming the feature (NTO_ECONFIG). NTO_ENOKEY for other keys. */
+int nto_parse_decay_key(const char *key, const char *v, nto_err *err);
+
+/* The constant C of an l2norm regularizer as the layer applies it
+ * (nto_weight_req.l2 in layer.h), 0 for none. */
+float nto_regularizer_l2(const nto_regularizer *r);
+
+/*
  * Fill x[0..n) by initializer k with the given fans (fan_in, fan_out >= 1).
  * Formulas (Glorot & Bengio 2010; He et al. 2015; LeCun 1998), as in Keras:
  *   xavier_uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out))

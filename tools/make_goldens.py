@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NETS = ["mlp", "lenet", "tiny_resnet", "mobile_block", "mse_net",
-        "frozen_backbone", "frozen_batch_stats"]
+        "frozen_backbone", "frozen_batch_stats", "l2_net"]
 
 BATCH = 4
 STEPS = 3
@@ -120,6 +120,34 @@ def as_bool(v):
     raise ConfigError("expected a boolean, got '%s'" % v)
 
 
+def l2_of(props, where):
+    """The constant C of a layer's l2norm weight regularizer, or 0.
+
+    weight_regularizer = l2norm | none (default none) with
+    weight_regularizer_constant = C (default 1, >= 0), or nntrainer's 2020
+    spellings weight_decay and weight_decay_lambda. The weight's, never the
+    bias's.
+    """
+    kind = None
+    for k in ("weight_regularizer", "weight_decay"):
+        if k in props:
+            if kind is not None:
+                raise ConfigError(where + ": regularizer given twice")
+            kind = props[k].lower()
+            if kind not in ("l2norm", "none"):
+                raise ConfigError(where + ": bad regularizer " + kind)
+    c = 1.0
+    given = [k for k in ("weight_regularizer_constant", "weight_decay_lambda")
+             if k in props]
+    if len(given) > 1:
+        raise ConfigError(where + ": regularizer constant given twice")
+    if given:
+        c = float(props[given[0]])
+        if not c >= 0 or math.isinf(c):
+            raise ConfigError(where + ": bad regularizer constant")
+    return c if kind == "l2norm" else 0.0
+
+
 def padding_of(spec, in_hw, k_hw, stride, dilation):
     """(top, bottom, left, right) for a padding property value.
 
@@ -172,13 +200,17 @@ LAYER_KEYS = {
     "input": {"input_shape"},
     "conv2d": {"filters", "kernel_size", "stride", "padding", "dilation",
                "groups", "weight_initializer", "bias_initializer",
-               "disable_bias"},
+               "disable_bias", "weight_regularizer",
+               "weight_regularizer_constant", "weight_decay",
+               "weight_decay_lambda"},
     "batch_normalization": {"epsilon", "momentum", "moving_mean_initializer",
                             "moving_variance_initializer",
                             "gamma_initializer", "beta_initializer"},
     "pooling2d": {"pooling", "pool_size", "stride", "padding"},
     "fully_connected": {"unit", "weight_initializer", "bias_initializer",
-                        "disable_bias"},
+                        "disable_bias", "weight_regularizer",
+                        "weight_regularizer_constant", "weight_decay",
+                        "weight_decay_lambda"},
     "dropout": {"dropout_rate"},
     "concat": {"axis"},
     "activation": {"activation"},
@@ -284,7 +316,8 @@ class Graph:
                 ow = (w + pad[2] + pad[3] - (k[1] - 1) * d[1] - 1) // s[1] + 1
                 if oh < 1 or ow < 1:
                     raise ConfigError(where + ": kernel larger than input")
-                n.cfg.update(stride=s, dilation=d, groups=g, pad=pad)
+                n.cfg.update(stride=s, dilation=d, groups=g, pad=pad,
+                             l2=l2_of(p, where))
                 n.shape = (f, oh, ow)
                 fan_in = c // g * k[0] * k[1]
                 fan_out = f * k[0] * k[1]
@@ -330,6 +363,7 @@ class Graph:
             elif t == "fully_connected":
                 c, h, w = ins[0]
                 u = int(p["unit"])
+                n.cfg["l2"] = l2_of(p, where)
                 n.shape = (c, h, u)
                 n.weights.append(("weight", (w, u), True,
                                   p.get("weight_initializer",
@@ -366,6 +400,12 @@ class Graph:
             if t not in ("addition", "concat") and t != "input" \
                     and len(n.inputs) != 1:
                 raise ConfigError(where + ": expected exactly one input")
+
+    def regularized(self):
+        """[(weight name, C)] of the trainable weights with an l2norm
+        regularizer (a frozen layer's add nothing, as in nntrainer)."""
+        return [(n.name + ".weight", n.cfg["l2"]) for n in self.nodes
+                if n.cfg.get("l2", 0.0) > 0 and not n.cfg.get("frozen")]
 
     def weight_list(self):
         """[(full name, shape, trainable, init, fans)] in graph order."""
@@ -521,6 +561,24 @@ def to_torch(init, graph):
     return W
 
 
+def reg_terms(graph, W):
+    """The regularizers' terms: (for the gradient, for the reported loss).
+
+    nntrainer adds C * W to the gradient of each regularized weight
+    (Weight::calcRegularizationGradient), the gradient of 0.5 * C * ||W||^2
+    (torch's weight_decay for SGD and Adam), but reports 0.5 * C * ||W||,
+    the norm itself (Weight::getRegularizationLoss). The first term goes
+    into what autograd differentiates, the second into the golden loss.
+    """
+    grad_term = torch.zeros(())
+    loss_term = torch.zeros(())
+    for name, c in graph.regularized():
+        w = W[name]
+        grad_term = grad_term + 0.5 * c * (w * w).sum()
+        loss_term = loss_term + 0.5 * c * torch.linalg.vector_norm(w.detach())
+    return grad_term, loss_term
+
+
 def compute_loss(graph, out, logits, target):
     n = out.shape[0]
     if graph.loss == "cross":
@@ -602,8 +660,10 @@ def make_golden(ini, out_dir):
     x = torch.tensor(x_np).requires_grad_(True)
     out, logits = g.forward(W, x, training=True)
     loss = compute_loss(g, out, logits, target)
+    reg_grad, reg_loss = reg_terms(g, W)
     train = [nm for nm, _, tr, _, _ in wl if tr]
-    grads = torch.autograd.grad(loss, [W[t] for t in train] + [x])
+    grads = torch.autograd.grad(loss + reg_grad, [W[t] for t in train] + [x])
+    loss = loss.detach() + reg_loss
 
     def run(opt_cls, kw):
         W = to_torch(init, g)
@@ -612,7 +672,7 @@ def make_golden(ini, out_dir):
         for _ in range(STEPS):
             opt.zero_grad()
             o, lg = g.forward(W, xs, training=True)
-            compute_loss(g, o, lg, target).backward()
+            (compute_loss(g, o, lg, target) + reg_terms(g, W)[0]).backward()
             opt.step()
         return {nm: W[nm].detach().numpy().copy() for nm, *_ in wl}
 
@@ -648,6 +708,13 @@ def make_golden(ini, out_dir):
     assert bmeta["net"] == rel and len(back) == len(T)
     for nm, arr in T:
         assert np.array_equal(back[nm], arr), nm
+    for nm, c in g.regularized():  # the terms must show above the tolerance
+        gr = grads[train.index(nm)]
+        print("%-14s %s: C = %g, max|C*W| / max|grad| = %.3g, "
+              "0.5*C*||W|| / loss = %.3g" % (
+                  net, nm, c, c * np.abs(init[nm]).max() /
+                  gr.abs().max().item(),
+                  0.5 * c * np.linalg.norm(init[nm]) / loss.item()))
     n_train = sum(int(np.prod(s)) for _, s, tr, _, _ in wl if tr)
     print("%-14s %-40s %2d layers, %5d trainable params, loss %.6f, "
           "%d bytes" % (net, os.path.relpath(path, ROOT), len(g.nodes),

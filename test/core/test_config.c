@@ -70,8 +70,9 @@ static const nto_section *layer(const nto_config *c, const char *name) {
   return NULL;
 }
 
-#define assert_near(a, b)                                                     \
-  assert_true(fabs((double)(a) - (double)(b)) <= 1e-12 * (1 + fabs((double)(b))))
+#define assert_near(a, b)                                                      \
+  assert_true(fabs((double)(a) - (double)(b)) <=                               \
+              1e-12 * (1 + fabs((double)(b))))
 
 /* ---------------------------------------------------------------------- */
 /* Valid configs                                                           */
@@ -207,8 +208,7 @@ static void test_mnist_like(void **state) {
   assert_int_equal(c.lr.decay_steps, 1000);
 
   static const char *const order[] = {"inputlayer", "conv2d_c1_layer",
-                                      "pooling2d_p1", "flatten",
-                                      "outputlayer"};
+                                      "pooling2d_p1", "flatten", "outputlayer"};
   assert_int_equal(c.n_layers, 5);
   for (int i = 0; i < 5; i++)
     assert_string_equal(c.layers[i].name, order[i]);
@@ -320,10 +320,10 @@ static void test_lr_precedence(void **state) {
   (void)state;
   static const struct {
     const char *text;
-    double opt_lr;  /* c.opt.learning_rate after load */
-    int lr_given;   /* c.opt.lr_given */
-    int sched;      /* c.lr.given */
-    double lr0;     /* c.lr.learning_rate[0] */
+    double opt_lr; /* c.opt.learning_rate after load */
+    int lr_given;  /* c.opt.lr_given */
+    int sched;     /* c.lr.given */
+    double lr0;    /* c.lr.learning_rate[0] */
   } cases[] = {
       {"[Model]\n[Optimizer]\ntype = adam\nlearning_rate = 0.01\n", 0.01, 1, 0,
        0.01},
@@ -348,8 +348,7 @@ static void test_lr_precedence(void **state) {
     nto_config c;
     load_ok(name, cases[i].text, &c);
     if (fabs(c.opt.learning_rate - cases[i].opt_lr) > 1e-12 ||
-        c.opt.lr_given != cases[i].lr_given ||
-        c.lr.given != cases[i].sched ||
+        c.opt.lr_given != cases[i].lr_given || c.lr.given != cases[i].sched ||
         fabs(c.lr.learning_rate[0] - cases[i].lr0) > 1e-12)
       fail_msg("case %zu: opt lr %g given %d, sched %d lr0 %g", i,
                c.opt.learning_rate, c.opt.lr_given, c.lr.given,
@@ -592,8 +591,8 @@ static void test_old_dataset(void **state) {
   nto_config_free(&c);
 }
 
-/* [Model] keys of nntrainer that do not change training here, and those
- * not applied yet (a warning says so). */
+/* [Model] keys of nntrainer that do not change training here, and
+ * continue_train / save_best_path (applied by train). */
 static void test_nntrainer_model_keys(void **state) {
   (void)state;
   nto_config c;
@@ -612,12 +611,67 @@ static void test_nntrainer_model_keys(void **state) {
           &c);
   assert_int_equal(c.model.continue_train, 1);
   assert_string_equal(c.model.save_best_path, tmp_path("best/w.bin"));
-  assert_int_equal(c.n_warnings, 3);
-  assert_warning(&c, 0, "nnt_keys2.ini: [model] key 'continue_train'",
-                 "not applied yet", "--init-weights", NULL);
-  assert_warning(&c, 1, "[model] key 'save_best_path'", "not applied yet",
-                 tmp_path("best/w.bin"), NULL);
-  assert_warning(&c, 2, "[model] key 'memory_optimization'", NULL);
+  assert_int_equal(c.n_warnings, 1); /* both applied by train */
+  assert_warning(&c, 0, "[model] key 'memory_optimization'", NULL);
+  nto_config_free(&c);
+}
+
+/* `backbone = FILE.ini`: the backbone's layer sections inserted where the
+ * section stands, named with its name as prefix, sliced, frozen unless
+ * trainable = true, the first given input_shape/input_layers; a later
+ * reference to the section is its last layer; nested backbones. */
+static void test_backbone(void **state) {
+  (void)state;
+  mkdir(tmp_path("bbs"), 0700);
+  write_file("bbs/base.ini",
+             "[Model]\nbatch_size = 9\n[Optimizer]\ntype = sgd\n"
+             "[in]\ntype = input\ninput_shape = 1:8:8\n"
+             "[conv1]\ntype = conv2d\nfilters = 2\nkernel_size = 3,3\n"
+             "[conv2]\ntype = conv2d\nfilters = 2\nkernel_size = 3,3\n"
+             "input_layers = conv1\ntrainable = true\n"
+             "[head]\ntype = fully_connected\nunit = 5\n");
+  write_file("bbs/outer.ini",
+             "[inner]\nbackbone = base.ini\noutputlayer = conv2\n"
+             "trainable = true\n[post]\ntype = flatten\n");
+  nto_config c;
+  load_ok("bb_main.ini",
+          "[Model]\nbatch_size = 4\n"
+          "[input]\ntype = input\ninput_shape = 1:10:10\n"
+          "[B]\nbackbone = \"bbs/base.ini\"\nInputLayer = conv1\n"
+          "OutputLayer = conv2\ninput_layers = input\n"
+          "[fc]\ntype = fully_connected\nunit = 3\ninput_layers = b\n"
+          "[o]\nbackbone = bbs/outer.ini\n",
+          &c);
+  assert_int_equal(c.model.batch_size, 4); /* the backbone's [Model] ignored */
+  assert_int_equal(c.n_layers, 8);
+  static const char *const names[] = {"input",       "bconv1",   "bconv2",
+                                      "fc",          "oinnerin", "oinnerconv1",
+                                      "oinnerconv2", "opost"};
+  static const int prefix[] = {0, 1, 1, 0, 1, 1, 1, 1};
+  for (int i = 0; i < 8; i++) {
+    assert_string_equal(c.layers[i].name, names[i]);
+    assert_int_equal(c.layers[i].prefix, prefix[i]);
+  }
+  assert_string_equal(nto_section_get(&c.layers[1], "input_layers"), "input");
+  assert_string_equal(nto_section_get(&c.layers[2], "input_layers"), "bconv1");
+  assert_string_equal(nto_section_get(&c.layers[3], "input_layers"), "bconv2");
+  /* trainable = false by default, over the backbone's own trainable */
+  assert_string_equal(nto_section_get(&c.layers[1], "trainable"), "false");
+  assert_string_equal(nto_section_get(&c.layers[2], "trainable"), "false");
+  assert_null(nto_section_get(&c.layers[3], "trainable"));
+  /* outer.ini's [inner] slice was trainable; [o] freezes it again */
+  assert_string_equal(nto_section_get(&c.layers[4], "trainable"), "false");
+  assert_string_equal(nto_section_get(&c.layers[6], "input_layers"),
+                      "oinnerconv1");
+  assert_null(nto_section_get(&c.layers[7], "input_layers"));
+  /* where each section is written */
+  assert_int_equal(c.n_files, 3);
+  assert_string_equal(nto_section_file(&c, &c.layers[0]), c.path);
+  assert_string_equal(nto_section_file(&c, &c.layers[1]),
+                      tmp_path("bbs/base.ini"));
+  assert_string_equal(nto_section_file_of(&c, "oinnerconv1"),
+                      tmp_path("bbs/base.ini"));
+  assert_string_equal(nto_section_file_of(&c, "nope"), c.path);
   nto_config_free(&c);
 }
 
@@ -756,90 +810,150 @@ typedef struct bad_case {
 } bad_case;
 
 static const bad_case bad_cases[] = {
-    {"no_model.ini", "[Optimizer]\ntype = sgd\n", NTO_ECONFIG,
+    {"no_model.ini",
+     "[Optimizer]\ntype = sgd\n",
+     NTO_ECONFIG,
      {"missing [Model] section"}},
     {"empty.ini", "", NTO_ECONFIG, {"missing [Model] section"}},
-    {"comments_only.ini", "# nothing\n; here\n", NTO_ECONFIG,
+    {"comments_only.ini",
+     "# nothing\n; here\n",
+     NTO_ECONFIG,
      {"missing [Model] section"}},
-    {"syntax_noeq.ini", "[Model]\nepochs = 1\nfoo bar\n", NTO_ECONFIG,
+    {"syntax_noeq.ini",
+     "[Model]\nepochs = 1\nfoo bar\n",
+     NTO_ECONFIG,
      {"syntax error at line 3", "'foo bar'"}},
-    {"syntax_header.ini", "[Model\nepochs = 1\n", NTO_ECONFIG,
+    {"syntax_header.ini",
+     "[Model\nepochs = 1\n",
+     NTO_ECONFIG,
      {"syntax error at line 1", "'[Model'"}},
-    {"long_line.ini", long_line_ini, NTO_ECONFIG,
+    {"long_line.ini",
+     long_line_ini,
+     NTO_ECONFIG,
      {"syntax error at line 4", "longer than 1023"}},
-    {"model_unknown.ini", "[Model]\nepochz = 3\n", NTO_ECONFIG,
+    {"model_unknown.ini",
+     "[Model]\nepochz = 3\n",
+     NTO_ECONFIG,
      {"[model] unknown key 'epochz'", "epochs", "memory_budget"}},
-    {"model_type.ini", "[Model]\ntype = KNN\n", NTO_ECONFIG,
+    {"model_type.ini",
+     "[Model]\ntype = KNN\n",
+     NTO_ECONFIG,
      {"[model] key 'type'", "NeuralNetwork", "got 'KNN'"}},
-    {"bad_epochs.ini", "[Model]\nepochs = ten\n", NTO_ECONFIG,
+    {"bad_epochs.ini",
+     "[Model]\nepochs = ten\n",
+     NTO_ECONFIG,
      {"[model] key 'epochs'", "integer >= 1", "got 'ten'"}},
-    {"zero_epochs.ini", "[Model]\nEpochs = 0\n", NTO_ECONFIG,
+    {"zero_epochs.ini",
+     "[Model]\nEpochs = 0\n",
+     NTO_ECONFIG,
      {"[model] key 'epochs'", "got '0'"}},
-    {"batch0.ini", "[Model]\nbatch_size = 0\n", NTO_ECONFIG,
+    {"batch0.ini",
+     "[Model]\nbatch_size = 0\n",
+     NTO_ECONFIG,
      {"[model] key 'batch_size'", "[1, 1048576]", "got '0'"}},
-    {"loss.ini", "[Model]\nloss = hinge\n", NTO_ECONFIG,
+    {"loss.ini",
+     "[Model]\nloss = hinge\n",
+     NTO_ECONFIG,
      {"[model] key 'loss'", "cross|mse", "got 'hinge'"}},
-    {"swap_bool.ini", "[Model]\nmemory_swap = maybe\n", NTO_ECONFIG,
+    {"swap_bool.ini",
+     "[Model]\nmemory_swap = maybe\n",
+     NTO_ECONFIG,
      {"[model] key 'memory_swap'", "true or false", "got 'maybe'"}},
-    {"budget.ini", "[Model]\nmemory_budget = lots\n", NTO_ECONFIG,
+    {"budget.ini",
+     "[Model]\nmemory_budget = lots\n",
+     NTO_ECONFIG,
      {"[model] key 'memory_budget'", "expected a size like 64M, got 'lots'"}},
-    {"lookahead0.ini", "[Model]\nmemory_swap_lookahead = 0\n", NTO_ECONFIG,
+    {"lookahead0.ini",
+     "[Model]\nmemory_swap_lookahead = 0\n",
+     NTO_ECONFIG,
      {"[model] key 'memory_swap_lookahead'", "or auto", "got '0'"}},
-    {"alias_twice.ini", "[Model]\nmemory_swap = true\nfsu = false\n",
-     NTO_ECONFIG, {"[model] key 'fsu'", "'memory_swap'"}},
-    {"neg_lr.ini", "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = -0.1\n",
-     NTO_ECONFIG, {"[optimizer] key 'learning_rate'", "(0, 10]", "'-0.1'"}},
-    {"big_lr.ini", "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = 11\n",
-     NTO_ECONFIG, {"[optimizer] key 'learning_rate'", "got '11'"}},
-    {"opt_type.ini", "[Model]\n[Optimizer]\ntype = rmsprop\n", NTO_ECONFIG,
+    {"alias_twice.ini",
+     "[Model]\nmemory_swap = true\nfsu = false\n",
+     NTO_ECONFIG,
+     {"[model] key 'fsu'", "'memory_swap'"}},
+    {"neg_lr.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = -0.1\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'learning_rate'", "(0, 10]", "'-0.1'"}},
+    {"big_lr.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = 11\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'learning_rate'", "got '11'"}},
+    {"opt_type.ini",
+     "[Model]\n[Optimizer]\ntype = rmsprop\n",
+     NTO_ECONFIG,
      {"[optimizer] key 'type'", "sgd|adam|adamw", "got 'rmsprop'"}},
-    {"opt_notype.ini", "[Model]\n[Optimizer]\nlearning_rate = 0.1\n",
-     NTO_ECONFIG, {"[optimizer] missing key 'type'"}},
+    {"opt_notype.ini",
+     "[Model]\n[Optimizer]\nlearning_rate = 0.1\n",
+     NTO_ECONFIG,
+     {"[optimizer] missing key 'type'"}},
     {"momentum_adam.ini",
-     "[Model]\n[Optimizer]\ntype = adam\nmomentum = 0.9\n", NTO_ECONFIG,
+     "[Model]\n[Optimizer]\ntype = adam\nmomentum = 0.9\n",
+     NTO_ECONFIG,
      {"[optimizer] key 'momentum'", "optimizer adam"}},
-    {"beta1_sgd.ini", "[Model]\n[Optimizer]\nbeta1 = 0.9\ntype = sgd\n",
-     NTO_ECONFIG, {"[optimizer] key 'beta1'", "optimizer sgd"}},
-    {"beta2_range.ini", "[Model]\n[Optimizer]\ntype = adam\nbeta2 = 1\n",
-     NTO_ECONFIG, {"[optimizer] key 'beta2'", "[0, 1)", "got '1'"}},
-    {"epsilon0.ini", "[Model]\n[Optimizer]\ntype = adam\nepsilon = 0\n",
-     NTO_ECONFIG, {"[optimizer] key 'epsilon'", "(0, 1)"}},
-    {"wd_neg.ini", "[Model]\n[Optimizer]\ntype = adamw\nweight_decay = -1\n",
-     NTO_ECONFIG, {"[optimizer] key 'weight_decay'", ">= 0", "got '-1'"}},
+    {"beta1_sgd.ini",
+     "[Model]\n[Optimizer]\nbeta1 = 0.9\ntype = sgd\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'beta1'", "optimizer sgd"}},
+    {"beta2_range.ini",
+     "[Model]\n[Optimizer]\ntype = adam\nbeta2 = 1\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'beta2'", "[0, 1)", "got '1'"}},
+    {"epsilon0.ini",
+     "[Model]\n[Optimizer]\ntype = adam\nepsilon = 0\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'epsilon'", "(0, 1)"}},
+    {"wd_neg.ini",
+     "[Model]\n[Optimizer]\ntype = adamw\nweight_decay = -1\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'weight_decay'", ">= 0", "got '-1'"}},
     /* Values the optimizer's float32 changes (optimizer.c). */
     {"beta1_float.ini",
-     "[Model]\n[Optimizer]\ntype = adam\nbeta1 = 0.99999999\n", NTO_ECONFIG,
+     "[Model]\n[Optimizer]\ntype = adam\nbeta1 = 0.99999999\n",
+     NTO_ECONFIG,
      {"[optimizer] key 'beta1'", "got '0.99999999'", "which is 1 in float32"}},
     {"beta2_float.ini",
-     "[Model]\n[Optimizer]\ntype = adamw\nbeta2 = 0.99999998\n", NTO_ECONFIG,
+     "[Model]\n[Optimizer]\ntype = adamw\nbeta2 = 0.99999998\n",
+     NTO_ECONFIG,
      {"[optimizer] key 'beta2'", "[0, 1)", "which is 1 in float32"}},
     {"momentum_float.ini",
      "[Model]\n[Optimizer]\ntype = sgd\nmomentum = 0.999999999\n",
-     NTO_ECONFIG, {"[optimizer] key 'momentum'", "which is 1 in float32"}},
+     NTO_ECONFIG,
+     {"[optimizer] key 'momentum'", "which is 1 in float32"}},
     {"wd_float.ini",
-     "[Model]\n[Optimizer]\ntype = adam\nweight_decay = 1e40\n", NTO_ECONFIG,
+     "[Model]\n[Optimizer]\ntype = adam\nweight_decay = 1e40\n",
+     NTO_ECONFIG,
      {"[optimizer] key 'weight_decay'", "got '1e40'", "inf in float32"}},
-    {"eps_float.ini", "[Model]\n[Optimizer]\ntype = adam\nepsilon = 1e-50\n",
-     NTO_ECONFIG, {"[optimizer] key 'epsilon'", "(0, 1)", "0 in float32"}},
+    {"eps_float.ini",
+     "[Model]\n[Optimizer]\ntype = adam\nepsilon = 1e-50\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'epsilon'", "(0, 1)", "0 in float32"}},
     {"lr_float.ini",
      "[Model]\n[Optimizer]\ntype = sgd\nlearning_rate = 1e-46\n",
-     NTO_ECONFIG, {"[optimizer] key 'learning_rate'", "0 in float32"}},
-    {"opt_unknown.ini", "[Model]\n[Optimizer]\ntype = sgd\nnesterov = 1\n",
-     NTO_ECONFIG, {"[optimizer] unknown key 'nesterov'"}},
+     NTO_ECONFIG,
+     {"[optimizer] key 'learning_rate'", "0 in float32"}},
+    {"opt_unknown.ini",
+     "[Model]\n[Optimizer]\ntype = sgd\nnesterov = 1\n",
+     NTO_ECONFIG,
+     {"[optimizer] unknown key 'nesterov'"}},
     {"legacy_half.ini",
-     "[Model]\n[Optimizer]\ntype = sgd\ndecay_rate = 0.9\n", NTO_ECONFIG,
+     "[Model]\n[Optimizer]\ntype = sgd\ndecay_rate = 0.9\n",
+     NTO_ECONFIG,
      {"[optimizer] key 'decay_rate'", "'decay_steps'"}},
     {"legacy_and_sched.ini",
      "[Model]\n[Optimizer]\ntype = sgd\ndecay_rate = 0.9\ndecay_steps = 5\n"
      "[LearningRateScheduler]\ntype = constant\n",
-     NTO_ECONFIG, {"[optimizer] key 'decay_rate'", "[LearningRateScheduler]"}},
-    {"sched_type.ini", "[Model]\n[LearningRateScheduler]\ntype = linear\n",
+     NTO_ECONFIG,
+     {"[optimizer] key 'decay_rate'", "[LearningRateScheduler]"}},
+    {"sched_type.ini",
+     "[Model]\n[LearningRateScheduler]\ntype = linear\n",
      NTO_ECONFIG,
      {"[learningratescheduler] key 'type'", "constant|exponential|step|cosine",
       "got 'linear'"}},
     {"sched_unknown.ini",
      "[Model]\n[LearningRateScheduler]\ntype = constant\nwarmup = 3\n",
-     NTO_ECONFIG, {"[learningratescheduler] unknown key 'warmup'"}},
+     NTO_ECONFIG,
+     {"[learningratescheduler] unknown key 'warmup'"}},
     {"sched_wrong_key.ini",
      "[Model]\n[LearningRateScheduler]\ntype = constant\ndecay_rate = 0.5\n",
      NTO_ECONFIG,
@@ -847,11 +961,13 @@ static const bad_case bad_cases[] = {
     {"exp_nosteps.ini",
      "[Model]\n[LearningRateScheduler]\ntype = exponential\n"
      "decay_rate = 0.5\n",
-     NTO_ECONFIG, {"[learningratescheduler] missing key 'decay_steps'"}},
+     NTO_ECONFIG,
+     {"[learningratescheduler] missing key 'decay_steps'"}},
     {"exp_rate.ini",
      "[Model]\n[LearningRateScheduler]\ntype = exponential\n"
      "decay_rate = 1.5\ndecay_steps = 3\n",
-     NTO_ECONFIG, {"key 'decay_rate'", "(0, 1]", "got '1.5'"}},
+     NTO_ECONFIG,
+     {"key 'decay_rate'", "(0, 1]", "got '1.5'"}},
     {"step_mismatch.ini",
      "[Model]\n[LearningRateScheduler]\ntype = step\n"
      "learning_rate = 0.1,0.01\niteration = 10,20\n",
@@ -861,116 +977,255 @@ static const bad_case bad_cases[] = {
     {"step_order.ini",
      "[Model]\n[LearningRateScheduler]\ntype = step\n"
      "learning_rate = 0.1,0.01,0.001\niteration = 20,10\n",
-     NTO_ECONFIG, {"key 'iteration'", "increasing", "got '20,10'"}},
+     NTO_ECONFIG,
+     {"key 'iteration'", "increasing", "got '20,10'"}},
     {"step_rates.ini",
      "[Model]\n[LearningRateScheduler]\ntype = step\n"
      "learning_rate = 0.1,,0.01\niteration = 10,20\n",
-     NTO_ECONFIG, {"key 'learning_rate'", "comma-separated", "'0.1,,0.01'"}},
+     NTO_ECONFIG,
+     {"key 'learning_rate'", "comma-separated", "'0.1,,0.01'"}},
     {"cosine_minmax.ini",
      "[Model]\n[LearningRateScheduler]\ntype = cosine\n"
      "max_learning_rate = 0.1\nmin_learning_rate = 0.5\ndecay_steps = 10\n",
      NTO_ECONFIG,
      {"[learningratescheduler] key 'min_learning_rate'", "max_learning_rate",
       "got '0.5'"}},
-    {"data_nopath.ini", "[Model]\n[train_set]\ntype = file\n", NTO_ECONFIG,
+    {"data_nopath.ini",
+     "[Model]\n[train_set]\ntype = file\n",
+     NTO_ECONFIG,
      {"[train_set] missing key 'path'"}},
-    {"data_notype.ini", "[Model]\n[train_set]\npath = a.dat\n", NTO_ECONFIG,
+    {"data_notype.ini",
+     "[Model]\n[train_set]\npath = a.dat\n",
+     NTO_ECONFIG,
      {"[train_set] missing key 'type'"}},
     {"data_unknown.ini",
      "[Model]\n[valid_set]\ntype = file\npath = v.dat\nshuffle = 1\n",
-     NTO_ECONFIG, {"[valid_set] unknown key 'shuffle'", "buffer_size"}},
-    {"data_type.ini", "[Model]\n[test_set]\ntype = csv\npath = t.csv\n",
-     NTO_ECONFIG, {"[test_set] key 'type'", "got 'csv'"}},
+     NTO_ECONFIG,
+     {"[valid_set] unknown key 'shuffle'", "buffer_size"}},
+    {"data_type.ini",
+     "[Model]\n[test_set]\ntype = csv\npath = t.csv\n",
+     NTO_ECONFIG,
+     {"[test_set] key 'type'", "got 'csv'"}},
     {"data_buffer.ini",
      "[Model]\n[train_set]\ntype = file\npath = a\nbuffer_size = 0\n",
-     NTO_ECONFIG, {"[train_set] key 'buffer_size'", "got '0'"}},
-    {"layer_notype.ini", "[Model]\n[fc1]\nunit = 10\n", NTO_ECONFIG,
+     NTO_ECONFIG,
+     {"[train_set] key 'buffer_size'", "got '0'"}},
+    {"layer_notype.ini",
+     "[Model]\n[fc1]\nunit = 10\n",
+     NTO_ECONFIG,
      {"[fc1] missing key 'type'"}},
-    {"layer_empty.ini", "[Model]\n[in]\ntype = input\n[Empty]\n", NTO_ECONFIG,
+    {"layer_empty.ini",
+     "[Model]\n[in]\ntype = input\n[Empty]\n",
+     NTO_ECONFIG,
      {"[empty] missing key 'type'"}},
-    {"long_value.ini", long_value_ini, NTO_ECONFIG,
+    {"long_value.ini",
+     long_value_ini,
+     NTO_ECONFIG,
      {"[fc] key 'name'", "at most 511 characters", "got 600"}},
-    {"long_section.ini", long_section_ini, NTO_ECONFIG,
+    {"long_section.ini",
+     long_section_ini,
+     NTO_ECONFIG,
      {"[ssssssss", "at most 63 characters", "(line 2)"}},
-    {"long_section_dup.ini", long_section_dup_ini, NTO_ECONFIG,
+    {"long_section_dup.ini",
+     long_section_dup_ini,
+     NTO_ECONFIG,
      {"[ssssssss", "at most 63 characters", "(line 5)"}},
-    {"comment_cont.ini", "[Model]\n# the next key is eaten \\\nepochs = 2\n",
+    {"comment_cont.ini",
+     "[Model]\n# the next key is eaten \\\nepochs = 2\n",
      NTO_ECONFIG,
      {"line 2: a comment ends in '\\'", "onto line 3", "remove the backslash"}},
     {"inline_comment_cont.ini",
-     "[Model]\nepochs = 2 ; two \\\nbatch_size = 4\n", NTO_ECONFIG,
+     "[Model]\nepochs = 2 ; two \\\nbatch_size = 4\n",
+     NTO_ECONFIG,
      {"line 2: a comment ends in '\\'", "onto line 3"}},
     {"quoted_cont.ini",
-     "[Model]\n[l]\ntype = \"x\" # note \\\nunit = 3\n", NTO_ECONFIG,
+     "[Model]\n[l]\ntype = \"x\" # note \\\nunit = 3\n",
+     NTO_ECONFIG,
      {"line 3: a comment ends in '\\'", "onto line 4"}},
-    {"cr_only.ini", "[Model]\repochs = 2\r", NTO_ECONFIG,
+    {"cr_only.ini",
+     "[Model]\repochs = 2\r",
+     NTO_ECONFIG,
      {"line 1: a CR line ending without LF (byte offset 7)", "LF"}},
-    {"cr_late.ini", "[Model]\nepochs = 2\n[l]\rtype = x\n", NTO_ECONFIG,
+    {"cr_late.ini",
+     "[Model]\nepochs = 2\n[l]\rtype = x\n",
+     NTO_ECONFIG,
      {"line 3: a CR line ending without LF (byte offset 22)"}},
-    {"utf16_bom.ini", "\xFF\xFE[", NTO_ECONFIG,
+    {"utf16_bom.ini",
+     "\xFF\xFE[",
+     NTO_ECONFIG,
      {"line 1: UTF-16: save the file as UTF-8", "byte order mark"}},
     {"dup_section.ini",
-     "[Model]\n[fc]\ntype = fully_connected\n[FC]\nunit = 3\n", NTO_ECONFIG,
+     "[Model]\n[fc]\ntype = fully_connected\n[FC]\nunit = 3\n",
+     NTO_ECONFIG,
      {"[fc] section given twice", "lines 2 and 4"}},
-    {"dup_key.ini", "[Model]\nepochs = 1\nEpochs = 2\n", NTO_ECONFIG,
+    {"dup_key.ini",
+     "[Model]\nepochs = 1\nEpochs = 2\n",
+     NTO_ECONFIG,
      {"[model] key 'epochs'", "given twice", "lines 2 and 3"}},
-    {"key_outside.ini", "epochs = 3\n[Model]\n", NTO_ECONFIG,
+    {"key_outside.ini",
+     "epochs = 3\n[Model]\n",
+     NTO_ECONFIG,
      {"key 'epochs' before any section"}},
-    {"empty_section.ini", "[Model]\n[]\ntype = x\n", NTO_ECONFIG,
+    {"empty_section.ini",
+     "[Model]\n[]\ntype = x\n",
+     NTO_ECONFIG,
      {"empty section name"}},
-    {"colon_section.ini", "[Model]\n[a:b]\ntype = x\n", NTO_ECONFIG,
+    {"colon_section.ini",
+     "[Model]\n[a:b]\ntype = x\n",
+     NTO_ECONFIG,
      {"[a:b]", "':'"}},
-    {"bom.ini", "\xEF\xBB\xBF[Model]\n", NTO_ECONFIG,
+    {"bom.ini",
+     "\xEF\xBB\xBF[Model]\n",
+     NTO_ECONFIG,
      {"syntax error at line 1", "byte order mark"}},
     {"not_there.ini", NULL, NTO_EIO, {"cannot open", "No such file"}},
     /* nntrainer's deprecated spellings, wrong */
     {"old_opt_twice.ini",
-     "[Model]\noptimizer = sgd\n[Optimizer]\ntype = sgd\n", NTO_ECONFIG,
+     "[Model]\noptimizer = sgd\n[Optimizer]\ntype = sgd\n",
+     NTO_ECONFIG,
      {"[model] key 'optimizer'", "given twice", "[optimizer]"}},
-    {"old_opt_type.ini", "[Model]\noptimizer = rmsprop\n", NTO_ECONFIG,
+    {"old_opt_type.ini",
+     "[Model]\noptimizer = rmsprop\n",
+     NTO_ECONFIG,
      {"[model] key 'optimizer'", "sgd|adam|adamw", "got 'rmsprop'"}},
-    {"old_opt_beta_sgd.ini", "[Model]\nepsilon = 1e-5\noptimizer = sgd\n",
-     NTO_ECONFIG, {"[model] key 'epsilon'", "not a setting of optimizer sgd"}},
-    {"old_opt_lr.ini", "[Model]\noptimizer = adam\nlearning_rate = 0\n",
-     NTO_ECONFIG, {"[model] key 'learning_rate'", "(0, 10]", "got '0'"}},
-    {"old_opt_decay.ini", "[Model]\noptimizer = adam\ndecay_steps = 10\n",
-     NTO_ECONFIG, {"[model] key 'decay_steps'", "needs 'decay_rate' too"}},
-    {"old_opt_momentum.ini", "[Model]\noptimizer = sgd\nmomentum = 0.9\n",
-     NTO_ECONFIG, {"[model] unknown key 'momentum'"}},
-    {"old_data_notrain.ini", "[Model]\n[DataSet]\nValidData = v.dat\n",
-     NTO_ECONFIG, {"[dataset] missing key 'traindata'"}},
+    {"old_opt_beta_sgd.ini",
+     "[Model]\nepsilon = 1e-5\noptimizer = sgd\n",
+     NTO_ECONFIG,
+     {"[model] key 'epsilon'", "not a setting of optimizer sgd"}},
+    {"old_opt_lr.ini",
+     "[Model]\noptimizer = adam\nlearning_rate = 0\n",
+     NTO_ECONFIG,
+     {"[model] key 'learning_rate'", "(0, 10]", "got '0'"}},
+    {"old_opt_decay.ini",
+     "[Model]\noptimizer = adam\ndecay_steps = 10\n",
+     NTO_ECONFIG,
+     {"[model] key 'decay_steps'", "needs 'decay_rate' too"}},
+    {"old_opt_momentum.ini",
+     "[Model]\noptimizer = sgd\nmomentum = 0.9\n",
+     NTO_ECONFIG,
+     {"[model] unknown key 'momentum'"}},
+    {"old_data_notrain.ini",
+     "[Model]\n[DataSet]\nValidData = v.dat\n",
+     NTO_ECONFIG,
+     {"[dataset] missing key 'traindata'"}},
     {"old_data_unknown.ini",
      "[Model]\n[DataSet]\nTrainData = t.dat\nTflite = x.tflite\n",
-     NTO_ECONFIG, {"[dataset] unknown key 'tflite'", "traindata"}},
+     NTO_ECONFIG,
+     {"[dataset] unknown key 'tflite'", "traindata"}},
     {"old_data_buf2.ini",
      "[Model]\n[DataSet]\nTrainData = t.dat\nBufferSize = 2\n"
      "buffer_size = 3\n",
-     NTO_ECONFIG, {"[dataset] key 'buffer_size'", "same setting as"}},
+     NTO_ECONFIG,
+     {"[dataset] key 'buffer_size'", "same setting as"}},
     {"old_data_buf0.ini",
      "[Model]\n[DataSet]\nTrainData = t.dat\nBufferSize = 0\n",
-     NTO_ECONFIG, {"[dataset] key 'buffersize'", "got '0'"}},
-    {"old_data_empty.ini", "[Model]\n[DataSet]\nTrainData = \"\"\n",
-     NTO_ECONFIG, {"[dataset] key 'traindata'", "expected a file name"}},
-    {"tensor_type.ini", "[Model]\nmodel_tensor_type = FP16-FP16\n",
+     NTO_ECONFIG,
+     {"[dataset] key 'buffersize'", "got '0'"}},
+    {"old_data_empty.ini",
+     "[Model]\n[DataSet]\nTrainData = \"\"\n",
+     NTO_ECONFIG,
+     {"[dataset] key 'traindata'", "expected a file name"}},
+    {"tensor_type.ini",
+     "[Model]\nmodel_tensor_type = FP16-FP16\n",
      NTO_ECONFIG,
      {"[model] key 'model_tensor_type'", "expected FP32-FP32",
       "got 'FP16-FP16'"}},
-    {"tensor_format.ini", "[Model]\ntensor_format = NHWC\n", NTO_ECONFIG,
+    {"tensor_format.ini",
+     "[Model]\ntensor_format = NHWC\n",
+     NTO_ECONFIG,
      {"[model] key 'tensor_format'", "expected NCHW", "got 'NHWC'"}},
-    {"continue_train.ini", "[Model]\ncontinue_train = maybe\n", NTO_ECONFIG,
+    {"continue_train.ini",
+     "[Model]\ncontinue_train = maybe\n",
+     NTO_ECONFIG,
      {"[model] key 'continue_train'", "maybe"}},
-    {"memory_opt.ini", "[Model]\nmemory_optimization = 2\n", NTO_ECONFIG,
+    {"memory_opt.ini",
+     "[Model]\nmemory_optimization = 2\n",
+     NTO_ECONFIG,
      {"[model] key 'memory_optimization'"}},
     {"backbone_tflite.ini",
      "[Model]\n[b]\nbackbone = ssd.tflite\ninput_shape = 3:8:8\n",
-     NTO_ECONFIG, {"[b] key 'backbone'", "TFLite", "'ssd.tflite'"}},
-    {"backbone_ini.ini", "[Model]\n[b]\nbackbone = \"other.ini\"\n",
-     NTO_ECONFIG, {"[b] key 'backbone'", "'other.ini'", "not supported yet"}},
+     NTO_ECONFIG,
+     {"[b] key 'backbone'", "TFLite", "'ssd.tflite'"}},
+    {"loss_twice.ini",
+     "[Model]\n[in]\ntype = input\ninput_shape = 1:1:4\n[l1]\ntype = mse\n"
+     "[l2]\ntype = cross_softmax\n",
+     NTO_ECONFIG, {"[l2] key 'type'", "only allowed once"}},
+    {"loss_not_last.ini",
+     "[Model]\n[in]\ntype = input\ninput_shape = 1:1:4\n[l]\ntype = mse\n"
+     "[fc]\ntype = fully_connected\nunit = 2\n",
+     NTO_ECONFIG, {"[l]", "must be the last layer section"}},
+    {"loss_input.ini",
+     "[Model]\n[in]\ntype = input\ninput_shape = 1:1:4\n[fc]\n"
+     "type = fully_connected\nunit = 2\n[l]\ntype = mse\n"
+     "input_layers = in\n",
+     NTO_ECONFIG, {"[l] key 'input_layers'", "last layer ('fc')", "got 'in'"}},
+    {"loss_key.ini",
+     "[Model]\n[in]\ntype = input\ninput_shape = 1:1:4\n[l]\ntype = mse\n"
+     "unit = 3\n",
+     NTO_ECONFIG, {"[l] unknown key 'unit'", "input_layers"}},
+    {"model_2020.ini", "[Model]\nCost = cross\n", NTO_ECONFIG,
+     {"[model] key 'cost'", "2020", "write loss"}},
+    {"backbone_missing.ini",
+     "[Model]\n[b]\nbackbone = \"other.ini\"\n",
+     NTO_EIO,
+     {"[b] key 'backbone'", "other.ini: cannot open"}},
+    {"backbone_onnx.ini",
+     "[Model]\n[b]\nbackbone = m.onnx\n",
+     NTO_ECONFIG,
+     {"[b] key 'backbone'", "expected an .ini file", "'m.onnx'"}},
+    {"backbone_key.ini",
+     "[Model]\n[b]\nbackbone = bb_base.ini\nunit = 3\n",
+     NTO_ECONFIG,
+     {"[b] unknown key 'unit'", "trainable"}},
+    {"backbone_scale.ini",
+     "[Model]\n[b]\nbackbone = bb_base.ini\nScaleSize = 2\n",
+     NTO_ECONFIG,
+     {"[b] key 'scalesize'", "only 1", "got '2'"}},
+    {"backbone_trainable.ini",
+     "[Model]\n[b]\nbackbone = bb_base.ini\ntrainable = perhaps\n",
+     NTO_ECONFIG,
+     {"[b] key 'trainable'", "perhaps"}},
+    {"backbone_slice.ini",
+     "[Model]\n[b]\nbackbone = bb_base.ini\nOutputLayer = nope\n",
+     NTO_ECONFIG,
+     {"[b] key 'outputlayer'", "no layer 'nope'"}},
+    {"backbone_order.ini",
+     "[Model]\n[b]\nbackbone = bb_base.ini\nInputLayer = fc\n"
+     "OutputLayer = conv\n",
+     NTO_ECONFIG,
+     {"[b] keys 'inputlayer', 'outputlayer'", "no layers left"}},
+    {"backbone_self.ini",
+     "[Model]\n[b]\nbackbone = backbone_self.ini\n",
+     NTO_ECONFIG,
+     {"[b] key 'backbone'", "this file", "include itself"}},
+    {"backbone_cycle.ini",
+     "[Model]\n[b]\nbackbone = bb_cycle.ini\n",
+     NTO_ECONFIG,
+     {"backbone_cycle.ini: [b] key 'backbone': ", "bb_cycle.ini: [c]",
+      "a file that includes this one"}},
+    {"backbone_bad.ini",
+     "[Model]\n[b]\nbackbone = bb_bad.ini\n",
+     NTO_ECONFIG,
+     {"backbone_bad.ini: [b] key 'backbone': ", "bb_bad.ini: [x]",
+      "missing key 'type'"}},
+    {"backbone_input.ini",
+     "[Model]\n[b]\nbackbone = bb_wire.ini\n",
+     NTO_ECONFIG,
+     {"bb_wire.ini: [conv] key 'input_layers'", "'elsewhere'", "of [b]"}},
 };
 
 static void test_malformed(void **state) {
   (void)state;
   build_long_inputs();
+  /* the backbones some cases include */
+  write_file("bb_base.ini", "[Model]\nbatch_size = 7\n[in]\ntype = input\n"
+                            "input_shape = 1:4:4\n[conv]\ntype = conv2d\n"
+                            "filters = 2\nkernel_size = 3,3\n[fc]\n"
+                            "type = fully_connected\nunit = 3\n");
+  write_file("bb_bad.ini", "[x]\nunit = 3\n");
+  write_file("bb_cycle.ini", "[c]\nbackbone = backbone_cycle.ini\n");
+  write_file("bb_wire.ini", "[conv]\ntype = conv2d\ninput_layers = "
+                            "elsewhere\nfilters = 2\nkernel_size = 1,1\n");
   size_t n = sizeof bad_cases / sizeof bad_cases[0];
   assert_true(n >= 20);
   for (size_t i = 0; i < n; i++) {
@@ -1059,8 +1314,9 @@ static void test_parse_size(void **state) {
                err.msg);
   }
   static const char *const bad[] = {
-      "",    "0",    "-1",   "abc",  "64X",     "0x10", "inf", "nan",
-      "1.5.2", "64MiBB", "0.0001", "M", "64 M B", "1e3", "99999999999T",
+      "",       "0",   "-1",     "abc",   "64X",
+      "0x10",   "inf", "nan",    "1.5.2", "64MiBB",
+      "0.0001", "M",   "64 M B", "1e3",   "99999999999T",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     size_t got = 7;
@@ -1091,6 +1347,7 @@ int main(void) {
       cmocka_unit_test(test_relative_paths),
       cmocka_unit_test(test_iniparser_rules),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_backbone),
       cmocka_unit_test(test_directory_and_null_err),
       cmocka_unit_test(test_parse_size),
   };

@@ -10,7 +10,9 @@
  * (layers with trainable = false) runs twice: with the input's gradient
  * asked for (the backward pass through the frozen layers, checked against
  * torch's) and without (the backward pass stops at the first trainable
- * layer): the same weights after 3 steps either way.
+ * layer): the same weights after 3 steps either way. l2_net has weight
+ * regularizers (l2norm, two constants, one on a frozen layer): its golden
+ * loss includes 0.5 * C * ||W|| and its gradients C * W, as nntrainer's.
  *
  * Criterion per tensor: max-norm relative error
  *     max_i |ours_i - torch_i| <= 1e-4 * max_i |torch_i| + 1e-6
@@ -234,6 +236,13 @@ static void test_frozen_batch_stats(void **s) {
   run_net_with("frozen_batch_stats", 0);
 }
 
+/* weight_regularizer = l2norm: the terms of the loss and of the
+ * gradients (and so of every SGD and Adam step) against torch's */
+static void test_l2_net(void **s) {
+  (void)s;
+  run_net("l2_net");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp),
@@ -243,6 +252,7 @@ int main(void) {
       cmocka_unit_test(test_mse_net),
       cmocka_unit_test(test_frozen_backbone),
       cmocka_unit_test(test_frozen_batch_stats),
+      cmocka_unit_test(test_l2_net),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

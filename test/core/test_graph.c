@@ -6,6 +6,7 @@
 #include "config.h"
 #include "graph.h"
 #include "model.h"
+#include "registry.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -258,7 +259,116 @@ static const bad_case bad[] = {
      "activation=swishy\n",
      NTO_ECONFIG,
      {"[f]", "activation", "swishy"}},
+    /* weight regularizers (props.h nto_regularizer) */
+    {"regularizer_l1",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=2\n"
+     "kernel_size=3\nweight_regularizer=l1\n",
+     NTO_ECONFIG,
+     {"[c] key 'weight_regularizer'", "l2norm|none", "got 'l1'"}},
+    {"regularizer_negative",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[fc]\ntype=fully_connected\n"
+     "unit=2\nweight_regularizer=l2norm\nWeight_Regularizer_Constant=-0.1\n",
+     NTO_ECONFIG,
+     {"[fc] key 'weight_regularizer_constant'", ">= 0", "got '-0.1'"}},
+    {"regularizer_old_negative",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=2\n"
+     "kernel_size=3\nweight_decay=l2norm\nweight_decay_lambda=-2\n",
+     NTO_ECONFIG,
+     {"[c] key 'weight_decay_lambda'", ">= 0", "got '-2'"}},
+    {"regularizer_decay_number",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[fc]\ntype=fully_connected\n"
+     "unit=2\nweight_decay=0.001\n",
+     NTO_ECONFIG,
+     {"[fc] key 'weight_decay'", "weight_decay = 0.001", "only 0"}},
+    {"bn_decay_number",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[bn]\n"
+     "type=batch_normalization\nbias_decay=0.1\n",
+     NTO_ECONFIG,
+     {"[bn] key 'bias_decay'", "bias_decay = 0.1", "not supported"}},
+    /* nntrainer's layer types this trainer lacks, and plugins */
+    {"nntrainer_lstm",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[l]\ntype=LSTM\nunit=3\n",
+     NTO_ECONFIG,
+     {"[l] key 'type'", "nntrainer's 'LSTM' layer is not supported",
+      "recurrent"}},
+    {"plugin_type",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[p]\ntype=pow\n",
+     NTO_ECONFIG,
+     {"[p] key 'type'", "unknown layer type 'pow'", "custom plugin layer"}},
+    {"first_format_key",
+     "[in]\ntype=input\ninput_shape=1:4:4\nHiddenSize=16\n",
+     NTO_ECONFIG,
+     {"[in] key 'hiddensize'", "first INI format", "input_shape"}},
+    /* output indices name(k), as nntrainer's exported INIs write them */
+    {"output_index_single",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[f]\ntype=flatten\n"
+     "input_layers=in(1)\n",
+     NTO_ECONFIG,
+     {"[f] key 'input_layers'", "'in(1)'", "has one output"}},
+    {"output_index_bad",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[f]\ntype=flatten\n"
+     "input_layers=in(x)\n",
+     NTO_ECONFIG,
+     {"[f] key 'input_layers'", "NAME(OUTPUT)", "'in(x)'"}},
+    {"flatten_target_shape",
+     "[in]\ntype=input\ninput_shape=2:4:4\n[f]\ntype=flatten\n"
+     "target_shape=1:1:16\n",
+     NTO_ECONFIG,
+     {"[f]", "1:1:16 is not the flattened shape 1:1:32", NULL}},
+    {"regularizer_both_spellings",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[c]\ntype=conv2d\nfilters=2\n"
+     "kernel_size=3\nweight_regularizer=l2norm\nweight_decay=l2norm\n",
+     NTO_ECONFIG,
+     {"[c] key 'weight_decay'", "same setting as 'weight_regularizer'",
+      "given twice"}},
+    {"regularizer_no_weight",
+     "[in]\ntype=input\ninput_shape=1:4:4\n[p]\ntype=pooling2d\n"
+     "pooling=max\npool_size=2\nweight_regularizer=l2norm\n",
+     NTO_ECONFIG,
+     {"[p]", "unknown key 'weight_regularizer'", "pooling2d"}},
 };
+
+/* nntrainer's own exported INI (its graph written back, as
+ * test_models/models/tf_resnet.ini): output indices "name(k)" (a
+ * multiout's outputs), a flatten's target_shape, decays of 0, a loss layer
+ * section, [Model] Type = Regression. */
+static void test_nntrainer_export(void **s) {
+  (void)s;
+  const char *p = write_ini(
+      "export.ini",
+      "[Model]\nType = Regression\nbatch_size = 2\nLoss = cross\n"
+      "[input0]\ntype = input\ninput_shape = 1:4:4\n"
+      "[conv0]\ntype = conv2d\ninput_layers = input0(0)\nfilters = 2\n"
+      "kernel_size = 3,3\npadding = same\nweight_decay = 0.000000\n"
+      "bias_decay = 0.000000\n"
+      "[bn]\ntype = batch_normalization\ninput_layers = conv0(0)\n"
+      "weight_decay = 0\nbias_decay = 0\n"
+      "[split_out]\ntype = multiout\ninput_layers = bn(0)\n"
+      "[c1]\ntype = conv2d\ninput_layers = split_out(0)\nfilters = 2\n"
+      "kernel_size = 1,1\n"
+      "[add]\ntype = addition\ninput_layers = c1(0), split_out(1)\n"
+      "[flat]\ntype = flatten\ninput_layers = add(0)\n"
+      "target_shape = 1:1:1:32\n"
+      "[fc]\ntype = fully_connected\ninput_layers = flat(0)\nunit = 3\n"
+      "[loss]\ntype = mse\ninput_layers = fc\n");
+  nto_config c;
+  nto_err err = {0};
+  if (nto_config_load(&c, p, &err) != 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(c.model.loss, NTO_LOSS_MSE); /* the section wins */
+  assert_int_equal(c.n_warnings, 1);            /* Type = Regression */
+  assert_non_null(strstr(c.warnings[0], "'Regression' is ignored"));
+  nto_config_free(&c);
+  nto_graph g;
+  if (build(p, &g, &err) != 0)
+    fail_msg("%s", err.msg);
+  const nto_layer *add = &g.layers[nto_graph_find(&g, "add")];
+  assert_int_equal(add->n_in, 2);
+  assert_int_equal(g.layers[add->in[1]].ops, &nto_multiout_layer);
+  assert_int_equal(g.layers[nto_graph_find(&g, "flat")].out_shape.w, 32);
+  assert_int_equal(nto_graph_find(&g, "loss"), -1); /* not a layer */
+  nto_graph_free(&g);
+}
 
 static void test_bad_graphs(void **s) {
   (void)s;
@@ -287,6 +397,7 @@ int main(void) {
       cmocka_unit_test(test_resnet18_structure),
       cmocka_unit_test(test_mobilenetv2_params),
       cmocka_unit_test(test_nntrainer_mnist_dialect),
+      cmocka_unit_test(test_nntrainer_export),
       cmocka_unit_test(test_bad_graphs),
       cmocka_unit_test(test_nntrainer_order),
   };

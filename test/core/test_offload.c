@@ -328,20 +328,22 @@ static int count_tensors(const net_case *nc, nto_model_opts o,
  * (smaller than their weights), and so does lenet's conv2 (a cache of
  * 54 x 8 floats, as large as its 8 x 54 weight), so auto computes them
  * by rows too; tiny_resnet's recompute them per chunk (their caches
- * would be 16 times their weights), and auto leaves them whole. */
+ * would be 16 times their weights), and auto leaves them whole; so do
+ * l2_net's, whose weight regularizers add C * W to each chunk's rows (and
+ * to the whole gradients before their chunked updates). */
 static void test_chunked_update(void **state) {
   (void)state;
   char dir[256];
   assert_int_equal(tmpdir_make(dir, sizeof dir, "chunks"), 0);
-  const char *nets[] = {"test/data/nets/lenet.ini",
-                        "test/data/nets/tiny_resnet.ini",
-                        "test/data/nets/narrow_deep.ini"};
-  for (int i = 0; i < 3; i++) {
+  const char *nets[] = {
+      "test/data/nets/lenet.ini", "test/data/nets/tiny_resnet.ini",
+      "test/data/nets/narrow_deep.ini", "test/data/nets/l2_net.ini"};
+  for (int i = 0; i < 4; i++) {
     net_case whole = {nets[i], 2, 3, 0}, chunked = {nets[i], 2, 3, 1024};
     nto_model_opts on = {.chunk_grads = NTO_CHUNK_GRADS_ON};
     nto_model_opts off = {.chunk_grads = NTO_CHUNK_GRADS_OFF};
     nto_model_opts aut = {.chunk_grads = NTO_CHUNK_GRADS_AUTO};
-    const int caches[] = {1, 0, 2};
+    const int caches[] = {1, 0, 2, 0};
     assert_int_equal(count_tensors(&chunked, on, "rows_cache"), caches[i]);
     assert_int_equal(count_tensors(&chunked, aut, "rows_cache"), caches[i]);
     assert_int_equal(count_tensors(&chunked, off, "rows_cache"), 0);
@@ -553,6 +555,7 @@ static void test_small_nets(void **state) {
       {"test/data/nets/tiny_resnet.ini", 2, 3, 0},
       {"test/data/nets/mobile_block.ini", 2, 3, 0},
       {"test/data/nets/mse_net.ini", 3, 3, 0},
+      {"test/data/nets/l2_net.ini", 2, 3, 0}, /* weight regularizers */
   };
   for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
     check_net(&nets[i]);

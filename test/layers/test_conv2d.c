@@ -3,7 +3,8 @@
  * and backward against a naive direct convolution (in double), per-image
  * and chunked (several images per GEMM) kernels alike, chunked against
  * per-image results, the same bits at any compute thread count, workspace
- * bounds, weight requests, and property/plan errors.
+ * bounds, the weight regularizer's terms, weight requests, and
+ * property/plan errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -826,6 +827,140 @@ static void test_weight_rows_match_backward(void **state) {
   }
 }
 
+/* The regularizer's term of the loss as layer.c computes it, by hand:
+ * 0.5 * C * sqrt(sum w^2), the sum in double in element order. */
+static double reg_loss_of(const float *w, size_t n, float c) {
+  double ss = 0.0;
+  for (size_t i = 0; i < n; i++)
+    ss += (double)w[i] * w[i];
+  return 0.5 * (double)c * sqrt(ss);
+}
+
+/*
+ * weight_regularizer = l2norm, weight_regularizer_constant = 0.25 (and
+ * nntrainer's 2020 spelling of both): the weight gets l2 = 0.25, the bias
+ * none; forward sets reg_loss = 0.5 * C * ||W|| (0 when the layer is
+ * frozen; the replay leaves it as it is); backward's dW and
+ * backward_weight_rows' rows are those of the same layer without the
+ * regularizer plus C * W, bit for bit, while dX and db are unchanged. On
+ * the im2col, depthwise and Winograd paths.
+ */
+static void test_regularizer(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    const char *props[12];
+    nto_shape in;
+  } rc_cases[] = {
+      {"im2col",
+       {"filters", "4", "kernel_size", "3", "padding", "1", NULL},
+       {2, 3, 5, 5}},
+      {"depthwise",
+       {"filters", "3", "kernel_size", "3", "groups", "3", "padding", "1",
+        NULL},
+       {2, 3, 5, 5}},
+      {"winograd",
+       {"filters", "6", "kernel_size", "3", "padding", "1", NULL},
+       {2, 16, 8, 8}},
+  };
+  static const char *const spellings[][4] = {
+      {"weight_regularizer", "l2norm", "weight_regularizer_constant", "0.25"},
+      {"weight_decay", "L2Norm", "weight_decay_lambda", "0.25"}};
+  const float c = 0.25f;
+  for (size_t ci = 0; ci < sizeof rc_cases / sizeof *rc_cases; ci++)
+    for (size_t sp = 0; sp < 2; sp++) {
+      const char *props[20];
+      int np = 0;
+      while (rc_cases[ci].props[np]) {
+        props[np] = rc_cases[ci].props[np];
+        np++;
+      }
+      props[np] = NULL;
+      nto_layer a, b; /* without, with the regularizer */
+      assert_int_equal(
+          gc_layer_make(&a, &nto_conv2d_layer, props, 1, &rc_cases[ci].in), 0);
+      for (int k = 0; k < 4; k++)
+        props[np + k] = spellings[sp][k];
+      props[np + 4] = NULL;
+      assert_int_equal(
+          gc_layer_make(&b, &nto_conv2d_layer, props, 1, &rc_cases[ci].in), 0);
+      assert_true(a.w[0].l2 == 0.0f && a.w[1].l2 == 0.0f);
+      assert_true(b.w[0].l2 == c);
+      assert_true(b.w[1].l2 == 0.0f); /* never the bias */
+      size_t nw = nto_shape_numel(b.w[0].shape), f = (size_t)b.w[1].shape.c;
+      size_t kcol = nw / f;
+      size_t nx = nto_shape_numel(rc_cases[ci].in);
+      size_t ny = nto_shape_numel(b.out_shape);
+      nto_rng rng;
+      nto_rng_seed(&rng, 700 + (unsigned)ci);
+      float *x = malloc(nx * 4), *w = malloc(nw * 4), *bias = malloc(f * 4);
+      float *dy = malloc(ny * 4), *y = malloc(ny * 4), *y2 = malloc(ny * 4);
+      float *dwa = malloc(nw * 4), *dwb = malloc(nw * 4),
+            *want = malloc(nw * 4);
+      float *dba = malloc(f * 4), *dbb = malloc(f * 4);
+      float *dxa = malloc(nx * 4), *dxb = malloc(nx * 4);
+      fill(x, nx, &rng);
+      fill(w, nw, &rng);
+      fill(bias, f, &rng);
+      fill(dy, ny, &rng);
+      size_t wsb = a.ws_bytes > b.ws_bytes ? a.ws_bytes : b.ws_bytes;
+      float *ws = ws_alloc(wsb);
+      nto_fwd fw = {.in = {x}, .w = {w, bias}, .ws = ws, .training = 1};
+      fw.out = y;
+      a.reg_loss = -1.0;
+      a.ops->forward(&a, &fw);
+      assert_true(a.reg_loss == 0.0);
+      fw.out = y2;
+      b.ops->forward(&b, &fw);
+      assert_memory_equal(y, y2, ny * 4); /* the output is the same */
+      double want_loss = reg_loss_of(w, nw, c);
+      assert_true(want_loss > 0.0);
+      if (fabs(b.reg_loss - want_loss) > 1e-12 * want_loss)
+        fail_msg("%s: reg_loss %.17g, expected %.17g", rc_cases[ci].name,
+                 b.reg_loss, want_loss);
+      b.reg_loss = -1.0; /* the replay writes nothing but the output */
+      b.ops->replay(&b, &fw);
+      assert_true(b.reg_loss == -1.0);
+      fw.training = 0; /* inference: the term as well */
+      b.ops->forward(&b, &fw);
+      assert_true(b.reg_loss == want_loss);
+      b.trainable = 0; /* frozen: no term */
+      b.ops->forward(&b, &fw);
+      assert_true(b.reg_loss == 0.0);
+      b.trainable = 1;
+      nto_bwd bw = {.in = {x}, .dout = dy, .w = {w, bias}, .ws = ws};
+      bw.din[0] = dxa;
+      bw.dw[0] = dwa;
+      bw.dw[1] = dba;
+      a.ops->backward(&a, &bw);
+      bw.din[0] = dxb;
+      bw.dw[0] = dwb;
+      bw.dw[1] = dbb;
+      b.ops->backward(&b, &bw);
+      ws_check(ws, wsb);
+      for (size_t i = 0; i < nw; i++)
+        want[i] = dwa[i] + c * w[i];
+      assert_memory_equal(dwb, want, nw * 4);
+      assert_memory_equal(dba, dbb, f * 4);
+      assert_memory_equal(dxa, dxb, nx * 4);
+      if (b.ops->weight_row(&b, 0) > 0) { /* rows [1, 3) of dW */
+        nto_bwd br = {.in = {x}, .dout = dy, .w = {w, bias}, .ws = ws};
+        a.ops->backward_weight_rows(&a, &br, 0, 1, 3, dwa, NULL, 0);
+        b.ops->backward_weight_rows(&b, &br, 0, 1, 3, dwb, NULL, 0);
+        for (size_t i = 0; i < 2 * kcol; i++)
+          want[i] = dwa[i] + c * w[kcol + i];
+        assert_memory_equal(dwb, want, 2 * kcol * 4);
+      } else {
+        assert_string_equal(rc_cases[ci].name, "depthwise");
+      }
+      free(ws);
+      gc_layer_free(&a);
+      gc_layer_free(&b);
+      free(x), free(w), free(bias), free(dy), free(y), free(y2), free(dwa);
+      free(dwb), free(want), free(dba), free(dbb), free(dxa), free(dxb);
+    }
+}
+
 /* Weight requests: names, shapes, export rank, fans, order; plan twice
  * gives the same requests. */
 static void test_weights(void **state) {
@@ -1043,6 +1178,28 @@ static void test_errors(void **state) {
   expect_error(P("filters", "2", "bias_initializer", "x"), in, NTO_ECONFIG,
                "expected", "got 'x'");
   expect_error(P("filters", "2", "units", "3"), in, NTO_ENOKEY, NULL, NULL);
+  expect_error(P("filters", "2", "weight_regularizer", "l1"), in, NTO_ECONFIG,
+               "expected one of l2norm|none", "got 'l1'");
+  expect_error(P("filters", "2", "weight_regularizer_constant", "-0.5"), in,
+               NTO_ECONFIG, "expected a number >= 0", "got '-0.5'");
+  expect_error(P("filters", "2", "weight_regularizer_constant", "1e39"), in,
+               NTO_ECONFIG, "float32", "got '1e39'");
+  expect_error(P("filters", "2", "weight_decay", "0.01"), in, NTO_ECONFIG,
+               "weight_decay = 0.01", "not supported: only 0");
+  expect_error(P("filters", "2", "bias_decay", "0.5"), in, NTO_ECONFIG,
+               "bias_decay = 0.5", "not supported: only 0");
+  expect_error(P("filters", "2", "weight_decay", "l1"), in, NTO_ECONFIG,
+               "l2norm or none", "got 'l1'");
+  expect_error(P("filters", "2", "weight_decay_lambda", "-1"), in, NTO_ECONFIG,
+               ">= 0", "got '-1'");
+  /* one setting in both spellings */
+  expect_error(P("filters", "2", "weight_regularizer", "l2norm", "weight_decay",
+                 "l2norm"),
+               in, NTO_ECONFIG, "same setting as 'weight_regularizer'",
+               "given twice");
+  expect_error(P("filters", "2", "weight_decay_lambda", "0.1",
+                 "weight_regularizer_constant", "0.1"),
+               in, NTO_ECONFIG, "same setting as 'weight_decay_lambda'", NULL);
   /* plan errors */
   expect_error(P("kernel_size", "3"), in, NTO_ECONFIG, "'filters'", "required");
   expect_error(P("filters", "2"), in, NTO_ECONFIG, "'kernel_size'", "required");
@@ -1072,6 +1229,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_threads_same_bits, pool_free),
       cmocka_unit_test_teardown(test_winograd_threads_same_bits, pool_free),
       cmocka_unit_test_teardown(test_weight_rows_match_backward, pool_free),
+      cmocka_unit_test_teardown(test_regularizer, pool_free),
       cmocka_unit_test(test_weights),
       cmocka_unit_test_teardown(test_workspace, pool_free),
       cmocka_unit_test(test_errors),

@@ -58,12 +58,27 @@ static void test_shape_and_values(void **state) {
 }
 
 /* flatten has no keys. */
+/* One key, target_shape (nntrainer's export writes it); others are
+ * unknown. */
 static void test_unknown_key(void **state) {
   (void)state;
   nto_layer l = {0};
   nto_err err = {0};
-  assert_int_equal(nto_flatten_layer.set_prop(&l, "target_shape", "1", &err),
+  l.priv = calloc(1, nto_flatten_layer.priv_size);
+  assert_non_null(l.priv);
+  assert_int_equal(nto_flatten_layer.set_prop(&l, "unit", "1", &err),
                    NTO_ENOKEY);
+  assert_int_equal(nto_flatten_layer.set_prop(&l, "target_shape", "0:1", &err),
+                   NTO_ECONFIG);
+  assert_int_equal(
+      nto_flatten_layer.set_prop(&l, "target_shape", "1:1:1:48", &err), 0);
+  l.in_shape[0] = (nto_shape){.n = 2, .c = 3, .h = 4, .w = 4};
+  assert_int_equal(nto_flatten_layer.plan(&l, &err), 0);
+  assert_int_equal(l.out_shape.w, 48);
+  l.in_shape[0].c = 2; /* 32 values: not the target */
+  assert_int_equal(nto_flatten_layer.plan(&l, &err), NTO_ECONFIG);
+  assert_non_null(strstr(err.msg, "target_shape"));
+  free(l.priv);
 }
 
 int main(void) {

@@ -1,7 +1,7 @@
 /*
  * test_fully_connected.c - fully_connected layer: gradient checks, forward
  * and backward against naive loops (in double), the same bits at any compute
- * thread count, weight requests, errors.
+ * thread count, the weight regularizer's terms, weight requests, errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -263,6 +263,27 @@ static void test_errors(void **state) {
   expect_error(P("unit", "3", "bias_initializer", "nope"), NTO_ECONFIG,
                "got 'nope'");
   expect_error(P("unit", "3", "filters", "3"), NTO_ENOKEY, NULL);
+  expect_error(P("unit", "3", "weight_regularizer", "l1"), NTO_ECONFIG,
+               "got 'l1'");
+  expect_error(P("unit", "3", "weight_regularizer_constant", "-0.1"),
+               NTO_ECONFIG, "got '-0.1'");
+  expect_error(P("unit", "3", "weight_regularizer_constant", "nan"),
+               NTO_ECONFIG, "got 'nan'");
+  expect_error(P("unit", "3", "weight_decay", "1e-4"), NTO_ECONFIG,
+               "not supported: only 0");
+  expect_error(P("unit", "3", "weight_decay", "l1"), NTO_ECONFIG,
+               "l2norm or none");
+  expect_error(P("unit", "3", "bias_decay", "x"), NTO_ECONFIG,
+               "expected a number");
+  /* nntrainer's exported INIs write a zero decay: nothing to do */
+  expect_error(P("unit", "3", "weight_decay", "0.000000", "bias_decay", "0"),
+               0, NULL);
+  expect_error(
+      P("unit", "3", "weight_decay", "none", "weight_regularizer", "none"),
+      NTO_ECONFIG, "same setting as 'weight_decay'");
+  expect_error(P("unit", "3", "weight_regularizer", "NONE",
+                 "weight_regularizer_constant", "0"),
+               0, NULL);
   expect_error(P("unit", "3"), 0, NULL);
 #undef P
 }
@@ -325,11 +346,99 @@ static void test_threads_same_bits(void **state) {
   nto_parallel_free();
 }
 
+/*
+ * weight_regularizer = l2norm with weight_regularizer_constant = 0.3 (and
+ * nntrainer's 2020 spelling): the weight gets l2 = 0.3, the bias none;
+ * forward sets reg_loss = 0.5 * C * ||W|| (0 when frozen) and leaves the
+ * output as it is; backward's dW is the unregularized one plus C * W, bit
+ * for bit, dX and db unchanged.
+ */
+static void test_regularizer(void **state) {
+  (void)state;
+  static const char *const spellings[][8] = {
+      {"unit", "70", "weight_regularizer", "l2norm",
+       "weight_regularizer_constant", "0.3", NULL},
+      {"unit", "70", "weight_decay", "l2norm", "weight_decay_lambda", "0.3",
+       NULL}};
+  const fc_case *k = &cases[N_CASES - 1]; /* several column blocks */
+  const float c = 0.3f;
+  size_t n = (size_t)k->in.n, in = nto_shape_sample(k->in);
+  size_t unit = (size_t)k->unit, nw = in * unit;
+  nto_rng rng;
+  nto_rng_seed(&rng, 78);
+  float *x = malloc(n * in * 4), *w = malloc(nw * 4), *b = malloc(unit * 4);
+  float *dy = malloc(n * unit * 4), *want = malloc(nw * 4);
+  float *o[2][4];
+  size_t sz[4] = {n * unit, n * in, nw, unit};
+  for (int v = 0; v < 2; v++)
+    for (int i = 0; i < 4; i++)
+      o[v][i] = malloc(sz[i] * 4);
+  fill(x, n * in, &rng);
+  fill(w, nw, &rng);
+  fill(b, unit, &rng);
+  fill(dy, n * unit, &rng);
+  for (int sp = 0; sp < 2; sp++) {
+    nto_layer l[2];
+    assert_int_equal(
+        gc_layer_make(&l[0], &nto_fully_connected_layer, k->props, 1, &k->in),
+        0);
+    assert_int_equal(gc_layer_make(&l[1], &nto_fully_connected_layer,
+                                   spellings[sp], 1, &k->in),
+                     0);
+    assert_true(l[0].w[0].l2 == 0.0f && l[0].w[1].l2 == 0.0f);
+    assert_true(l[1].w[0].l2 == c && l[1].w[1].l2 == 0.0f);
+    for (int v = 0; v < 2; v++) {
+      nto_fwd f = {.out = o[v][0], .training = 1};
+      f.in[0] = x;
+      f.w[0] = w;
+      f.w[1] = b;
+      l[v].reg_loss = -1.0;
+      l[v].ops->forward(&l[v], &f);
+      nto_bwd bw = {.dout = dy};
+      bw.in[0] = x;
+      bw.din[0] = o[v][1];
+      bw.w[0] = w;
+      bw.w[1] = b;
+      bw.dw[0] = o[v][2];
+      bw.dw[1] = o[v][3];
+      l[v].ops->backward(&l[v], &bw);
+    }
+    double ss = 0.0;
+    for (size_t i = 0; i < nw; i++)
+      ss += (double)w[i] * w[i];
+    assert_true(l[0].reg_loss == 0.0);
+    assert_true(fabs(l[1].reg_loss - 0.5 * c * sqrt(ss)) <=
+                1e-12 * l[1].reg_loss);
+    for (size_t i = 0; i < nw; i++)
+      want[i] = o[0][2][i] + c * w[i];
+    assert_memory_equal(o[1][2], want, nw * 4);
+    assert_memory_equal(o[1][0], o[0][0], sz[0] * 4); /* y */
+    assert_memory_equal(o[1][1], o[0][1], sz[1] * 4); /* dX */
+    assert_memory_equal(o[1][3], o[0][3], sz[3] * 4); /* db */
+    /* frozen: no term */
+    l[1].trainable = 0;
+    nto_fwd f = {.out = o[1][0], .training = 1};
+    f.in[0] = x;
+    f.w[0] = w;
+    f.w[1] = b;
+    l[1].ops->forward(&l[1], &f);
+    assert_true(l[1].reg_loss == 0.0);
+    gc_layer_free(&l[0]);
+    gc_layer_free(&l[1]);
+  }
+  for (int v = 0; v < 2; v++)
+    for (int i = 0; i < 4; i++)
+      free(o[v][i]);
+  free(x), free(w), free(b), free(dy), free(want);
+  nto_parallel_free();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_threads_same_bits),
+      cmocka_unit_test(test_regularizer),
       cmocka_unit_test(test_weights),
       cmocka_unit_test(test_errors),
   };
