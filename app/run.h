@@ -72,6 +72,7 @@ typedef struct run {
   const char *window_mode; /* "fixed", "auto", "budget" or "all" */
   size_t budget;           /* bytes, 0: none */
   char budget_src[256];    /* where the budget came from (errors) */
+  char limit_src[256];     /* without a budget: the memory limit, named */
   /* the loop */
   double *step_s; /* per iteration: its wall time, the tuner's turn too */
   long n_steps, planned;

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "init_weights.h"
+#include "memstat.h"
 #include "parallel.h"
 #include "swap.h"
 
@@ -156,12 +157,39 @@ static const char *window_setting(const run *r, const char **what) {
   return mc->swap_lookahead[0] ? mc->swap_lookahead : "2";
 }
 
-/* The memory budget: --memory-budget, else the INI's memory_budget. */
+/* Without a budget: the memory the process may use (memstat.h
+ * nto_memory_limit) less what it holds beyond its tensors (its RSS now,
+ * SETUP_BLAS_THREAD_BYTES per compute thread, SETUP_PLAN_BYTES for the
+ * plans and data buffers still to come) bounds the tensors and workspace
+ * (model.h memory_limit), named in r->limit_src. */
+static void limit_setting(run *r, nto_model_opts *mo) {
+  size_t lim, base = nto_current_rss_bytes() + SETUP_PLAN_BYTES +
+                     (size_t)r->o.threads * SETUP_BLAS_THREAD_BYTES;
+  nto_limit_kind k = nto_memory_limit(NULL, NULL, &lim);
+  if (k == NTO_LIMIT_NONE)
+    return;
+  char a[32], b[32], c[32];
+  mo->memory_limit = lim > base ? lim - base : 1;
+  snprintf(r->limit_src, sizeof r->limit_src,
+           "%s of %s (no --memory-budget; %s for tensors and workspace "
+           "beyond the process's %s)",
+           k == NTO_LIMIT_AVAILABLE ? "the memory available (MemAvailable)"
+                                    : "the cgroup memory limit",
+           nto_format_bytes(lim, a, sizeof a),
+           nto_format_bytes(mo->memory_limit, b, sizeof b),
+           nto_format_bytes(base, c, sizeof c));
+  mo->limit_source = r->limit_src;
+}
+
+/* The memory budget: --memory-budget, else the INI's memory_budget; else
+ * the limit the process lives under (limit_setting). */
 static int budget_setting(run *r, nto_model_opts *mo) {
   const char *b = r->o.budget ? r->o.budget : r->c.model.memory_budget;
   r->budget = 0;
-  if (!b || !b[0])
+  if (!b || !b[0]) {
+    limit_setting(r, mo);
     return 0;
+  }
   if (cli_budget(r->o.budget ? "--memory-budget" : "[Model] memory_budget", b,
                  &r->budget) != 0)
     return -1;
@@ -216,6 +244,13 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
     }
     oo->swap_dir = sw.dir;
     snprintf(swap_note, sizeof swap_note, "%s", sw.note);
+  } else if (mo->memory_limit) { /* swaps only if the limit binds */
+    static setup_swap sw;
+    if (setup_swap_dir(o->swap_dir, mc->swap_path, o->model,
+                       flash.allow_ram_swap, &sw, NULL) == 0) {
+      oo->swap_dir = sw.dir;
+      snprintf(swap_note, sizeof swap_note, "%s", sw.note);
+    }
   }
   oo->no_direct = o->no_direct;
   oo->io = NTO_IO_AUTO;
@@ -412,6 +447,10 @@ void setup_print_offload(const run *r) {
          st.swap_dir, st.direct ? " (O_DIRECT)" : " (page cache)",
          nto_format_bytes(st.region, b, sizeof b),
          nto_format_bytes(p.workspace, c, sizeof c));
+  const char *lim = NULL;
+  if (nto_tuner_limited(nto_model_tuner(r->m), &lim))
+    printf("offload: everything resident would not fit %s: window %d\n", lim,
+           st.window);
   if (swap_note[0])
     printf("offload: %s\n", swap_note);
 }

@@ -102,18 +102,13 @@ static void print_table(const nto_model *m) {
   }
 }
 
-/* What train holds beyond summary's own RSS, per compute thread: the
- * OpenBLAS packing buffer of each thread that calls BLAS, the data
- * pipeline, the I/O rings and threads. Calibrated against `train`'s peak
- * RSS with ResNet-18 and MobileNetV2 (docs/design.md). */
-#define BLAS_THREAD_BYTES ((size_t)2 << 20)
-
 /* Estimated peak RSS of `train` holding `tensors` bytes of tensors and
  * workspace: this process's own RSS now (code, libraries, the model's
- * plans, as train has them too) plus BLAS_THREAD_BYTES per thread. */
+ * plans, as train has them too) plus SETUP_BLAS_THREAD_BYTES per thread
+ * (setup.h). */
 static size_t estimate_rss(size_t tensors, long threads) {
   return tensors + nto_current_rss_bytes() +
-         (size_t)threads * BLAS_THREAD_BYTES;
+         (size_t)threads * SETUP_BLAS_THREAD_BYTES;
 }
 
 /* What offloading with windows 1, 2, 4 and 8 plans with model m: the

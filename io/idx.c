@@ -23,6 +23,7 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@
 typedef struct idx_file {
   const char *path;
   gzFile f;
+  int fd; /* f's descriptor (owned by f): for posix_fadvise */
   unsigned char hdr[IDX_IMAGES_HEADER]; /* its header as read at open */
 } idx_file;
 
@@ -117,6 +119,7 @@ static int idx_open_file(idx_file *x, size_t n, uint32_t magic,
   if (rc)
     return rc;
   errno = 0;
+  x->fd = fd;
   x->f = gzdopen(fd, "rb");
   if (x->f == NULL) {
     int e = errno;
@@ -252,6 +255,13 @@ static int idx_fetch(nto_dataset *ds, unsigned char *p, nto_err *err) {
                     IDX_LABELS_HEADER + (uint64_t)ds->pos, "label", err);
   if (rc)
     return rc;
+  /* Every 1024 samples, the kernel may drop the pages already read: the
+   * data streams through once per epoch, and a page cache grown by it
+   * counts against a cgroup's memory limit like the process's own. */
+  if ((ds->pos & 1023) == 1023) {
+    posix_fadvise(s->img.fd, 0, 0, POSIX_FADV_DONTNEED);
+    posix_fadvise(s->lbl.fd, 0, 0, POSIX_FADV_DONTNEED);
+  }
   if (p[npix] >= ds->num_classes)
     return nto_err_set(err, NTO_EDATA,
                        "%s: byte offset %" PRIu64

@@ -14,6 +14,7 @@
 
 #include "fileio.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -110,6 +111,9 @@ static int raw_sample(const nto_dataset *ds, uint64_t i, float *x, float *y,
   int rc = nto_file_pread_full(s->fd, x, nx, off, s->path, err);
   if (rc == 0)
     rc = nto_file_pread_full(s->fd, y, ny, off + nx, s->path, err);
+  /* read once an epoch: its pages may go (a page cache grown by the data
+   * counts against a cgroup's memory limit like the process's own) */
+  posix_fadvise(s->fd, (off_t)off, (off_t)(nx + ny), POSIX_FADV_DONTNEED);
   if (rc == NTO_EDATA && err) {
     size_t n = strlen(err->msg);
     snprintf(err->msg + n, sizeof err->msg - n, " (file changed since open?)");

@@ -65,6 +65,8 @@ static nto_tuner_opts tuner_opts(const nto_model_opts *o) {
                           .window = o->offload.window,
                           .memory_budget = o->memory_budget,
                           .budget_source = o->budget_source,
+                          .memory_limit = o->memory_limit,
+                          .limit_source = o->limit_source,
                           .prefetch = o->prefetch,
                           .no_keep = o->offload.no_keep,
                           .plan_only = o->plan_only};

@@ -75,6 +75,12 @@ typedef struct nto_model_opts {
                                    pass alone; use nto_model_eval_step */
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                    "--memory-budget"; NULL: "memory budget" */
+  size_t memory_limit;          /* bytes, 0: none; without a budget only:
+                                   the room for tensors + workspace under
+                                   the limit the process lives under
+                                   (tuner.h) */
+  const char *limit_source;     /* names that limit in errors, e.g. "the
+                                   cgroup memory limit of 512.0 MiB" */
   nto_step_trace_fn step_trace; /* NULL: off */
   void *step_trace_user;
 } nto_model_opts;

@@ -10,6 +10,7 @@ struct nto_tuner {
   nto_tuner_model tm;
   nto_tuner_opts o;          /* prefetch resolved (never AUTO) */
   int window;                /* decided at creation, 0: all resident */
+  int limited;               /* the memory limit acts as the budget */
   nto_offload *off;          /* NULL: all resident */
   int auto_window;           /* NTO_WINDOW_AUTO */
   nto_autowin ctl;           /* its controller */
@@ -136,6 +137,16 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
   char b[32], need[32], w[32];
   t->window = t->o.window_mode == NTO_WINDOW_AUTO ? 1 : t->o.window;
   *max = S > 2 ? S - 1 : 1;
+  if (!budget && t->o.memory_limit && total > t->o.memory_limit) {
+    /* everything resident would exceed what the process may use: the
+     * limit is the budget, and "all resident" the largest window in it */
+    budget = t->o.memory_budget = t->o.memory_limit;
+    t->o.budget_source = t->o.limit_source ? t->o.limit_source
+                                           : "the memory limit";
+    if (t->o.window_mode == NTO_WINDOW_FIXED && t->window == 0)
+      t->o.window_mode = NTO_WINDOW_BUDGET;
+    t->limited = 1;
+  }
   if (!budget && t->o.window_mode == NTO_WINDOW_AUTO) {
     /* no budget: windows that need as much as everything resident are
      * pointless (resident would not stall at all) */
@@ -177,6 +188,12 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
     t->window = fit;
   *max = fit;
   return 0;
+}
+
+int nto_tuner_limited(const nto_tuner *t, const char **source) {
+  if (t->limited && source)
+    *source = t->o.budget_source;
+  return t->limited;
 }
 
 int nto_tuner_create(nto_tuner **out, const nto_tuner_model *tm,

@@ -66,6 +66,16 @@ typedef struct nto_tuner_opts {
                                 the workspace */
   const char *budget_source; /* names the budget in errors, e.g.
                                 "--memory-budget"; NULL: "memory budget" */
+  size_t memory_limit;       /* bytes, 0: none. Without a budget: the room
+                                for the tensor region + workspace under
+                                the memory the process may use (a cgroup
+                                limit, MemAvailable). When everything
+                                resident would not fit it, it acts as a
+                                budget: all resident becomes the largest
+                                window within it, a fixed window above it
+                                is refused, auto is capped by it */
+  const char *limit_source;  /* names the limit in errors and in
+                                nto_tuner_limit_note */
   nto_prefetch prefetch;
   int no_keep;   /* 1: evict a tensor as soon as it leaves the window */
   int plan_only; /* 1: no window is resolved (summary) */
@@ -128,6 +138,10 @@ int nto_tuner_recompute_convs(const nto_tuner_opts *o, nto_recompute r);
  * fits), with *refused = 1. Returns 0, NTO_ECONFIG or NTO_ENOMEM; *out is
  * NULL on error.
  */
+/* When the memory limit (nto_tuner_opts.memory_limit) bound the plan: 1,
+ * with limit_source; else 0. Caller's thread. */
+int nto_tuner_limited(const nto_tuner *t, const char **source);
+
 int nto_tuner_create(nto_tuner **out, const nto_tuner_model *tm,
                      const nto_tuner_opts *o, int *refused, nto_err *err);
 void nto_tuner_free(nto_tuner *t);

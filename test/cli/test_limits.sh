@@ -15,7 +15,10 @@
 #     the swap file's blocks are reserved at start, so a disk that fills
 #     during the run does not end it. Needs root (mount), mkfs.ext2 and
 #     strace (its injected delay holds the run after start-up while the
-#     disk is filled); skipped with a message otherwise.
+#     disk is filled); skipped with a message otherwise;
+#   - a cgroup v1 memory limit without --memory-budget: the plan fits it
+#     (all resident becomes a window), no OOM kill. Needs root; skipped
+#     with a message otherwise.
 # usage: test_limits.sh PATH/TO/nntrainer-offload   (run from the repo root)
 # shellcheck disable=SC2086 # $big: a list of options, split on purpose
 set -u
@@ -179,6 +182,28 @@ else
     got=$?
     check ext2_reserved 0 "swap traffic"
   fi
+fi
+
+# --- a cgroup memory limit and no --memory-budget ----------------------
+# ResNet-18 at batch 10 needs 185 MiB all resident: inside a 48 MiB cgroup
+# v1 memory limit (page cache counted), train without a budget or window
+# takes the limit as its budget, says so and finishes, never OOM-killed.
+cg=/sys/fs/cgroup/memory/nto-limits-$$
+if ldd "$exe" 2>/dev/null | grep -q 'lib[at]san'; then
+  skip "cgroup limit: a sanitizer build (its shadow memory needs far more)"
+elif mkdir "$cg" 2>/dev/null; then
+  echo $((48 << 20)) >"$cg/memory.limit_in_bytes"
+  timeout -s KILL $limit sh -c "echo \$\$ >'$cg/cgroup.procs' && exec \"\$@\"" \
+    sh "$exe" train res/resnet18.ini --data synthetic --batch-size 10 \
+    --iterations 2 --eval-samples 0 >"$tmp/out" 2>&1
+  got=$?
+  check cgroup_limit 0 "everything resident would not fit the cgroup memory limit of 48.0 MiB"
+  oom=$(sed -n 's/^oom_kill \([0-9]*\)/\1/p' "$cg/memory.oom_control")
+  if [ "${oom:-0}" -eq 0 ]; then passes=$((passes + 1)); else
+    fail "cgroup_limit: OOM-killed ($oom)"; fi
+  rmdir "$cg" 2>/dev/null
+else
+  skip "cgroup limit: /sys/fs/cgroup/memory is not writable (needs root and cgroup v1)"
 fi
 
 echo "limits: $passes passed, $fails failed, $skips skipped"
