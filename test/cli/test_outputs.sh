@@ -303,7 +303,10 @@ check int_weights test -s "$tmp/int.bin" -a -s "$tmp/int.safetensors"
 
 # A second Ctrl-C aborts: exit 130, no temp or lock file left.
 mkdir "$tmp/dbl"
-start dbl --iterations 100 --checkpoint "$tmp/dbl/c.ckpt" --checkpoint-every 1
+# batch 256: iterations of seconds, so that the second signal comes
+# within the iteration the first one stops after, even on a loaded machine
+start dbl --iterations 100 --batch-size 256 --checkpoint "$tmp/dbl/c.ckpt" \
+  --checkpoint-every 1
 wait_for "$tmp/dbl.log" "iter 2/"
 kill -INT $pid
 wait_for "$tmp/dbl.log" "stopping after this iteration"
