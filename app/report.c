@@ -291,7 +291,7 @@ void report_print(const run *r, const metrics *mx, double total_s) {
          nto_format_bytes(p->arena, e, sizeof e),
          nto_format_bytes(p->workspace, f, sizeof f));
   if (r->budget)
-    printf("memory budget     %s for resident tensors + workspace\n",
+    printf("memory budget     %s for the whole process (its peak RSS)\n",
            nto_format_bytes(r->budget, a, sizeof a));
   if (r->o.checkpoint)
     printf("checkpoint        %s: %d written (%.2f s in all), the last at "

@@ -158,26 +158,19 @@ static const char *window_setting(const run *r, const char **what) {
 }
 
 /* Without a budget: the memory the process may use (memstat.h
- * nto_memory_limit) less what it holds beyond its tensors (its RSS now,
- * SETUP_BLAS_THREAD_BYTES per compute thread, SETUP_PLAN_BYTES for the
- * plans and data buffers still to come) bounds the tensors and workspace
- * (model.h memory_limit), named in r->limit_src. */
+ * nto_memory_limit) bounds the whole process (model.h memory_limit,
+ * process_extra), named in r->limit_src. */
 static void limit_setting(run *r, nto_model_opts *mo) {
-  size_t lim, base = nto_current_rss_bytes() + SETUP_PLAN_BYTES +
-                     (size_t)r->o.threads * SETUP_BLAS_THREAD_BYTES;
+  size_t lim;
   nto_limit_kind k = nto_memory_limit(NULL, NULL, &lim);
   if (k == NTO_LIMIT_NONE)
     return;
-  char a[32], b[32], c[32];
-  mo->memory_limit = lim > base ? lim - base : 1;
-  snprintf(r->limit_src, sizeof r->limit_src,
-           "%s of %s (no --memory-budget; %s for tensors and workspace "
-           "beyond the process's %s)",
+  char a[32];
+  mo->memory_limit = lim;
+  snprintf(r->limit_src, sizeof r->limit_src, "%s of %s (no --memory-budget)",
            k == NTO_LIMIT_AVAILABLE ? "the memory available (MemAvailable)"
                                     : "the cgroup memory limit",
-           nto_format_bytes(lim, a, sizeof a),
-           nto_format_bytes(mo->memory_limit, b, sizeof b),
-           nto_format_bytes(base, c, sizeof c));
+           nto_format_bytes(lim, a, sizeof a));
   mo->limit_source = r->limit_src;
 }
 
@@ -193,7 +186,6 @@ static int budget_setting(run *r, nto_model_opts *mo) {
   if (cli_budget(r->o.budget ? "--memory-budget" : "[Model] memory_budget", b,
                  &r->budget) != 0)
     return -1;
-  mo->memory_budget = r->budget;
   if (r->o.budget) {
     mo->budget_source = "--memory-budget";
   } else {
@@ -201,6 +193,7 @@ static int budget_setting(run *r, nto_model_opts *mo) {
              "%.200s: [Model] memory_budget", r->o.model);
     mo->budget_source = r->budget_src;
   }
+  mo->memory_budget = r->budget; /* on the whole process: process_extra */
   return 0;
 }
 
@@ -211,6 +204,10 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   const char *what, *w = window_setting(r, &what);
   if (budget_setting(r, mo) != 0 || cli_recompute(o->recompute, &mo->recompute))
     return -1;
+  /* budgets and limits bound the whole process: beyond its RSS when the
+   * plans are built, it holds the BLAS buffers of each compute thread */
+  mo->process_extra =
+      (size_t)nto_parallel_threads() * SETUP_BLAS_THREAD_BYTES;
   mo->window_mode = NTO_WINDOW_FIXED;
   r->window_mode = "all";
   if (!w && r->budget) {

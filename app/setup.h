@@ -10,15 +10,13 @@
 
 #include <stddef.h>
 
-/* What train holds beyond its tensors and the process's RSS before the
- * model is built, for the memory limit (setup_memory_opts) and summary's
- * estimate: per compute thread, the OpenBLAS packing buffer of each thread
- * that calls BLAS, the data pipeline, the I/O rings and threads; once,
- * an allowance for the plans and data buffers built after the limit is
- * read. Calibrated against train's peak RSS with ResNet-18 and
- * MobileNetV2 (docs/design.md). */
+/* What train holds beyond its tensors and the process's RSS once the
+ * model's plans are built, per compute thread: the OpenBLAS packing
+ * buffer of each thread that calls BLAS, the data pipeline, the I/O rings
+ * and threads. Calibrated against train's peak RSS with ResNet-18 and
+ * MobileNetV2 (docs/design.md); budgets and limits on the process and
+ * summary's estimate use it. */
 #define SETUP_BLAS_THREAD_BYTES ((size_t)2 << 20)
-#define SETUP_PLAN_BYTES ((size_t)8 << 20)
 
 #define SETUP_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define SETUP_MAX_CLASS 4095 /* the largest label --classes takes */

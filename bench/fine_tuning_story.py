@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "res/mobilenetv2_32.ini"))
     ap.add_argument("--freeze", default="dropout")
     ap.add_argument("--partial", default="block13_add")
-    ap.add_argument("--budget", default="48M")
+    ap.add_argument("--budget", default="64M")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--pretrain-iterations", type=int, default=800)
     ap.add_argument("--iterations", type=int, default=300)

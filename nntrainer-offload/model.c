@@ -1,5 +1,6 @@
 /* model.c - the facade that wires plan, mechanism and policy. See model.h. */
 #include "model.h"
+#include "memstat.h"
 #include "arena.h"
 #include "lr_scheduler.h"
 #include "optimizer.h"
@@ -67,9 +68,39 @@ static nto_tuner_opts tuner_opts(const nto_model_opts *o) {
                           .budget_source = o->budget_source,
                           .memory_limit = o->memory_limit,
                           .limit_source = o->limit_source,
+
                           .prefetch = o->prefetch,
                           .no_keep = o->offload.no_keep,
                           .plan_only = o->plan_only};
+}
+
+/* A budget or limit on the whole process (o->process_extra set): what
+ * the tensors and workspace get, the process's RSS now (code, libraries,
+ * the plans just built) and process_extra taken off, as to->overhead.
+ * NTO_ECONFIG with *refused when the budget leaves nothing. */
+static int process_budget(const nto_model_opts *o, nto_tuner_opts *to,
+                          int *refused, nto_err *err) {
+  if (!o->process_extra || (!to->memory_budget && !to->memory_limit))
+    return 0;
+  size_t base = nto_current_rss_bytes() + o->process_extra;
+  to->overhead = base;
+  if (to->memory_limit)
+    to->memory_limit = to->memory_limit > base ? to->memory_limit - base : 1;
+  if (!to->memory_budget)
+    return 0;
+  if (to->memory_budget > base) {
+    to->memory_budget -= base;
+    return 0;
+  }
+  char a[32], b[32];
+  *refused = 1;
+  return nto_err_set(err, NTO_ECONFIG,
+                     "%s %s is below this process's own memory before any "
+                     "tensor, %s (code and libraries, the plans, compute "
+                     "threads' BLAS buffers)",
+                     o->budget_source ? o->budget_source : "memory budget",
+                     nto_format_bytes(to->memory_budget, a, sizeof a),
+                     nto_format_bytes(base, b, sizeof b));
 }
 
 /* Graph, tensor table and steps. */
@@ -199,7 +230,9 @@ static int create(nto_model **out, const nto_config *c, const nto_model_opts *o,
         {&m->st.plan[0], &m->st.plan[1]}, p.workspace, p.total, m->g.batch};
     nto_tuner_opts to = tuner_opts(o);
     *convs = nto_tensors_recomputed_convs(&m->tt);
-    rc = nto_tuner_create(&m->tuner, &tm, &to, refused, err);
+    rc = process_budget(o, &to, refused, err);
+    if (rc == 0)
+      rc = nto_tuner_create(&m->tuner, &tm, &to, refused, err);
   }
   if (rc == 0 && !o->plan_only)
     rc = start(m, o, err);

@@ -76,11 +76,19 @@ typedef struct nto_model_opts {
   const char *budget_source;    /* names the budget's setting in errors, e.g.
                                    "--memory-budget"; NULL: "memory budget" */
   size_t memory_limit;          /* bytes, 0: none; without a budget only:
-                                   the room for tensors + workspace under
                                    the limit the process lives under
-                                   (tuner.h) */
+                                   (tuner.h; on the whole process when
+                                   process_extra is set) */
   const char *limit_source;     /* names that limit in errors, e.g. "the
                                    cgroup memory limit of 512.0 MiB" */
+  size_t process_extra;         /* with memory_budget or memory_limit on
+                                   the whole process (not 0): the bytes it
+                                   will hold beyond its tensors and
+                                   workspace and beyond its RSS when the
+                                   plans are built (e.g. BLAS buffers per
+                                   compute thread); the tensors get the
+                                   budget less that RSS and these (tuner.h
+                                   overhead) */
   nto_step_trace_fn step_trace; /* NULL: off */
   void *step_trace_user;
 } nto_model_opts;

@@ -3,6 +3,7 @@
 #include "lookahead.h"
 #include "schedule.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +109,20 @@ static int largest_fit(const nto_tuner *t, size_t budget, int *best,
   return 0;
 }
 
+/* The budget as given (with the process's overhead) into b, and what
+ * a need of tensors + workspace is made of into what: "its tensor
+ * region plus the im2col workspace of W[ plus the process's own O]". */
+static void budget_words(const nto_tuner *t, char *b, size_t blen, char *what,
+                         size_t wlen) {
+  char w[32], o[32];
+  nto_format_bytes(t->o.memory_budget + t->o.overhead, b, blen);
+  nto_format_bytes(t->tm.workspace, w, sizeof w);
+  nto_format_bytes(t->o.overhead, o, sizeof o);
+  snprintf(what, wlen, "its tensor region plus the im2col workspace of %s%s%s",
+           w, t->o.overhead ? " plus the process's own " : "",
+           t->o.overhead ? o : "");
+}
+
 /* A fixed window above the budget: refused, naming the largest that
  * fits. */
 static int check_fixed(nto_tuner *t, int fit, int *refused, nto_err *err) {
@@ -116,15 +131,14 @@ static int check_fixed(nto_tuner *t, int fit, int *refused, nto_err *err) {
   *refused = rc == 0 && need > t->o.memory_budget;
   if (rc != 0 || !*refused)
     return rc;
-  char b[32], n[32], w[32];
+  char b[32], n[32], what[160];
+  budget_words(t, b, sizeof b, what, sizeof what);
   return nto_err_set(err, NTO_ECONFIG,
-                     "%s %s: window %d needs %s (its tensor region plus the "
-                     "im2col workspace of %s); the largest window within "
-                     "the budget is %d",
-                     t->o.budget_source,
-                     nto_format_bytes(t->o.memory_budget, b, sizeof b),
-                     t->window, nto_format_bytes(need, n, sizeof n),
-                     nto_format_bytes(t->tm.workspace, w, sizeof w), fit);
+                     "%s %s: window %d needs %s (%s); the largest window "
+                     "within the budget is %d",
+                     t->o.budget_source, b, t->window,
+                     nto_format_bytes(need + t->o.overhead, n, sizeof n), what,
+                     fit);
 }
 
 /* Decide the window from the options (mode, window, budget): t->window 0
@@ -134,7 +148,7 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
   size_t budget = t->o.memory_budget, total = t->tm.all_resident;
   size_t min_need = 0;
   int S = t->tm.plans[0]->n_steps, fit = 0, rc = 0;
-  char b[32], need[32], w[32];
+  char b[32], need[32];
   t->window = t->o.window_mode == NTO_WINDOW_AUTO ? 1 : t->o.window;
   *max = S > 2 ? S - 1 : 1;
   if (!budget && t->o.memory_limit && total > t->o.memory_limit) {
@@ -156,8 +170,8 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
   }
   if (!budget)
     return 0;
-  nto_format_bytes(budget, b, sizeof b);
-  nto_format_bytes(t->tm.workspace, w, sizeof w);
+  char what[160];
+  budget_words(t, b, sizeof b, what, sizeof what);
   if (t->o.window_mode == NTO_WINDOW_FIXED && t->window == 0) {
     return total <= budget
                ? 0
@@ -165,7 +179,8 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
                              "%s %s: training with everything resident "
                              "needs %s; give a window or no window",
                              t->o.budget_source, b,
-                             nto_format_bytes(total, need, sizeof need));
+                             nto_format_bytes(total + t->o.overhead, need,
+                                              sizeof need));
   }
   if (t->o.window_mode == NTO_WINDOW_BUDGET && total <= budget) {
     t->window = 0;
@@ -178,10 +193,11 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
   if (fit == 0)
     return nto_err_set(err, NTO_ECONFIG,
                        "%s %s is below the minimum this model needs at "
-                       "batch %d: %s (window 1's tensor region plus the "
-                       "im2col workspace of %s)",
+                       "batch %d: %s (window 1: %s)",
                        t->o.budget_source, b, t->tm.batch,
-                       nto_format_bytes(min_need, need, sizeof need), w);
+                       nto_format_bytes(min_need + t->o.overhead, need,
+                                        sizeof need),
+                       what);
   if (t->o.window_mode == NTO_WINDOW_FIXED)
     return check_fixed(t, fit, refused, err);
   if (t->o.window_mode == NTO_WINDOW_BUDGET)
@@ -268,7 +284,7 @@ int nto_tuner_set_frontier(nto_tuner *t, int n, const int *upto, nto_err *err) {
     return nto_err_set(err, NTO_ECONFIG,
                        "window %d needs %zu bytes, above the memory budget "
                        "of %zu",
-                       n, need, budget);
+                       n, need + t->o.overhead, budget + t->o.overhead);
   return rc == 0 ? nto_offload_set_frontier(t->off, n, upto, err) : rc;
 }
 

@@ -75,7 +75,13 @@ typedef struct nto_tuner_opts {
                                 window within it, a fixed window above it
                                 is refused, auto is capped by it */
   const char *limit_source;  /* names the limit in errors and in
-                                nto_tuner_limit_note */
+                                nto_tuner_limited */
+  size_t overhead;           /* bytes of the process beyond its tensors
+                                and workspace that the budget or limit as
+                                the user gave it includes (memory_budget
+                                and memory_limit are net of it); messages
+                                add it back to every figure. 0: they are
+                                bounds on tensors + workspace alone */
   nto_prefetch prefetch;
   int no_keep;   /* 1: evict a tensor as soon as it leaves the window */
   int plan_only; /* 1: no window is resolved (summary) */

@@ -168,9 +168,10 @@ expect failing_config 1 "configuration '1@8K' failed" -- "$exe" bench "$net" \
 grep -q "^1@8K .*failed" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
   fail failing_table "the table must show 1@8K failed and all ok" "$tmp/out"
 
-# @SIZE: a run's own --memory-budget (a budget below window 1's need fails
-# that run, naming it; the others run, and without a budget `all` is fine).
-expect budget_label 1 "below the minimum" -- "$exe" bench "$net" \
+# @SIZE: a run's own --memory-budget (a budget below the process's own
+# memory fails that run, naming it; the others run, and without a budget
+# `all` is fine).
+expect budget_label 1 "8.0 KiB is below this process's own memory" -- "$exe" bench "$net" \
   --windows 1@8K,1@64M,all --iterations 2 --warmup 1 --swap-dir "$tmp/swap" $direct
 grep -q "configuration '1@8K' failed" "$tmp/out" &&
   grep -q "^1@64M .* yes$" "$tmp/out" && grep -q "^all .* yes$" "$tmp/out" && pass ||
