@@ -654,7 +654,11 @@ typedef struct loader {
   char dir[NTO_CONF_STR]; /* directory of file with a trailing '/', or "" */
   nto_config *conf;       /* being loaded: its warnings and layers */
   dictionary *d;
-  const char **keys; /* scratch for iniparser_getseckeys */
+  int *sec_at; /* the entries of d that are sections, in file order */
+  int n_secs;
+  int cur;           /* the section get and load_keys found last, -1 */
+  const char **keys; /* load_keys: the section's "sec:key" names */
+  const char **vals; /* and their values */
   int nkeys;
   int file_idx;       /* nto_section.file of the sections read from file */
   int depth;          /* backbones between the INI and file */
@@ -667,23 +671,75 @@ typedef struct loader {
   int loss_at;                 /* c->n_layers when it was read */
 } loader;
 
+/*
+ * The sections of L->d into L->sec_at, one pass over its entries. The
+ * dictionary is read through its public struct (iniparser's
+ * dictionary.h): iniparser_load adds a section's entry ("sec", no value)
+ * and then its "sec:key" entries as the file gives them, and nothing is
+ * removed, so a section's keys are the entries between it and the next
+ * section (a section given twice is refused before: scan_duplicates).
+ * iniparser's own section and key lookups scan every entry per call,
+ * quadratic in the file's length (a 2000-layer INI took a tenth of
+ * `train`'s start-up).
+ */
+static int index_sections(loader *L, nto_err *err) {
+  const dictionary *d = L->d;
+  L->n_secs = 0;
+  L->cur = -1;
+  L->sec_at = malloc(((size_t)d->size + 1) * sizeof *L->sec_at);
+  if (!L->sec_at)
+    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  for (ssize_t i = 0; i < d->size; i++)
+    if (d->key[i] && !strchr(d->key[i], ':'))
+      L->sec_at[L->n_secs++] = (int)i;
+  return 0;
+}
+
+/* Section j's name. */
+static const char *sec_name_at(const loader *L, int j) {
+  return L->d->key[L->sec_at[j]];
+}
+
+/* The index of section sec in L->sec_at, or -1. */
+static int find_sec(loader *L, const char *sec) {
+  if (L->cur >= 0 && !strcmp(sec_name_at(L, L->cur), sec))
+    return L->cur;
+  for (int j = 0; j < L->n_secs; j++)
+    if (!strcmp(sec_name_at(L, j), sec))
+      return L->cur = j;
+  return -1;
+}
+
+/* The entries [*lo, *hi) of d after section j, up to the next one. */
+static void sec_range(const loader *L, int j, ssize_t *lo, ssize_t *hi) {
+  *lo = L->sec_at[j] + 1;
+  *hi = j + 1 < L->n_secs ? L->sec_at[j + 1] : L->d->size;
+}
+
 static int check_lengths(const loader *L, const char *sec, nto_err *err);
 
-/* Fill L->keys with the full "sec:key" names of section sec and check the
- * lengths of every key and value. */
+/* Fill L->keys with the full "sec:key" names of section sec, L->vals with
+ * their values, and check the lengths of every key and value. */
 static int load_keys(loader *L, const char *sec, nto_err *err) {
   free(L->keys);
-  L->keys = NULL;
-  L->nkeys = iniparser_getsecnkeys(L->d, sec);
-  if (L->nkeys <= 0) {
-    L->nkeys = 0;
+  free(L->vals);
+  L->keys = L->vals = NULL;
+  L->nkeys = 0;
+  int j = find_sec(L, sec);
+  if (j < 0)
     return 0;
-  }
-  L->keys = malloc((size_t)L->nkeys * sizeof *L->keys);
-  if (!L->keys)
+  ssize_t lo, hi;
+  sec_range(L, j, &lo, &hi);
+  size_t cap = (size_t)(hi - lo) + 1;
+  L->keys = malloc(cap * sizeof *L->keys);
+  L->vals = malloc(cap * sizeof *L->vals);
+  if (!L->keys || !L->vals)
     return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
-  if (!iniparser_getseckeys(L->d, sec, L->keys))
-    return nto_err_set(err, NTO_ENOMEM, "%s: out of memory", L->file);
+  for (ssize_t e = lo; e < hi; e++)
+    if (L->d->key[e]) {
+      L->keys[L->nkeys] = L->d->key[e];
+      L->vals[L->nkeys++] = L->d->val[e] ? L->d->val[e] : "";
+    }
   return check_lengths(L, sec, err);
 }
 
@@ -692,16 +748,22 @@ static const char *key_at(const loader *L, const char *sec, int i) {
   return L->keys[i] + strlen(sec) + 1;
 }
 
-static const char *value_at(const loader *L, int i) {
-  const char *v = iniparser_getstring(L->d, L->keys[i], "");
-  return v ? v : "";
-}
+static const char *value_at(const loader *L, int i) { return L->vals[i]; }
 
-/* Value of sec:key or NULL. */
-static const char *get(const loader *L, const char *sec, const char *key) {
-  char full[2 * NAME_MAX_LEN + 2];
-  snprintf(full, sizeof full, "%s:%s", sec, key);
-  return iniparser_getstring(L->d, full, NULL);
+/* Value of sec:key (key lowercase) or NULL. */
+static const char *get(loader *L, const char *sec, const char *key) {
+  int j = find_sec(L, sec);
+  if (j < 0)
+    return NULL;
+  ssize_t lo, hi;
+  size_t n = strlen(sec);
+  sec_range(L, j, &lo, &hi);
+  for (ssize_t e = lo; e < hi; e++) {
+    const char *k = L->d->key[e];
+    if (k && !strncmp(k, sec, n) && k[n] == ':' && !strcmp(k + n + 1, key))
+      return L->d->val[e] ? L->d->val[e] : "";
+  }
+  return NULL;
 }
 
 /* Prefix a value parser's message with file, section and key. */
@@ -2016,9 +2078,9 @@ static int load_data(loader *L, const char *const *sec_name, nto_config *c,
  */
 static int load_layer_sections(loader *L, nto_err *err) {
   nto_config *c = L->conf;
-  int nsec = iniparser_getnsec(L->d), first = c->n_layers, rc = 0;
+  int nsec = L->n_secs, first = c->n_layers, rc = 0;
   for (int i = 0; rc == 0 && i < nsec; i++) {
-    const char *s = iniparser_getsecname(L->d, i);
+    const char *s = sec_name_at(L, i);
     if (strlen(s) > NAME_MAX_LEN)
       return nto_err_set(err, NTO_ECONFIG,
                          "%s: [%.*s...] expected a section name of at most %d "
@@ -2049,11 +2111,11 @@ static int load_layer_sections(loader *L, nto_err *err) {
 }
 
 static int load_dict(loader *L, nto_config *c, nto_err *err) {
-  int nsec = iniparser_getnsec(L->d);
+  int nsec = L->n_secs;
   const char *sec_name[S_COUNT] = {NULL};
 
   for (int i = 0; i < nsec; i++) {
-    const char *s = iniparser_getsecname(L->d, i);
+    const char *s = sec_name_at(L, i);
     if (strlen(s) > NAME_MAX_LEN)
       return nto_err_set(err, NTO_ECONFIG,
                          "%s: [%.*s...] expected a section name of at most %d "
@@ -2107,7 +2169,10 @@ static void loader_init(loader *L, const char *path, nto_config *c) {
 
 static void loader_free(loader *L) {
   free(L->keys);
-  L->keys = NULL;
+  free(L->vals);
+  free(L->sec_at);
+  L->keys = L->vals = NULL;
+  L->sec_at = NULL;
   free(L->ends);
   L->ends = NULL;
   if (L->d)
@@ -2155,7 +2220,8 @@ static int load_file(loader *L, nto_err *err) {
   if (!L->d)
     return nto_err_set(err, NTO_ENOMEM, "%s: out of memory while parsing",
                        path);
-  return scan_duplicates(path, err);
+  rc = scan_duplicates(path, err);
+  return rc == 0 ? index_sections(L, err) : rc;
 }
 
 int nto_config_load(nto_config *c, const char *path, nto_err *err) {

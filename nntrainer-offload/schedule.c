@@ -867,11 +867,13 @@ static int keep_batch(nto_schedule *sc, const nto_plan *p, int n_win,
 
 /* Gaps tried per schedule build: a batch that fits (the usual case) costs
  * one build; one that does not is split in halves. KEEP_BATCH gaps, or
- * 1/KEEP_BUILDS of them when there are more (beyond 2048 gaps: only
- * deep nets; ResNet-18 has about 650, MobileNetV2 224 about 1350), so
- * that the builds, each as long as the net, stay about KEEP_BUILDS. */
+ * beyond KEEP_DEEP gaps (only deep nets: ResNet-18 has about 650,
+ * MobileNetV2 224 about 1350) 1/KEEP_BUILDS of them, so that the builds,
+ * each as long as the net, stay about KEEP_BUILDS (a 2000-layer chain:
+ * about 6000 gaps, and its keeping a fifth of `train`'s start-up). */
 #define KEEP_BATCH 32
-#define KEEP_BUILDS 64
+#define KEEP_DEEP 2048
+#define KEEP_BUILDS 32
 
 /* The kept schedule with holds h[0..n_h) built again with the smallest
  * region of every placement order (a trial stopped at the first order
@@ -909,7 +911,7 @@ static int keep(nto_schedule *sc, const nto_plan *p, int n, const int *upto,
   if (rc == 0 && !(h = malloc(((size_t)n_g + 1) * sizeof *h)))
     rc = NTO_ENOMEM;
   size_t region = sc->region, fit = sc->peak;
-  int batch = n_g / KEEP_BUILDS > KEEP_BATCH ? n_g / KEEP_BUILDS : KEEP_BATCH;
+  int batch = n_g > KEEP_DEEP ? n_g / KEEP_BUILDS : KEEP_BATCH;
   if (rc == 0)
     memcpy(live, sc->live, (size_t)T * sizeof *live);
   for (int i = 0, k = 0; i <= n_g && rc == 0; i++) {

@@ -21,7 +21,13 @@ struct nto_tuner {
   int plain_n;       /* window of plain_read/written, 0: none yet */
   uint64_t plain_read, plain_written; /* the plain window's engine bytes */
   double *step_ms; /* per training step: measured compute, NULL: none */
-  long passes;     /* training passes seen */
+  /* nto_tuner_need's regions + 1 per window n (1..n_region, 0: not
+   * built yet): [0] the training pass's plain schedule (no frontier), [1] the
+   * inference pass's (which takes no frontier). The plans do not change
+   * after creation, so these are built once. */
+  size_t *region[2];
+  int n_region;
+  long passes; /* training passes seen */
   /* the last training pass: wall time, device busy time, bytes moved */
   double pass_ms, pass_device_ms;
   uint64_t pass_bytes;
@@ -41,20 +47,45 @@ static nto_schedule_req request(const nto_tuner *t, int n, const int *upto,
   return (nto_schedule_req){n, upto, engine && !t->o.no_keep, 0};
 }
 
+/* The cached region of pass k's schedule for window n (see struct
+ * nto_tuner), or NULL where n is beyond the cache or it cannot be
+ * allocated (the caller then builds it each time). */
+static size_t *region_slot(const nto_tuner *ct, int k, int n) {
+  nto_tuner *t = (nto_tuner *)ct; /* a cache: the tuner's plans and
+                                     answers do not change */
+  int S = t->tm.plans[0]->n_steps;
+  if (n > S)
+    return NULL;
+  if (!t->region[0] && !t->region[1]) {
+    t->region[0] = calloc((size_t)S + 1, sizeof *t->region[0]);
+    t->region[1] = calloc((size_t)S + 1, sizeof *t->region[1]);
+    t->n_region = S;
+  }
+  return t->region[k] ? &t->region[k][n] : NULL;
+}
+
 int nto_tuner_need(const nto_tuner *t, int n, const int *upto, size_t *bytes,
                    nto_err *err) {
   size_t region = 0;
   n = n < 1 ? 1 : n;
   *bytes = 0;
   for (int k = 0; k < 2; k++) {
-    nto_schedule sc;
-    nto_schedule_req rq = request(t, n, k ? NULL : upto, 0);
-    int rc = nto_schedule_make(&sc, t->tm.plans[k], &rq, err);
-    if (rc != 0)
-      return rc;
-    if (sc.region > region)
-      region = sc.region;
-    nto_schedule_free(&sc);
+    const int *up = k ? NULL : upto;
+    size_t *slot = up ? NULL : region_slot(t, k, n);
+    if (!slot || *slot == 0) {
+      nto_schedule sc;
+      nto_schedule_req rq = request(t, n, up, 0);
+      int rc = nto_schedule_make(&sc, t->tm.plans[k], &rq, err);
+      if (rc != 0)
+        return rc;
+      if (slot)
+        *slot = sc.region + 1;
+      if (sc.region > region)
+        region = sc.region;
+      nto_schedule_free(&sc);
+    } else if (*slot - 1 > region) {
+      region = *slot - 1;
+    }
   }
   *bytes = region + t->tm.workspace;
   return 0;
@@ -155,8 +186,8 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
     /* everything resident would exceed what the process may use: the
      * limit is the budget, and "all resident" the largest window in it */
     budget = t->o.memory_budget = t->o.memory_limit;
-    t->o.budget_source = t->o.limit_source ? t->o.limit_source
-                                           : "the memory limit";
+    t->o.budget_source =
+        t->o.limit_source ? t->o.limit_source : "the memory limit";
     if (t->o.window_mode == NTO_WINDOW_FIXED && t->window == 0)
       t->o.window_mode = NTO_WINDOW_BUDGET;
     t->limited = 1;
@@ -191,13 +222,12 @@ static int resolve_window(nto_tuner *t, int *max, int *refused, nto_err *err) {
     return rc;
   *refused = fit == 0;
   if (fit == 0)
-    return nto_err_set(err, NTO_ECONFIG,
-                       "%s %s is below the minimum this model needs at "
-                       "batch %d: %s (window 1: %s)",
-                       t->o.budget_source, b, t->tm.batch,
-                       nto_format_bytes(min_need + t->o.overhead, need,
-                                        sizeof need),
-                       what);
+    return nto_err_set(
+        err, NTO_ECONFIG,
+        "%s %s is below the minimum this model needs at "
+        "batch %d: %s (window 1: %s)",
+        t->o.budget_source, b, t->tm.batch,
+        nto_format_bytes(min_need + t->o.overhead, need, sizeof need), what);
   if (t->o.window_mode == NTO_WINDOW_FIXED)
     return check_fixed(t, fit, refused, err);
   if (t->o.window_mode == NTO_WINDOW_BUDGET)
@@ -246,6 +276,8 @@ void nto_tuner_free(nto_tuner *t) {
     return;
   free(t->wtrace);
   free(t->step_ms);
+  free(t->region[0]);
+  free(t->region[1]);
   free(t);
 }
 
