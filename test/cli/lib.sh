@@ -35,6 +35,18 @@ on_ram() {
   return 1
 }
 
+# own_kib ARGS...: the process's own memory before any tensor (code,
+# libraries, the plans, compute threads' BLAS buffers) of `train ARGS`, in
+# KiB, as the refusal of a 1 MiB budget names it; empty if not named. A
+# budget meant to leave the tensors a given room is set above it: it is
+# 10.6 MiB on x86-64 at 2 threads, more under qemu-user (25-28 MiB), whose
+# RSS includes the emulator's.
+own_kib() {
+  "$exe" train "$@" --memory-budget 1M 2>&1 |
+    sed -n 's/.*own memory before any tensor, \([0-9.]*\) MiB.*/\1/p' |
+    awk '{ printf "%.0f", $1 * 1024 }'
+}
+
 # json_value KEY FILE: the value of "KEY" in a flat JSON file that has one
 # key a line (train's --report-json), without its trailing comma.
 json_value() {

@@ -257,7 +257,9 @@ PY
 else
   echo "note: python3 missing, trace.json not parsed"
 fi
-sed 's/^batch_size = 4$/batch_size = 4\nmemory_swap = true\nmemory_swap_lookahead = auto\nmemory_budget = 24M/' \
+# a budget of 13.4 MiB beyond the process's own memory (24 MiB on x86-64)
+own=$(own_kib test/data/nets/tiny_resnet.ini --data synthetic)
+sed "s/^batch_size = 4\$/batch_size = 4\nmemory_swap = true\nmemory_swap_lookahead = auto\nmemory_budget = $((own + 13722))K/" \
   test/data/nets/tiny_resnet.ini >"$tmp/auto.ini"
 expect ini_auto 0 "adaptive (auto)" -- "$exe" train "$tmp/auto.ini" \
   --data synthetic --iterations 2 --eval-samples 0 --swap-dir "$tmp" $direct
@@ -269,12 +271,13 @@ expect budget_bad 2 "memory-budget: expected a size" -- "$exe" train \
   test/data/nets/tiny_resnet.ini --memory-budget lots
 # recompute auto: MobileNetV2 (32x32, b4, 2 threads) needs 9.5 MiB of tensors
 # and workspace at window 1 with its expansions' outputs kept, ~11.7 MiB with
-# them recomputed, beyond the process's own ~10.4 MiB (code, libraries,
-# plans, 2 threads' BLAS buffers): within a budget of 21 MiB it trains with
-# them kept, and says so
+# them recomputed, beyond the process's own memory (code, libraries,
+# plans, 2 threads' BLAS buffers; own_kib): within a budget of 10.6 MiB
+# more (21 MiB on x86-64) it trains with them kept, and says so
+own=$(own_kib res/mobilenetv2_32.ini --data synthetic --batch-size 4 --threads 2)
 expect budget_convs_kept 0 "convolutions' outputs kept, not recomputed" -- \
   "$exe" train res/mobilenetv2_32.ini --data synthetic --batch-size 4 \
-  --iterations 1 --eval-samples 0 --threads 2 --memory-budget 21M \
+  --iterations 1 --eval-samples 0 --threads 2 --memory-budget $((own + 10854))K \
   --swap-dir "$tmp" $direct --save "$tmp/convs.bin"
 expect summary_estimate 0 "window 1: .* estimated peak RSS" -- "$exe" summary res/resnet18.ini
 
