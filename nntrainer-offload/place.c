@@ -117,24 +117,67 @@ static void sort_by_lo(int *c, int n, slot *placed) {
   }
 }
 
+/* Insert placed item i into by_off[0..n) (placed items by offset),
+ * after those at the same offset. */
+static void insert_by_lo(int *by_off, int n, const slot *placed, int i) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (placed[by_off[mid]].lo <= placed[i].lo)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  memmove(&by_off[lo + 1], &by_off[lo], (size_t)(n - lo) * sizeof *by_off);
+  by_off[lo] = i;
+}
+
+/* The placed items (placed[0..np)) overlapping slot s in time into cand,
+ * by offset. Few candidates (the time index's, for a short-lived s) are
+ * sorted; many (more than SORT_MAX, or a long-lived s, which reads every
+ * placed item) are taken in by_off's order instead, filtered by a mark:
+ * sorting them for every item was most of a deep net's placement. The
+ * order among equal offsets does not change the sweep's result. */
+#define SORT_MAX 64
+static int overlapping_by_lo(nto_time_index *x, slot *placed, int np,
+                             const int *by_off, unsigned char *mark,
+                             const slot *s, int *cand) {
+  int nc = overlapping(x, placed, np, s, cand);
+  if (nc <= SORT_MAX) {
+    sort_by_lo(cand, nc, placed);
+    return nc;
+  }
+  for (int k = 0; k < nc; k++)
+    mark[cand[k]] = 1;
+  int m = 0;
+  for (int k = 0; k < np && m < nc; k++)
+    if (mark[by_off[k]]) {
+      mark[by_off[k]] = 0;
+      cand[m++] = by_off[k];
+    }
+  return m;
+}
+
 /* Place the n items idx[] in that order, each at the lowest offset free
  * of every placed item overlapping it in time: a sweep in offset order
  * over those items (placed[] in placement order, found through the time
- * index); returns the region, or (size_t)-1 when out of memory. */
+ * index, by_off the placed ones by offset); returns the region, or
+ * (size_t)-1 when out of memory. */
 static size_t place_in_order(nto_place_item *items, const int *idx, int n,
                              long T, slot *placed) {
   nto_time_index x = {0};
   size_t region = 0;
   int *cand = malloc(((size_t)n + 1) * sizeof *cand);
-  if (!cand || nto_time_index_init(&x, n, T) != 0)
+  int *by_off = malloc(((size_t)n + 1) * sizeof *by_off);
+  unsigned char *mark = calloc((size_t)n + 1, 1);
+  if (!cand || !by_off || !mark || nto_time_index_init(&x, n, T) != 0)
     region = (size_t)-1;
   for (int i = 0; region != (size_t)-1 && i < n; i++) {
     nto_place_item *v = &items[idx[i]];
     slot *s = &placed[i];
     *s = (slot){.mask = time_mask(v, T), .n_seg = v->n_seg};
     memcpy(s->seg, v->seg, sizeof v->seg);
-    int nc = overlapping(&x, placed, i, s, cand);
-    sort_by_lo(cand, nc, placed);
+    int nc = overlapping_by_lo(&x, placed, i, by_off, mark, s, cand);
     size_t len = v->bytes, off = 0;
     for (int c = 0; c < nc; c++) {
       const slot *u = &placed[cand[c]];
@@ -145,6 +188,7 @@ static size_t place_in_order(nto_place_item *items, const int *idx, int n,
     }
     v->offset = s->lo = off;
     s->hi = off + len;
+    insert_by_lo(by_off, i, placed, i);
     int lng = nto_time_index_span(&x, s->seg, s->n_seg) > NTO_TIME_INDEX_LONG;
     if (nto_time_index_add(&x, i, s->seg, s->n_seg, lng) != 0)
       region = (size_t)-1;
@@ -153,17 +197,20 @@ static size_t place_in_order(nto_place_item *items, const int *idx, int n,
   }
   nto_time_index_free(&x);
   free(cand);
+  free(by_off);
+  free(mark);
   return region;
 }
 
 size_t nto_place(nto_place_item *v, int n, long T, size_t fit) {
   size_t len = (size_t)(n + 1) * sizeof(int);
-  int *idx = malloc(len), *best_idx = malloc(len);
+  int *idx = malloc(len);
+  size_t *best_off = malloc((size_t)(n + 1) * sizeof *best_off);
   slot *placed = malloc((size_t)(n + 1) * sizeof *placed);
-  if (!idx || !placed || !best_idx) {
+  if (!idx || !placed || !best_off) {
     free(idx);
     free(placed);
-    free(best_idx);
+    free(best_off);
     return (size_t)-1;
   }
   for (int k = 0; k < n; k++)
@@ -181,20 +228,19 @@ size_t nto_place(nto_place_item *v, int n, long T, size_t fit) {
       break; /* out of memory */
     if (o == 0 || region[o] < region[best]) {
       best = o;
-      memcpy(best_idx, idx, (size_t)n * sizeof *idx);
+      for (int k = 0; k < n; k++)
+        best_off[k] = v[k].offset;
     }
     if (fit && region[best] <= fit)
       break; /* the first order within fit is the smallest so far */
   }
-  /* the offsets are the last order's; the winner's sequence, placed
-   * again, gives its region exactly (the orders tie on equal keys, so
-   * sorting again could give another sequence) */
+  /* the offsets are the last order's: the winner's, kept, go back */
   size_t r = region[last] == (size_t)-1 ? (size_t)-1 : region[best];
-  if (r != (size_t)-1 && best != last &&
-      place_in_order(v, best_idx, n, T, placed) == (size_t)-1)
-    r = (size_t)-1;
+  if (r != (size_t)-1 && best != last)
+    for (int k = 0; k < n; k++)
+      v[k].offset = best_off[k];
   free(idx);
   free(placed);
-  free(best_idx);
+  free(best_off);
   return r;
 }

@@ -289,6 +289,24 @@ static int by_off(const void *x, const void *y) {
   return (a->off > b->off) - (a->off < b->off);
 }
 
+/* r[0..n) by off: insertion sort for the usual few (qsort's set-up cost
+ * was a tenth of a deep net's start-up, over a hundred thousand calls),
+ * qsort beyond. The order among equal offsets does not matter to
+ * range_free. */
+static void sort_ranges(range *r, int n) {
+  if (n > 32) {
+    qsort(r, (size_t)n, sizeof *r, by_off);
+    return;
+  }
+  for (int i = 1; i < n; i++) {
+    range v = r[i];
+    int j = i;
+    for (; j > 0 && r[j - 1].off > v.off; j--)
+      r[j] = r[j - 1];
+    r[j] = v;
+  }
+}
+
 /* Is [o, o + len) free of the ranges r[0..n) (sorted by off; pm[i]: the
  * largest end of r[0..i])? The ranges that start below o + len are a
  * prefix; none of them may end after o. O(log n). */
@@ -429,7 +447,7 @@ static size_t best_offset(const model *m, int k, size_t region, int other,
       b->cand[nc++] = u->offset - len;
     b->br[i] = (range){u->offset, u->offset + m->p->bytes[u->t]};
   }
-  qsort(b->br, (size_t)nb, sizeof *b->br, by_off);
+  sort_ranges(b->br, nb);
   for (int i = 0; i < nb; i++)
     b->pm[i] =
         i > 0 && b->pm[i - 1] > b->br[i].end ? b->pm[i - 1] : b->br[i].end;
