@@ -26,8 +26,9 @@ int outputs_stop_signal(void) { return stop_signal; }
 /* What a second stop signal removes before it exits: the temp files the
  * run's saves write ("<file>.tmp.<pid>", only ever ours), and the
  * checkpoint's lock file below. Filled by check_outputs before training. */
-#define ABORT_PATHS 5 /* the weights, save_best_path, their safetensors,
-                          the checkpoint */
+#define ABORT_PATHS                                                            \
+  5 /* the weights, save_best_path, their safetensors,                         \
+        the checkpoint */
 static char abort_path[ABORT_PATHS][NTO_PATH_BYTES];
 static volatile sig_atomic_t n_abort_paths;
 static volatile sig_atomic_t out_tty; /* stdout is a terminal */
@@ -273,6 +274,20 @@ typedef struct use_names {
   char best_st_what[NTO_CONF_STR + 96];
 } use_names;
 
+/* A weights output (what, path) and its twin (st_path into twin, of
+ * NTO_PATH_BYTES; named in twin_what[len]) appended to out[] after no
+ * entries; the new count. */
+static int weights_uses(file_use *out, int no, const char *path,
+                        const char *what, char *twin_what, size_t len,
+                        char *twin) {
+  snprintf(twin_what, len, "%s (its %s twin)", what,
+           is_st(path) ? "nntrainer .bin" : "safetensors");
+  st_path(path, twin, NTO_PATH_BYTES);
+  out[no++] = use_of(what, path, NTO_WRITE_RENAME);
+  out[no++] = use_of(twin_what, twin, NTO_WRITE_RENAME);
+  return no;
+}
+
 /* The outputs of the run into out[] (at most OUTPUTS), its inputs into in[]
  * (at most 3); their counts. */
 static void file_uses(const run *r, file_use *out, int *n_out, file_use *in,
@@ -285,21 +300,15 @@ static void file_uses(const run *r, file_use *out, int *n_out, file_use *in,
     else
       snprintf(nm->save_what, sizeof nm->save_what,
                "%s: [model] key 'save_path'", r->o.model);
-    snprintf(nm->st_what, sizeof nm->st_what, "%s (its %s twin)",
-             nm->save_what, is_st(save) ? "nntrainer .bin" : "safetensors");
-    st_path(save, nm->st, sizeof nm->st);
-    out[no++] = use_of(nm->save_what, save, NTO_WRITE_RENAME);
-    out[no++] = use_of(nm->st_what, nm->st, NTO_WRITE_RENAME);
+    no = weights_uses(out, no, save, nm->save_what, nm->st_what,
+                      sizeof nm->st_what, nm->st);
   }
   const char *best = r->c.model.save_best_path;
   if (best[0]) {
     snprintf(nm->best_what, sizeof nm->best_what,
              "%s: [model] key 'save_best_path'", r->o.model);
-    snprintf(nm->best_st_what, sizeof nm->best_st_what, "%s (its %s twin)",
-             nm->best_what, is_st(best) ? "nntrainer .bin" : "safetensors");
-    st_path(best, nm->best_st, sizeof nm->best_st);
-    out[no++] = use_of(nm->best_what, best, NTO_WRITE_RENAME);
-    out[no++] = use_of(nm->best_st_what, nm->best_st, NTO_WRITE_RENAME);
+    no = weights_uses(out, no, best, nm->best_what, nm->best_st_what,
+                      sizeof nm->best_st_what, nm->best_st);
   }
   if (r->o.checkpoint)
     out[no++] = use_of("--checkpoint", r->o.checkpoint, NTO_WRITE_RENAME);
@@ -425,9 +434,7 @@ int outputs_check_report(const run *r, const char *what,
   static nto_file_id out, in; /* 4 KiB paths: off the stack */
   nto_file_identify(path, &out);
   for (int i = -2; i < n_inputs; i++) {
-    const char *p = i == -2   ? r->o.model
-                    : i == -1 ? r->o.weights
-                              : inputs[i];
+    const char *p = i == -2 ? r->o.model : i == -1 ? r->o.weights : inputs[i];
     if (!p)
       continue;
     nto_file_identify(p, &in);

@@ -1665,6 +1665,16 @@ static int map_ends(const loader *L, const char *list, char *out) {
   return rc;
 }
 
+/* load_keys, each key one of names (else unknown_key's error). */
+static int load_known_keys(loader *L, const char *sec, const char *const *names,
+                           nto_err *err) {
+  int rc = load_keys(L, sec, err);
+  for (int i = 0; rc == 0 && i < L->nkeys; i++)
+    if (lookup(key_at(L, sec, i), names) < 0)
+      rc = unknown_key(L, sec, key_at(L, sec, i), names, err);
+  return rc;
+}
+
 /* Keys of a section that includes a backbone: nntrainer's (its INI
  * interpreter's getMergeableGraph); `type` is ignored there, as nntrainer
  * ignores it. */
@@ -1794,10 +1804,7 @@ static int wire_backbone(loader *L, const char *sec, int first, int trainable,
  */
 static int insert_backbone(loader *L, const char *sec, const char *path,
                            nto_err *err) {
-  int rc = load_keys(L, sec, err);
-  for (int i = 0; rc == 0 && i < L->nkeys; i++)
-    if (lookup(key_at(L, sec, i), backbone_keys) < 0)
-      rc = unknown_key(L, sec, key_at(L, sec, i), backbone_keys, err);
+  int rc = load_known_keys(L, sec, backbone_keys, err);
   if (rc != 0)
     return rc;
   size_t pn = strlen(path);
@@ -1940,10 +1947,7 @@ static int warn_old_layer_keys(loader *L, const char *sec,
  */
 static int loss_section(loader *L, const char *sec, int kind, nto_err *err) {
   static const char *const keys[] = {"type", "name", "input_layers", NULL};
-  int rc = load_keys(L, sec, err);
-  for (int i = 0; rc == 0 && i < L->nkeys; i++)
-    if (lookup(key_at(L, sec, i), keys) < 0)
-      rc = unknown_key(L, sec, key_at(L, sec, i), keys, err);
+  int rc = load_known_keys(L, sec, keys, err);
   if (rc != 0)
     return rc;
   if (L->depth > 0 || L->loss_sec || L->conf->n_layers == 0)
