@@ -1,8 +1,8 @@
 /* model.c - the facade that wires plan, mechanism and policy. See model.h. */
 #include "model.h"
-#include "memstat.h"
 #include "arena.h"
 #include "lr_scheduler.h"
+#include "memstat.h"
 #include "optimizer.h"
 
 #include <stdio.h>
@@ -117,8 +117,8 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   if (rc == 0 && o->freeze_until)
     rc = nto_graph_freeze(&m->g, m->conf, o->freeze_until, err);
   if (rc == 0 && o->inference)
-    rc = nto_graph_freeze(&m->g, m->conf,
-                          m->g.layers[m->g.n_layers - 1].name, err);
+    rc = nto_graph_freeze(&m->g, m->conf, m->g.layers[m->g.n_layers - 1].name,
+                          err);
   int bn_batch = o->frozen_bn == NTO_FROZEN_BN_CONFIG
                      ? m->conf->model.frozen_bn_batch
                      : o->frozen_bn == NTO_FROZEN_BN_BATCH;
@@ -211,9 +211,12 @@ static int start(nto_model *m, const nto_model_opts *o, nto_err *err) {
 }
 
 /* nto_model_create without the retry; *refused: the budget refused it,
- * *convs: the convolutions whose outputs it recomputed. */
-static int create(nto_model **out, const nto_config *c, const nto_model_opts *o,
-                  int *refused, int *convs, nto_err *err) {
+ * *convs: the convolutions whose outputs it recomputed. With fit_only,
+ * the plan and the tuner's window only (nothing allocated for training,
+ * no swap file): whether it fits. */
+static int create_as(nto_model **out, const nto_config *c,
+                     const nto_model_opts *o, int fit_only, int *refused,
+                     int *convs, nto_err *err) {
   *out = NULL;
   *refused = *convs = 0;
   nto_model *m = calloc(1, sizeof *m);
@@ -234,14 +237,64 @@ static int create(nto_model **out, const nto_config *c, const nto_model_opts *o,
     if (rc == 0)
       rc = nto_tuner_create(&m->tuner, &tm, &to, refused, err);
   }
-  if (rc == 0 && !o->plan_only)
+  if (rc == 0 && !o->plan_only && !fit_only)
     rc = start(m, o, err);
-  if (rc != 0) {
+  if (rc != 0 || fit_only) {
     nto_model_free(m);
     return rc;
   }
   *out = m;
   return 0;
+}
+
+static int create(nto_model **out, const nto_config *c, const nto_model_opts *o,
+                  int *refused, int *convs, nto_err *err) {
+  return create_as(out, c, o, 0, refused, convs, err);
+}
+
+/* Does the model fit the budget at batch b (recompute as nto_model_create
+ * would retry it)? */
+static int fits_at(const nto_config *c, const nto_model_opts *opts, int b) {
+  nto_model_opts o = *opts;
+  nto_model *m = NULL;
+  nto_err e = {0};
+  int refused = 0, convs = 0;
+  o.batch = b;
+  int rc = create_as(&m, c, &o, 1, &refused, &convs, &e);
+  if (rc == NTO_ECONFIG && refused && convs > 0 &&
+      o.recompute == NTO_RECOMPUTE_AUTO) {
+    o.recompute = NTO_RECOMPUTE_ACTIVATIONS;
+    rc = create_as(&m, c, &o, 1, &refused, &convs, &e);
+  }
+  return rc == 0;
+}
+
+/* A budget refused the model at its batch: the largest smaller batch that
+ * fits (bisection over fit-only plans: log2(batch) of them), said after
+ * err's message. */
+static void suggest_batch(const nto_config *c, const nto_model_opts *opts,
+                          nto_err *err) {
+  int batch = opts->batch > 0 ? opts->batch : c->model.batch_size;
+  if (batch <= 1 || !(opts->memory_budget || opts->memory_limit))
+    return;
+  char msg[sizeof err->msg];
+  snprintf(msg, sizeof msg, "%s", err->msg);
+  int code = err->code, lo = 0, hi = batch; /* lo fits (0: none), hi not */
+  if (fits_at(c, opts, 1)) {
+    lo = 1;
+    while (hi - lo > 1) {
+      int mid = lo + (hi - lo) / 2;
+      if (fits_at(c, opts, mid))
+        lo = mid;
+      else
+        hi = mid;
+    }
+  }
+  if (lo > 0)
+    nto_err_set(err, code, "%s; the largest batch size that fits it is %d", msg,
+                lo);
+  else
+    nto_err_set(err, code, "%s; no batch size fits it", msg);
 }
 
 int nto_model_create(nto_model **out, const nto_config *c,
@@ -260,6 +313,8 @@ int nto_model_create(nto_model **out, const nto_config *c,
     if (rc == 0)
       (*out)->convs_kept = 1;
   }
+  if (rc == NTO_ECONFIG && refused && !opts->plan_only)
+    suggest_batch(c, opts, err);
   return rc;
 }
 

@@ -286,6 +286,28 @@ else
     --memory-budget $((own + 10854))K --swap-dir "$tmp" $direct \
     --save "$tmp/convs.bin"
 fi
+# A budget below window 1's need at the INI's batch names the largest batch
+# size that fits it: that batch trains within the budget, the next is refused
+# (each with 1 MiB of slack: a new process's own memory differs from the one
+# that was refused by a few hundred KiB). ResNet-18 at batch 10 needs 23.6 MiB
+# of tensors and workspace at window 1: 20 MiB beyond the process's own memory
+# fit a smaller batch only.
+if ldd "$exe" 2>/dev/null | grep -q 'lib[at]san'; then
+  echo "SKIP budget_batch: a sanitizer build (its RSS varies with its shadow memory)"
+else
+  own=$(own_kib res/resnet18.ini --data synthetic --batch-size 10 --threads 2)
+  rn="res/resnet18.ini --data synthetic --iterations 1 --eval-samples 0 --threads 2 --swap-dir $tmp $direct"
+  expect budget_batch 2 "the largest batch size that fits it is [0-9]" -- "$exe" \
+    train $rn --batch-size 10 --memory-budget $((own + 20480))K
+  fit=$(sed -n 's/.*the largest batch size that fits it is \([0-9]*\).*/\1/p' "$tmp/out")
+  if [ -n "$fit" ]; then
+    expect budget_batch_fits 0 "peak RSS" -- "$exe" train $rn --batch-size "$fit" \
+      --memory-budget $((own + 20480 + 1024))K
+    expect budget_batch_next 2 "below the minimum this model needs at batch $((fit + 1))" \
+      -- "$exe" train $rn --batch-size $((fit + 1)) \
+      --memory-budget $((own + 20480 - 1024))K
+  fi
+fi
 expect summary_estimate 0 "window 1: .* estimated peak RSS" -- "$exe" summary res/resnet18.ini
 
 echo "cli: $passes passed, $fails failed"
