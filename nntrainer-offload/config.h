@@ -28,7 +28,10 @@
  * with `backbone = FILE.ini` stands for the layer sections of that INI,
  * inserted as nntrainer's INI interpreter inserts them (names prefixed
  * with the section's, trainable = false unless the section says
- * otherwise; docs/ini-reference.md). Relative paths
+ * otherwise; docs/ini-reference.md); a last section whose type is a loss
+ * (mse, cross, cross_softmax, cross_sigmoid: nntrainer's loss layer) is
+ * read as the model's loss; [Model] Type = Regression is ignored with a
+ * warning, as nntrainer ignores the key. Relative paths
  * (save_path, save_best_path, memory_swap_path, data paths) are relative
  * to the INI file's directory, as nntrainer resolves them.
  */
