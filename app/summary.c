@@ -102,13 +102,15 @@ static void print_table(const nto_model *m) {
   }
 }
 
-/* Estimated peak RSS of `train` holding `tensors` bytes of tensors and
- * workspace: this process's own RSS now (code, libraries, the model's
- * plans, as train has them too) plus SETUP_BLAS_THREAD_BYTES per thread
- * (setup.h). */
-static size_t estimate_rss(size_t tensors, long threads) {
+/* Estimated peak RSS of `train` of model m holding `tensors` bytes of
+ * tensors and workspace: this process's own RSS now (code, libraries, the
+ * model's plans, as train has them too), SETUP_BLAS_THREAD_BYTES per
+ * thread (setup.h) and train's batch buffers: what a budget on the
+ * process counts (model.c process_budget). */
+static size_t estimate_rss(const nto_model *m, size_t tensors, long threads) {
   return tensors + nto_current_rss_bytes() +
-         (size_t)threads * SETUP_BLAS_THREAD_BYTES;
+         (size_t)threads * SETUP_BLAS_THREAD_BYTES +
+         nto_model_batch_io_bytes(m);
 }
 
 /* What offloading with windows 1, 2, 4 and 8 plans with model m: the
@@ -138,12 +140,12 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
     printf("  window %d: %s of tensors; estimated peak RSS %s; %.1f MiB "
            "read, %.1f MiB written\n",
            windows[i], nto_format_bytes(wp.need - ws, a, sizeof a),
-           nto_format_bytes(estimate_rss(wp.need, threads), c, sizeof c),
+           nto_format_bytes(estimate_rss(m, wp.need, threads), c, sizeof c),
            wp.read_bytes / 1048576.0, wp.written_bytes / 1048576.0);
   }
   printf("  all resident: %s of tensors; estimated peak RSS %s\n",
          nto_format_bytes(all.total - all.workspace, a, sizeof a),
-         nto_format_bytes(estimate_rss(all.total, threads), c, sizeof c));
+         nto_format_bytes(estimate_rss(m, all.total, threads), c, sizeof c));
 }
 
 /* The string option a names ("--name" or "--name=VALUE": *name and *m,

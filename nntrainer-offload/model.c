@@ -76,13 +76,15 @@ static nto_tuner_opts tuner_opts(const nto_model_opts *o) {
 
 /* A budget or limit on the whole process (o->process_extra set): what
  * the tensors and workspace get, the process's RSS now (code, libraries,
- * the plans just built) and process_extra taken off, as to->overhead.
+ * the plans just built), process_extra and the caller's batch buffers
+ * (nto_model_batch_io_bytes) taken off, as to->overhead.
  * NTO_ECONFIG with *refused when the budget leaves nothing. */
-static int process_budget(const nto_model_opts *o, nto_tuner_opts *to,
-                          int *refused, nto_err *err) {
+static int process_budget(const nto_model *m, const nto_model_opts *o,
+                          nto_tuner_opts *to, int *refused, nto_err *err) {
   if (!o->process_extra || (!to->memory_budget && !to->memory_limit))
     return 0;
-  size_t base = nto_current_rss_bytes() + o->process_extra;
+  size_t base =
+      nto_current_rss_bytes() + o->process_extra + nto_model_batch_io_bytes(m);
   to->overhead = base;
   if (to->memory_limit)
     to->memory_limit = to->memory_limit > base ? to->memory_limit - base : 1;
@@ -233,7 +235,7 @@ static int create_as(nto_model **out, const nto_config *c,
         {&m->st.plan[0], &m->st.plan[1]}, p.workspace, p.total, m->g.batch};
     nto_tuner_opts to = tuner_opts(o);
     *convs = nto_tensors_recomputed_convs(&m->tt);
-    rc = process_budget(o, &to, refused, err);
+    rc = process_budget(m, o, &to, refused, err);
     if (rc == 0)
       rc = nto_tuner_create(&m->tuner, &tm, &to, refused, err);
   }
@@ -387,6 +389,13 @@ const nto_graph *nto_model_graph(const nto_model *m) { return &m->g; }
 int nto_model_batch(const nto_model *m) { return m->g.batch; }
 long nto_model_iteration(const nto_model *m) { return m->iteration; }
 nto_tuner *nto_model_tuner(const nto_model *m) { return m->tuner; }
+
+size_t nto_model_batch_io_bytes(const nto_model *m) {
+  nto_shape in = nto_model_input_shape(m);
+  return (size_t)m->g.batch *
+         (nto_shape_sample(in) + (size_t)nto_model_output_size(m)) *
+         sizeof(float);
+}
 
 nto_shape nto_model_input_shape(const nto_model *m) {
   nto_shape s = m->g.layers[0].out_shape;

@@ -123,6 +123,10 @@ void nto_model_free(nto_model *m);
 const nto_graph *nto_model_graph(const nto_model *m);
 /* Batch size N the model was planned for. */
 int nto_model_batch(const nto_model *m);
+/* Bytes of one batch of inputs and labels as float32 (batch x (input
+ * sample + outputs) x 4): the buffers a caller feeds the steps from,
+ * which a budget on the whole process counts. */
+size_t nto_model_batch_io_bytes(const nto_model *m);
 /* Input sample shape (n = 1) and number of output values per sample. */
 nto_shape nto_model_input_shape(const nto_model *m);
 int nto_model_output_size(const nto_model *m);
