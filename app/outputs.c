@@ -203,7 +203,7 @@ static void rescue(run *r, const char *path, nto_err *err) {
   }
   setup_swap sw; /* the run's swap directory; set also when refused */
   setup_swap_dir(r->o.swap_dir, r->c.model.swap_path, r->o.model,
-                 setup_flash_opts()->allow_ram_swap, &sw, NULL);
+                 r->o.allow_ram_swap, &sw, NULL);
   snprintf(dirs[nd++], sizeof dirs[0], "%s", sw.dir);
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   size_t len = strlen(base);

@@ -53,7 +53,6 @@ static uint64_t weights_bytes(const char *path) {
 
 /* The flash wear figures of mx (report.h). */
 static void measure_wear(const run *r, metrics *mx) {
-  const setup_flash *fl = setup_flash_opts();
   const char *save = outputs_save_path(r);
   mx->per_epoch = r->train && r->batch > 0
                       ? (long)(nto_dataset_size(r->train) / (size_t)r->batch)
@@ -65,8 +64,8 @@ static void measure_wear(const run *r, metrics *mx) {
       r->o.checkpoint ? (uint64_t)r->n_ckpt * file_bytes(r->o.checkpoint) : 0;
   mx->weights_written = save ? weights_bytes(save) : 0;
   mx->run_written = mx->swap_written + mx->ckpt_written + mx->weights_written;
-  mx->endurance = fl->tbw * 1e12;
-  mx->endurance_default = fl->endurance == NULL;
+  mx->endurance = r->o.tbw * 1e12;
+  mx->endurance_default = r->o.endurance == NULL;
 }
 
 void report_measure(const run *r, metrics *mx) {

@@ -26,6 +26,9 @@ typedef struct train_opts {
   const char *swap_dir;     /* NULL: the INI's, else the default */
   const char *io;           /* NULL: auto */
   int no_direct;            /* --no-direct */
+  int allow_ram_swap;       /* --allow-tmpfs-swap, or NTO_ALLOW_TMPFS_SWAP=1 */
+  const char *endurance;    /* --flash-endurance as given, NULL: not given */
+  double tbw;               /* its value in TBW, else SETUP_FLASH_TBW */
   const char *recompute;    /* --recompute auto|off, NULL: auto */
   const char *freeze_until; /* --freeze-until LAYER, NULL: none */
   const char *frozen_bn;    /* --frozen-bn running|batch, NULL: the INI's */
@@ -97,12 +100,12 @@ typedef struct run {
                         an epoch (min(test set, EVAL_SHORT_RUN)) */
   double before_loss, before_acc; /* --init-weights: before training */
   long before_n;                  /* 0: not evaluated */
-  double best_acc;  /* save_best_path: the best epoch-end accuracy so far
-                       (%), -1: none yet */
+  double best_acc;       /* save_best_path: the best epoch-end accuracy so far
+                            (%), -1: none yet */
   const char *continued; /* continue_train: the weights file the run
                             started from (also in o.init_weights), or
                             NULL */
-  int stopped;                    /* a signal stopped the loop */
+  int stopped;           /* a signal stopped the loop */
   /* checkpoints */
   long ckpt_it; /* iteration of the last checkpoint in the file, -1: none */
   int n_ckpt;   /* written */

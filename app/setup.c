@@ -15,14 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The last setup_parse's setup_flash options; main thread only. */
-static setup_flash flash = {.tbw = SETUP_FLASH_TBW};
-
 /* setup_swap_dir's note for the run that setup_memory_opts set up, printed
  * with the offload line; "" if none. Main thread only. */
 static char swap_note[sizeof((setup_swap *)0)->note];
-
-const setup_flash *setup_flash_opts(void) { return &flash; }
 
 int setup_flash_endurance(const char *what, const char *v, double *tbw) {
   char *end;
@@ -206,8 +201,7 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
     return -1;
   /* budgets and limits bound the whole process: beyond its RSS when the
    * plans are built, it holds the BLAS buffers of each compute thread */
-  mo->process_extra =
-      (size_t)nto_parallel_threads() * SETUP_BLAS_THREAD_BYTES;
+  mo->process_extra = (size_t)nto_parallel_threads() * SETUP_BLAS_THREAD_BYTES;
   mo->window_mode = NTO_WINDOW_FIXED;
   r->window_mode = "all";
   if (!w && r->budget) {
@@ -234,8 +228,8 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   if (mo->window_mode != NTO_WINDOW_FIXED || oo->window > 0) { /* may swap */
     setup_swap sw;
     nto_err err = {0};
-    if (setup_swap_dir(o->swap_dir, mc->swap_path, o->model,
-                       flash.allow_ram_swap, &sw, &err) != 0) {
+    if (setup_swap_dir(o->swap_dir, mc->swap_path, o->model, o->allow_ram_swap,
+                       &sw, &err) != 0) {
       cli_error("%s", err.msg);
       return -1;
     }
@@ -243,8 +237,8 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
     snprintf(swap_note, sizeof swap_note, "%s", sw.note);
   } else if (mo->memory_limit) { /* swaps only if the limit binds */
     static setup_swap sw;
-    if (setup_swap_dir(o->swap_dir, mc->swap_path, o->model,
-                       flash.allow_ram_swap, &sw, NULL) == 0) {
+    if (setup_swap_dir(o->swap_dir, mc->swap_path, o->model, o->allow_ram_swap,
+                       &sw, NULL) == 0) {
       oo->swap_dir = sw.dir;
       snprintf(swap_note, sizeof swap_note, "%s", sw.note);
     }
@@ -466,7 +460,7 @@ static const setup_opt *find_opt(const setup_opt *opts, size_t n, const char *a,
  * -1 after a usage error naming the option. */
 static int set_opt(int argc, char **argv, int *i, const setup_opt *d, int m,
                    train_opts *o) {
-  char *field = (d->flash ? (char *)&flash : (char *)o) + d->off;
+  char *field = (char *)o + d->off;
   if (d->kind == 'f') {
     if (m == 2) {
       cli_error("option %s takes no value, got '%s'", d->name, argv[*i]);
@@ -489,7 +483,7 @@ static int set_opt(int argc, char **argv, int *i, const setup_opt *d, int m,
 int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
                 size_t n, train_opts *o, const char **args, int *n_args) {
   const char *cmd = argv[0];
-  flash = (setup_flash){.tbw = SETUP_FLASH_TBW};
+  o->tbw = SETUP_FLASH_TBW;
   if (n_args)
     *n_args = 0;
   for (int i = 1; i < argc; i++) {
@@ -518,11 +512,10 @@ int setup_parse(int argc, char **argv, const char *usage, const setup_opt *opts,
     fputs(usage, stderr);
     return -1;
   }
-  if (flash.endurance &&
-      setup_flash_endurance("--flash-endurance", flash.endurance, &flash.tbw) !=
-          0)
+  if (o->endurance &&
+      setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw) != 0)
     return -1;
-  return setup_ram_swap_env(&flash.allow_ram_swap);
+  return setup_ram_swap_env(&o->allow_ram_swap);
 }
 
 /* Every weight of the model from o->weights; a tensor the file lacks or

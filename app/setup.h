@@ -36,20 +36,18 @@ int setup_open_data(const train_opts *o, const nto_config *c, nto_shape in,
                     int k, nto_dataset **train, nto_dataset **test,
                     nto_err *err);
 
-/* One option of a command: where its value goes in train_opts (or, for
- * the entries SETUP_FLASH_OPT makes, in setup_flash). */
+/* One option of a command: where its value goes in train_opts. */
 typedef struct setup_opt {
   const char *name; /* "--weights" */
   size_t off;       /* offsetof(train_opts, field) */
   char kind;        /* 's': const char *; 'i': long in [min, max];
                        'f': an int flag, set to 1 */
   long min, max;
-  int flash; /* 1: off is offsetof(setup_flash, field) */
 } setup_opt;
 
 /* An entry of a setup_opt table. */
 #define SETUP_OPT(name, field, kind, min, max)                                 \
-  { name, offsetof(train_opts, field), kind, min, max, 0 }
+  { name, offsetof(train_opts, field), kind, min, max }
 
 /*
  * The flash endurance assumed without --flash-endurance, in TBW: terabytes
@@ -64,23 +62,6 @@ typedef struct setup_opt {
  */
 #define SETUP_FLASH_TBW 48.0
 #define SETUP_FLASH_TBW_TEXT "48" /* the same, for usage texts */
-
-/* Options train, evaluate and predict keep beside train_opts: the swap
- * directory's filesystem check and the flash endurance. Set by
- * setup_parse; main thread only. */
-typedef struct setup_flash {
-  int allow_ram_swap;    /* --allow-tmpfs-swap, or NTO_ALLOW_TMPFS_SWAP=1 */
-  const char *endurance; /* --flash-endurance as given, NULL: not given */
-  double tbw;            /* its value in TBW, else SETUP_FLASH_TBW */
-} setup_flash;
-
-/* An entry of a setup_opt table whose value goes to setup_flash. */
-#define SETUP_FLASH_OPT(name, field, kind)                                     \
-  { name, offsetof(setup_flash, field), kind, 0, 0, 1 }
-
-/* The setup_flash options of the last setup_parse (before any: the
- * defaults). Owned by setup.c; main thread only. */
-const setup_flash *setup_flash_opts(void);
 
 /* --flash-endurance v (the option's name: what) in TBW into *tbw: a
  * number above 0, optionally followed by TBW or TB ("48", "150TBW").
@@ -136,7 +117,7 @@ int setup_swap_dir(const char *opt, const char *swap_path, const char *model,
       SETUP_OPT("--window", window, 's', 0, 0),                                \
       SETUP_OPT("--memory-budget", budget, 's', 0, 0),                         \
       SETUP_OPT("--swap-dir", swap_dir, 's', 0, 0),                            \
-      SETUP_FLASH_OPT("--allow-tmpfs-swap", allow_ram_swap, 'f'),              \
+      SETUP_OPT("--allow-tmpfs-swap", allow_ram_swap, 'f', 0, 0),              \
       SETUP_OPT("--io", io, 's', 0, 0),                                        \
       SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),                          \
       SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),                      \
@@ -149,8 +130,9 @@ void setup_free(run *r);
 
 /*
  * Parse argv[1..argc) of command cmd (argv[0]) by opts[0..n) into *o,
- * whose defaults the caller set, and the setup_flash options (reset to
- * their defaults first; NTO_ALLOW_TMPFS_SWAP read): "--help" prints usage;
+ * whose defaults the caller set (o->tbw set to SETUP_FLASH_TBW unless
+ * --flash-endurance gives it; NTO_ALLOW_TMPFS_SWAP read): "--help" prints
+ * usage;
  * the first word that is not an option is the model; later ones go to
  * args[0..*n_args) (pointers into argv; args NULL: refused). Returns 0, 1
  * after --help, or -1 after printing a usage error (an unknown option, a
@@ -170,7 +152,7 @@ int setup_parse_classes(const char *list, int *out, int max, int *n,
  * first (--window, --memory-budget, --swap-dir, --io, --no-direct,
  * --recompute), then the INI's memory_swap* / fsu* and memory_budget
  * keys. When the run may offload, the swap directory is setup_swap_dir's
- * (--allow-tmpfs-swap from setup_flash_opts). Returns 0, or -1 after
+ * (o->allow_ram_swap). Returns 0, or -1 after
  * printing a usage error naming the option or the INI key (or the swap
  * directory on tmpfs or ramfs).
  */
