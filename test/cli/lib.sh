@@ -10,13 +10,21 @@ fail() {
   fails=$((fails + 1))
 }
 
-# expect NAME STATUS PATTERN -- command...: the command exits STATUS and its
-# output (stdout and stderr, kept in $tmp/out) holds PATTERN (grep); the
-# status is left in $got.
+# check NAME CONDITION...: CONDITION (a command) must hold.
+check() {
+  name=$1
+  shift
+  if "$@"; then ok; else fail "$name: '$*' does not hold"; fi
+}
+
+# expect NAME STATUS PATTERN -- command...: the command (stdin from
+# /dev/null, stopped after $limit seconds where the script sets limit)
+# exits STATUS and its output (stdout and stderr, kept in $tmp/out) holds
+# PATTERN (grep); the status is left in $got.
 expect() {
   name=$1 want=$2 pat=$3
   shift 4
-  "$@" >"$tmp/out" 2>&1
+  timeout "${limit:-0}" "$@" >"$tmp/out" 2>&1 </dev/null
   got=$?
   if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
     fail "$name: status $got (want $want), output:"

@@ -40,32 +40,11 @@ passes=0
 limit=60 # seconds: a run that takes longer hangs
 export TMPDIR="$tmp" # a rescued save must not land in the real /tmp
 
-ok() { passes=$((passes + 1)); }
-fail() {
-  echo "FAIL $*"
-  fails=$((fails + 1))
-}
-check() { # check NAME CONDITION...: CONDITION (a command) must hold
-  name=$1
-  shift
-  if "$@"; then ok; else fail "$name: '$*' does not hold"; fi
-}
+# shellcheck source=test/cli/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 net=test/data/nets/fmnist_small.ini
 quick="--data synthetic --iterations 3 --eval-samples 0"
-
-expect() { # expect NAME STATUS PATTERN -- command...
-  name=$1 want=$2 pat=$3
-  shift 4
-  timeout $limit "$@" >"$tmp/out" 2>&1 </dev/null
-  got=$?
-  if [ "$got" -ne "$want" ] || ! grep -q -- "$pat" "$tmp/out"; then
-    fail "$name: status $got (want $want), output:"
-    sed 's/^/  /' "$tmp/out"
-  else
-    ok
-  fi
-}
 
 # refused NAME PATTERN -- train args...: exit 2 before the first iteration.
 refused() {
