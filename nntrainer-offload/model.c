@@ -99,7 +99,7 @@ static int process_budget(const nto_model *m, const nto_model_opts *o,
   return nto_err_set(err, NTO_ECONFIG,
                      "%s %s is below this process's own memory before any "
                      "tensor, %s (code and libraries, the plans, compute "
-                     "threads' BLAS buffers)",
+                     "threads' BLAS buffers, batch buffers)",
                      o->budget_source ? o->budget_source : "memory budget",
                      nto_format_bytes(to->memory_budget, a, sizeof a),
                      nto_format_bytes(base, b, sizeof b));
