@@ -18,6 +18,7 @@
  */
 #include "cli.h"
 #include "blas.h"
+#include "optimizer.h"
 #include "parallel.h"
 #include "run.h"
 
@@ -104,6 +105,20 @@ int cli_recompute(const char *v, nto_recompute *out) {
   }
   *out = (nto_recompute)k;
   return 0;
+}
+
+int cli_optimizer_state(const char *v, nto_opt_conf *o) {
+  static const nto_opt_state_format fs[] = {
+      NTO_OPT_STATE_FP32, NTO_OPT_STATE_BF16, NTO_OPT_STATE_INT8};
+  if (!v)
+    return 0;
+  for (size_t i = 0; i < sizeof fs / sizeof *fs; i++)
+    if (!strcmp(v, nto_opt_state_name(fs[i]))) {
+      o->state_format = fs[i];
+      return 0;
+    }
+  cli_error("--optimizer-state: expected fp32, bf16 or int8, got '%s'", v);
+  return -1;
 }
 
 /* Whether size s names a unit (K, M, G, T or B): a bare number is bytes. */

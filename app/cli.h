@@ -23,6 +23,11 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out);
  * value. */
 int cli_recompute(const char *v, nto_recompute *out);
 
+/* --optimizer-state fp32|bf16|int8 (NULL: keep the INI's [Optimizer]
+ * state_format) -> o->state_format. Returns 0, or -1 after printing an
+ * error naming the option and the value. */
+int cli_optimizer_state(const char *v, nto_opt_conf *o);
+
 /* The recompute mode the n bytes at p name ("auto", "off"), or -1; prints
  * nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);

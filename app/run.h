@@ -30,6 +30,7 @@ typedef struct train_opts {
   const char *endurance;    /* --flash-endurance as given, NULL: not given */
   double tbw;               /* its value in TBW, else SETUP_FLASH_TBW */
   const char *recompute;    /* --recompute auto|off, NULL: auto */
+  const char *opt_state;    /* --optimizer-state, NULL: the INI's */
   const char *freeze_until; /* --freeze-until LAYER, NULL: none */
   const char *frozen_bn;    /* --frozen-bn running|batch, NULL: the INI's */
   const char *report_json;  /* NULL: off */

@@ -16,6 +16,7 @@ static const char usage[] =
     "                                 [--data DIR|synthetic] [--epochs E]\n"
     "                                 [--iterations K] [--flash-endurance "
     "TBW]\n"
+    "                                 [--optimizer-state fp32|bf16|int8]\n"
     "\n"
     "Options take their value as --name VALUE or --name=VALUE.\n"
     "\n"
@@ -50,11 +51,14 @@ static const char usage[] =
     "  --flash-endurance TBW\n"
     "                   the swap device's rated endurance "
     "(default " SETUP_FLASH_TBW_TEXT ": a\n"
-    "                   typical 32 GB eMMC's; TBW: 10^12 bytes written)\n";
+    "                   typical 32 GB eMMC's; TBW: 10^12 bytes written)\n"
+    "  --optimizer-state fp32|bf16|int8\n"
+    "                   as for train: how optimizer state is stored\n";
 
 /* summary's options. */
 typedef struct summary_opts {
   const char *path, *freeze, *endurance;
+  const char *opt_state; /* --optimizer-state, NULL: the INI's */
   long batch, threads, epochs, iterations;
   nto_recompute recompute;
   double tbw;   /* --flash-endurance, else SETUP_FLASH_TBW */
@@ -152,11 +156,11 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
  * cli_opt_match's), or NULL if a is not one. */
 static const char **string_opt(summary_opts *o, const char *a,
                                const char **name, int *m) {
-  static const char *const names[] = {"--freeze-until",    "--data",
-                                      "--classes",         "--valid-split",
-                                      "--flash-endurance", NULL};
-  const char **dst[] = {&o->freeze, &o->d.data, &o->d.classes,
-                        &o->d.valid_split, &o->endurance};
+  static const char *const names[] = {
+      "--freeze-until",    "--data",           "--classes", "--valid-split",
+      "--flash-endurance", "--optimizer-state", NULL};
+  const char **dst[] = {&o->freeze,        &o->d.data,    &o->d.classes,
+                        &o->d.valid_split, &o->endurance, &o->opt_state};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -325,6 +329,10 @@ int cmd_summary(int argc, char **argv) {
   int rc = nto_config_load(&c, so.path, &err);
   if (rc == 0)
     cli_config_warnings(&c);
+  if (rc == 0 && cli_optimizer_state(so.opt_state, &c.opt) != 0) {
+    nto_config_free(&c);
+    return CLI_USAGE;
+  }
   nto_model_opts o = {.batch = (int)so.batch,
                       .plan_only = 1,
                       .recompute = so.recompute,

@@ -73,7 +73,7 @@ static const char usage[] =
     "  --window N|auto|all   keep the tensors of N steps in RAM, the rest in\n"
     "                        a swap file; auto: adapt N to hide the reads;\n"
     "                        all: everything resident\n"
-    "  --memory-budget SIZE  bound on resident tensors + workspace (K/M/G);\n"
+    "  --memory-budget SIZE  bound on the whole process's peak RSS (K/M/G);\n"
     "                        alone: the largest window that fits\n"
     "  --swap-dir DIR        swap file directory (default: the INI's\n"
     "                        memory_swap_path, else $TMPDIR or /tmp, or\n"
@@ -85,6 +85,10 @@ static const char usage[] =
     "                        that refuses O_DIRECT)\n"
     "  --recompute auto|off  auto (default): backward computes cheap outputs\n"
     "                        again instead of keeping them; off: keeps all\n"
+    "  --optimizer-state fp32|bf16|int8  how momentum and Adam's moments\n"
+    "                        are stored, in RAM and swap: fp32 (default,\n"
+    "                        exact), bf16 or block-wise int8 (half or a\n"
+    "                        quarter of the bytes; approximate)\n"
     "\n"
     "Output:\n"
     "  --save FILE           weights as nntrainer .bin and FILE.safetensors\n"
@@ -136,6 +140,7 @@ static const setup_opt train_opts_table[] = {
     SETUP_OPT("--io", io, 's', 0, 0),
     SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
     SETUP_OPT("--recompute", recompute, 's', 0, 0),
+    SETUP_OPT("--optimizer-state", opt_state, 's', 0, 0),
     SETUP_OPT("--freeze-until", freeze_until, 's', 0, 0),
     SETUP_OPT("--frozen-bn", frozen_bn, 's', 0, 0),
     SETUP_OPT("--init-weights", init_weights, 's', 0, 0),
@@ -909,7 +914,8 @@ static void print_plan(run *r) {
  * after printing a usage error. */
 static int model_opts(run *r, nto_model_opts *mo) {
   nto_err err = {0};
-  if (setup_memory_opts(r, mo) != 0)
+  if (setup_memory_opts(r, mo) != 0 ||
+      cli_optimizer_state(r->o.opt_state, &r->c.opt) != 0)
     return -1;
   if (r->o.trace && trace_open(&r->tr, r->o.trace, &err) != 0) {
     cli_error("%s", err.msg);

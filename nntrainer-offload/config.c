@@ -1104,8 +1104,11 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
 
 static const char *const opt_types[] = {"sgd", "adam", "adamw", NULL};
 static const char *const opt_keys[] = {
-    "type",    "learning_rate", "momentum",   "beta1",       "beta2",
-    "epsilon", "weight_decay",  "decay_rate", "decay_steps", NULL};
+    "type",        "learning_rate", "momentum",     "beta1",
+    "beta2",       "epsilon",       "weight_decay", "decay_rate",
+    "decay_steps", "state_format",  NULL};
+/* state_format's values, in nto_opt_state_format order */
+static const char *const opt_state_formats[] = {"fp32", "bf16", "int8", NULL};
 enum {
   OK_TYPE,
   OK_LR,
@@ -1115,7 +1118,8 @@ enum {
   OK_EPSILON,
   OK_WD,
   OK_DECAY_RATE,
-  OK_DECAY_STEPS
+  OK_DECAY_STEPS,
+  OK_STATE_FORMAT
 };
 
 /* Legacy decay_rate / decay_steps written in [Optimizer]. */
@@ -1181,6 +1185,12 @@ static int opt_key(const loader *L, const char *sec, const char *k,
     rc = parse_count(v, 1, LONG_MAX, &ld->steps, err);
     ld->steps_key = k;
     break;
+  case OK_STATE_FORMAT: {
+    int f = 0;
+    rc = nto_parse_enum(v, opt_state_formats, &f, err);
+    o->state_format = (nto_opt_state_format)f;
+    break;
+  }
   default:
     break;
   }

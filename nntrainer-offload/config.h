@@ -46,6 +46,13 @@
 
 typedef enum { NTO_LOSS_CROSS, NTO_LOSS_MSE } nto_loss_kind;
 typedef enum { NTO_OPT_SGD, NTO_OPT_ADAM, NTO_OPT_ADAMW } nto_opt_kind;
+/* How optimizer state (momentum, Adam's m and v) is stored, in RAM and in
+ * swap (optimizer.h): fp32 (exact), bf16, or block-wise int8. */
+typedef enum {
+  NTO_OPT_STATE_FP32,
+  NTO_OPT_STATE_BF16,
+  NTO_OPT_STATE_INT8
+} nto_opt_state_format;
 typedef enum {
   NTO_LR_CONSTANT,
   NTO_LR_EXPONENTIAL,
@@ -108,6 +115,8 @@ typedef struct nto_opt_conf {
   double weight_decay;  /* default 0 (sgd: L2 added to grad; adamw:
                            decoupled, Loshchilov & Hutter 2019) */
   int lr_given;         /* learning_rate was written in [Optimizer] */
+  nto_opt_state_format state_format; /* [Optimizer] state_format, default
+                                        fp32 (train --optimizer-state) */
 } nto_opt_conf;
 
 #define NTO_LR_MAX_STEPS 16

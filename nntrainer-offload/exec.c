@@ -113,10 +113,13 @@ static void update_chunk(const nto_exec *e, int i, int j, int k, double lr,
   nto_tensors_chunk(tt, i, j, k, &off, &len);
   const float *grad = tt->dw_first[i][j] >= 0 ? chunk_rows(e, i, j, k, off)
                                               : T(e, tt->pgrad_t[i][j]) + off;
-  float *st[2] = {T(e, tt->state_t[i][j][2 * k]),
-                  T(e, tt->state_t[i][j][2 * k + 1])};
-  nto_opt_update(e->opt, T(e, layer(e, i)->w[j].tensor) + off, grad, st, len,
-                 lr, update);
+  void *st[2] = {T(e, tt->state_t[i][j][2 * k]),
+                 T(e, tt->state_t[i][j][2 * k + 1])};
+  const nto_layer *l = layer(e, i);
+  nto_opt_state_format f = nto_opt_weight_format(
+      e->opt->state_format, nto_shape_numel(l->w[j].shape));
+  nto_opt_update(e->opt, f, T(e, l->w[j].tensor) + off, grad, st, len, lr,
+                 update);
 }
 
 /* B_i: backward of layer i and the optimizer update of its weights that

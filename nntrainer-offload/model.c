@@ -111,6 +111,7 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   nto_tensors_opts to = {.update_chunk = o->update_chunk,
                          .chunk_grads = o->chunk_grads,
                          .opt_states = nto_opt_state_count(&m->opt),
+                         .state_format = m->opt.state_format,
                          .recompute_act = o->recompute != NTO_RECOMPUTE_OFF,
                          .compute_input_grad = o->compute_input_grad};
   nto_tuner_opts tu = tuner_opts(o);
@@ -452,6 +453,12 @@ static int reset_state(nto_model *m, int i, int j, int k, int q, int n_state,
 int nto_model_set_optimizer(nto_model *m, const nto_opt_conf *o,
                             const nto_lr_conf *lr, nto_err *err) {
   int n_state = nto_opt_state_count(o);
+  if (o->state_format != m->opt.state_format)
+    return nto_err_set(err, NTO_EUNSUPPORTED,
+                       "the optimizer state format (%s) is fixed when the "
+                       "model is created (%s)",
+                       nto_opt_state_name(o->state_format),
+                       nto_opt_state_name(m->opt.state_format));
   for (int i = 0; i < m->g.n_layers; i++)
     for (int j = 0; j < m->g.layers[i].n_w; j++)
       for (int k = 0;
@@ -638,15 +645,12 @@ void nto_model_set_train_state(nto_model *m, const nto_model_train_state *s) {
 }
 
 const char *nto_model_optimizer_name(const nto_model *m) {
-  switch (m->opt.kind) {
-  case NTO_OPT_SGD:
-    return "sgd";
-  case NTO_OPT_ADAM:
-    return "adam";
-  case NTO_OPT_ADAMW:
-    return "adamw";
-  }
-  return "unknown";
+  static const char *const names[3][3] = {{"sgd", "sgd/bf16", "sgd/int8"},
+                                          {"adam", "adam/bf16", "adam/int8"},
+                                          {"adamw", "adamw/bf16",
+                                           "adamw/int8"}};
+  unsigned k = (unsigned)m->opt.kind, f = (unsigned)m->opt.state_format;
+  return k < 3 && f < 3 ? names[k][f] : "unknown";
 }
 
 size_t nto_model_update_chunk(const nto_model *m) {

@@ -227,7 +227,9 @@ void nto_model_get_train_state(const nto_model *m, nto_model_train_state *s);
 void nto_model_set_train_state(nto_model *m, const nto_model_train_state *s);
 
 /* Besides the layers, what fixes the state tensors: the optimizer ("sgd",
- * "adam", "adamw") and the update chunk in bytes (nto_model_opts). */
+ * "adam", "adamw"; with a state format other than fp32 "/bf16" or "/int8"
+ * after it, e.g. "adam/int8") and the update chunk in bytes
+ * (nto_model_opts). A static string. */
 const char *nto_model_optimizer_name(const nto_model *m);
 size_t nto_model_update_chunk(const nto_model *m);
 

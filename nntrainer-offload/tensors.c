@@ -1,5 +1,6 @@
 /* tensors.c - the tensor table. See tensors.h. */
 #include "tensors.h"
+#include "optimizer.h"
 #include "registry.h"
 
 #include <stdio.h>
@@ -107,14 +108,17 @@ int nto_tensors_add_state(nto_tensors *tt, int i, int j, int k, int q) {
   const nto_layer *l = &tt->g->layers[i];
   char what[64];
   nto_shape shape = l->w[j].shape;
+  size_t numel = nto_shape_numel(shape), off = 0, len = numel;
   if (tt->n_chunk[i][j] > 1) {
-    size_t off, len;
     nto_tensors_chunk(tt, i, j, k, &off, &len);
     shape = (nto_shape){1, 1, 1, (int)len};
     snprintf(what, sizeof what, "%.30s:opt%d.%d", l->w[j].name, q, k);
   } else {
     snprintf(what, sizeof what, "%.30s:opt%d", l->w[j].name, q);
   }
+  nto_opt_state_format f = nto_opt_weight_format(tt->o.state_format, numel);
+  if (f != NTO_OPT_STATE_FP32) /* its bytes, as floats (checkpoints) */
+    shape = (nto_shape){1, 1, 1, (int)((nto_opt_state_bytes(f, len) + 3) / 4)};
   return add_tensor(tt, l->name, what, shape, NTO_ROLE_OPT_STATE, i);
 }
 

@@ -105,6 +105,11 @@ typedef struct nto_tensors_opts {
   nto_chunk_grads chunk_grads; /* default (0): auto */
   int opt_states;              /* optimizer state tensors per weight
                                   chunk (optimizer.h nto_opt_state_count) */
+  nto_opt_state_format state_format; /* how they are stored (optimizer.h):
+                                        a state tensor of a chunk of n
+                                        elements in format f has the shape
+                                        of ceil(nto_opt_state_bytes(f, n)
+                                        / 4) floats */
   int recompute_act;           /* recompute activations */
   int recompute_conv;          /* recompute cheap convolutions */
   int compute_input_grad;      /* also dL/d(input batch) (tests) */

@@ -133,6 +133,29 @@ expect continued 0 "resumed from" -- "$exe" train "$tmp/slow.ini" $common \
   --iterations $N --resume "$tmp/short.ckpt" --save "$tmp/cont.bin"
 same continued_weights "$tmp/ref.bin" "$tmp/cont.bin"
 
+# Optimizer state stored as int8 (--optimizer-state): checkpointed, and
+# resumed offloaded, it ends with the weights of an uninterrupted int8 run;
+# a checkpoint of int8 state is refused for fp32 state (and the reverse).
+expect int8_ref 0 "saved weights" -- "$exe" train "$tmp/slow.ini" $common \
+  --iterations 14 --optimizer-state int8 --save "$tmp/int8_ref.bin"
+expect int8_checkpointed 0 "checkpoint .* written" -- "$exe" train \
+  "$tmp/slow.ini" $common --iterations 5 --optimizer-state int8 \
+  --checkpoint "$tmp/int8.ckpt" --save "$tmp/int8_short.bin"
+mkdir "$tmp/swap_int8"
+expect int8_resumed 0 "resumed from" -- "$exe" train "$tmp/slow.ini" $common \
+  --iterations 14 --optimizer-state int8 --resume "$tmp/int8.ckpt" \
+  --window 1 --swap-dir "$tmp/swap_int8" $direct --save "$tmp/int8_res.bin"
+same int8_resumed_weights "$tmp/int8_ref.bin" "$tmp/int8_res.bin"
+if cmp -s "$tmp/int8_ref.bin" "$tmp/ref.bin"; then
+  fail "int8 state: the weights of fp32 state"
+fi
+expect int8_state_refused 2 "different optimizer.*adam/int8 in the file, adam here" \
+  -- "$exe" train "$tmp/slow.ini" $common --iterations 14 \
+  --resume "$tmp/int8.ckpt"
+expect fp32_state_refused 2 "different optimizer.*adam in the file, adam/bf16 here" \
+  -- "$exe" train "$tmp/slow.ini" $common --iterations $N \
+  --optimizer-state bf16 --resume "$tmp/short.ckpt"
+
 # Real IDX data (gzip streams are read through to the position), when
 # Debian's dataset-fashion-mnist is installed.
 fm=/usr/share/datasets/fashion-mnist

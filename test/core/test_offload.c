@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "model.h"
+#include "optimizer.h"
 #include "parallel.h"
 #include "schedule.h"
 #include "tmpdir.h"
@@ -46,6 +47,10 @@ typedef struct net_case {
   int steps;
   size_t chunk; /* update chunk bytes, 0: default */
 } net_case;
+
+/* The optimizer state format of the models run_faulted creates (fp32 but
+ * in test_state_formats). */
+static nto_opt_state_format run_state = NTO_OPT_STATE_FP32;
 
 /* Deterministic inputs in [0, 1) and one-hot targets for step `step`. */
 static void make_batch(float *x, size_t nx, float *y, int n, int k, int step) {
@@ -95,13 +100,15 @@ typedef struct session {
 /* Where the temporary directory's filesystem refuses O_DIRECT (tmpfs on
  * older kernels), the tests swap through the page cache instead: they
  * check results, not page-cache behaviour. */
-static void session_open(session *ss, const char *ini,
-                         const nto_model_opts *opts) {
+static void session_open_as(session *ss, const char *ini,
+                            const nto_model_opts *opts,
+                            nto_opt_state_format state) {
   nto_err err = {0};
   nto_model_opts o = *opts;
   memset(ss, 0, sizeof *ss);
   if (nto_config_load(&ss->c, ini, &err) != 0)
     fail_msg("%s", err.msg);
+  ss->c.opt.state_format = state;
   int rc = nto_model_create(&ss->m, &ss->c, &o, &err);
   if (rc == NTO_EUNSUPPORTED && strstr(err.msg, "O_DIRECT")) {
     fprintf(stderr, "note: %s; testing with buffered I/O\n", err.msg);
@@ -115,6 +122,12 @@ static void session_open(session *ss, const char *ini,
   ss->nx = (size_t)ss->n * nto_shape_sample(nto_model_input_shape(ss->m));
   ss->x = malloc(ss->nx * sizeof(float));
   ss->y = malloc((size_t)ss->n * ss->k * sizeof(float));
+}
+
+/* session_open_as with fp32 optimizer state. */
+static void session_open(session *ss, const char *ini,
+                         const nto_model_opts *opts) {
+  session_open_as(ss, ini, opts, NTO_OPT_STATE_FP32);
 }
 
 /* One training step and the tuner's turn after it (eval: an inference
@@ -164,7 +177,7 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
   o.seed = 7;
   o.update_chunk = nc->chunk;
   o.offload.swap_dir = dir;
-  session_open(&ss, nc->ini, &o);
+  session_open_as(&ss, nc->ini, &o, run_state);
   if (fault)
     nto_io_fault_set(fault);
   nto_step_stats sst;
@@ -559,6 +572,80 @@ static void test_small_nets(void **state) {
   };
   for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
     check_net(&nets[i]);
+}
+
+/* Teardown: the other tests' models have fp32 state (also after a
+ * failure of test_state_formats). */
+static int fp32_state(void **state) {
+  (void)state;
+  run_state = NTO_OPT_STATE_FP32;
+  return 0;
+}
+
+/* Bytes of the state tensor named `name` of nc's model in format f. */
+static size_t state_bytes(const net_case *nc, nto_opt_state_format f,
+                          const char *name) {
+  session ss;
+  nto_model_opts o = {.batch = nc->batch, .update_chunk = nc->chunk};
+  session_open_as(&ss, nc->ini, &o, f);
+  size_t bytes = 0;
+  for (int t = 0; t < nto_model_tensor_count(ss.m); t++)
+    if (!strcmp(nto_model_tensor(ss.m, t)->name, name))
+      bytes = nto_model_tensor(ss.m, t)->bytes;
+  session_close(&ss);
+  return bytes;
+}
+
+/* Optimizer state stored as bf16 or block-wise int8 (optimizer.h), on a
+ * net whose conv2 and fc have quantized state: windows 1, 2, 3 and the
+ * whole pass over both backends give the bits of everything resident in
+ * the same format; int8 updates in chunks of 4096 elements (two blocks
+ * each) the bits of whole-weight updates (the same blocks); the state
+ * tensors hold the format's bytes; and the losses and weights differ
+ * from fp32's, but not by much. */
+static void test_state_formats(void **state) {
+  (void)state;
+  const nto_opt_state_format fs[] = {NTO_OPT_STATE_BF16, NTO_OPT_STATE_INT8};
+  const double tol[] = {1e-2, 1e-2}; /* int8 with v rounded to zero: 2.6 */
+  net_case nc = {"test/data/nets/opt_state_net.ini", 4, 4, 0};
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "opt_state"), 0);
+  result ref = {0};
+  run_state = NTO_OPT_STATE_FP32;
+  run_with(&nc, (nto_model_opts){0}, dir, NULL, &ref, NULL);
+  for (int f = 0; f < 2; f++) {
+    run_state = fs[f];
+    check_net(&nc);
+    result r = {0};
+    run_with(&nc, (nto_model_opts){0}, dir, NULL, &r, NULL);
+    check_close(&nc, &ref, &r, tol[f]);
+    assert_true(memcmp(ref.w, r.w, ref.n_w * sizeof(float)) != 0);
+    result_free(&r);
+    assert_int_equal(state_bytes(&nc, fs[f], "fc:weight:opt1"),
+                     nto_round_page(nto_opt_state_bytes(fs[f], 10240)));
+  }
+  assert_int_equal(state_bytes(&nc, NTO_OPT_STATE_FP32, "fc:weight:opt1"),
+                   40960);
+  assert_int_equal(state_bytes(&nc, NTO_OPT_STATE_INT8, "fc:bias:opt1"),
+                   4096); /* 10 elements: fp32 */
+  net_case chunked = {nc.ini, 4, 4, 16384};
+  nto_model_opts off = {.chunk_grads = NTO_CHUNK_GRADS_OFF};
+  result whole = {0}, parts = {0};
+  run_state = NTO_OPT_STATE_INT8;
+  run_with(&nc, off, dir, NULL, &whole, NULL);
+  run_with(&chunked, off, dir, NULL, &parts, NULL);
+  assert_true(state_bytes(&chunked, NTO_OPT_STATE_INT8, "fc:weight:opt0.2") >
+              0);
+  check_equal(&nc, &whole, &parts, 0, NTO_IO_AUTO);
+  off.offload.window = 1;
+  result_free(&parts);
+  run_with(&chunked, off, dir, NULL, &parts, NULL);
+  check_equal(&nc, &whole, &parts, 1, NTO_IO_AUTO);
+  run_state = NTO_OPT_STATE_FP32;
+  result_free(&whole);
+  result_free(&parts);
+  result_free(&ref);
+  tmpdir_remove(dir);
 }
 
 /* Keeping tensors in the window's spare room until their next use
@@ -1684,6 +1771,7 @@ static void test_mobilenetv2(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
+      cmocka_unit_test_teardown(test_state_formats, fp32_state),
       cmocka_unit_test(test_frozen_layers),
       cmocka_unit_test(test_inference_model),
       cmocka_unit_test(test_frozen_batch_stats),
