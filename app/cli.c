@@ -121,6 +121,18 @@ int cli_optimizer_state(const char *v, nto_opt_conf *o) {
   return -1;
 }
 
+const char *cli_state_note(const nto_opt_conf *o) {
+  switch (o->state_format) {
+  case NTO_OPT_STATE_BF16:
+    return " (bf16)";
+  case NTO_OPT_STATE_INT8:
+    return " (int8)";
+  case NTO_OPT_STATE_FP32:
+    break;
+  }
+  return "";
+}
+
 /* Whether size s names a unit (K, M, G, T or B): a bare number is bytes. */
 static int has_unit(const char *s) {
   for (; *s; s++)

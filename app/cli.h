@@ -28,6 +28,10 @@ int cli_recompute(const char *v, nto_recompute *out);
  * error naming the option and the value. */
 int cli_optimizer_state(const char *v, nto_opt_conf *o);
 
+/* " (bf16)" or " (int8)" after the optimizer state's bytes, "" for fp32.
+ * A static string. */
+const char *cli_state_note(const nto_opt_conf *o);
+
 /* The recompute mode the n bytes at p name ("auto", "off"), or -1; prints
  * nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);

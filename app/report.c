@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "fileio.h"
 #include "memstat.h"
+#include "optimizer.h"
 #include "outputs.h"
 #include "setup.h"
 
@@ -282,11 +283,11 @@ void report_print(const run *r, const metrics *mx, double total_s) {
   char a[32], b[32], c[32], d[32], e[32], f[32];
   printf("\n== report: %s ==\n", r->o.model);
   report_run(r, mx, total_s);
-  printf("planned tensors   %s all resident = weights %s + optimizer %s + "
+  printf("planned tensors   %s all resident = weights %s + optimizer %s%s + "
          "activations/gradients %s + workspace %s\n",
          nto_format_bytes(p->total, b, sizeof b),
          nto_format_bytes(p->weights, c, sizeof c),
-         nto_format_bytes(p->opt_state, d, sizeof d),
+         nto_format_bytes(p->opt_state, d, sizeof d), cli_state_note(&r->c.opt),
          nto_format_bytes(p->arena, e, sizeof e),
          nto_format_bytes(p->workspace, f, sizeof f));
   if (r->budget)
@@ -332,6 +333,8 @@ static void json_config(FILE *f, const run *r, const metrics *mx) {
   fprintf(f, "  \"convolutions_kept\": %s,\n",
           nto_model_convs_kept(r->m) ? "true" : "false");
   fprintf(f, "  \"memory_budget_bytes\": %zu,\n", r->budget);
+  fprintf(f, "  \"optimizer_state\": \"%s\",\n",
+          nto_opt_state_name(r->c.opt.state_format));
   fprintf(f, "  \"io\": ");
   cli_json_string(f, mx->offload ? st->io : "none");
   fprintf(f, ",\n  \"direct\": %s,\n",

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "init_weights.h"
 #include "memstat.h"
+#include "optimizer.h"
 #include "parallel.h"
 #include "swap.h"
 
@@ -427,6 +428,13 @@ void setup_print_offload(const run *r) {
   char a[32], b[32], c[32];
   nto_mem_plan p = nto_model_mem_plan(r->m);
   nto_offload_stats st;
+  if (r->c.opt.state_format != NTO_OPT_STATE_FP32)
+    printf("optimizer state: %s (approximate; weights of fewer than %d "
+           "elements keep fp32): %s\n",
+           r->c.opt.state_format == NTO_OPT_STATE_INT8
+               ? "int8, block-wise dynamic quantization"
+               : "bf16",
+           NTO_OPT_Q_MIN_NUMEL, nto_format_bytes(p.opt_state, a, sizeof a));
   if (nto_model_offload_stats(r->m, &st) != 0) {
     printf("planned memory: %s (all resident)\n",
            nto_format_bytes(p.total, a, sizeof a));

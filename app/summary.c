@@ -359,10 +359,10 @@ int cmd_summary(int argc, char **argv) {
   printf("\ntotal: %d layers, %zu trainable parameters\n",
          nto_model_graph(m)->n_layers, nto_model_param_count(m));
   printf("planned memory (all resident): %s = weights %s + optimizer state "
-         "%s + activations/gradients %s + workspace %s\n",
+         "%s%s + activations/gradients %s + workspace %s\n",
          nto_format_bytes(p.total, a, sizeof a),
          nto_format_bytes(p.weights, b, sizeof b),
-         nto_format_bytes(p.opt_state, d, sizeof d),
+         nto_format_bytes(p.opt_state, d, sizeof d), cli_state_note(&c.opt),
          nto_format_bytes(p.arena, e, sizeof e),
          nto_format_bytes(p.workspace, f, sizeof f));
   if (so.recompute == NTO_RECOMPUTE_AUTO) {

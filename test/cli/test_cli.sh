@@ -146,12 +146,12 @@ expect opt_state_bad 2 "--optimizer-state: expected fp32, bf16 or int8, got 'int
 printf '[Model]\n[Optimizer]\ntype = adam\nstate_format = int4\n[in]\ntype=input\ninput_shape=1:4:4\n' >"$tmp/ost.ini"
 expect opt_state_key 2 "ost.ini: \[optimizer\] key 'state_format': expected one of fp32|bf16|int8, got 'int4'" \
   -- "$exe" summary "$tmp/ost.ini"
-expect opt_state_summary 0 "optimizer state 24.8 MiB" -- "$exe" summary \
+expect opt_state_summary 0 "optimizer state 24.8 MiB (int8) +" -- "$exe" summary \
   res/resnet18.ini --batch-size 10 --optimizer-state int8
 sed 's/^\[Optimizer\]$/[Optimizer]\nstate_format = bf16/' res/resnet18.ini >"$tmp/r18bf16.ini"
-expect opt_state_ini 0 "optimizer state 48.3 MiB" -- "$exe" summary \
+expect opt_state_ini 0 "optimizer state 48.3 MiB (bf16) +" -- "$exe" summary \
   "$tmp/r18bf16.ini" --batch-size 10
-expect opt_state_cli_wins 0 "optimizer state 96.1 MiB" -- "$exe" summary \
+expect opt_state_cli_wins 0 "optimizer state 96.1 MiB +" -- "$exe" summary \
   "$tmp/r18bf16.ini" --batch-size 10 --optimizer-state fp32
 expect train_synthetic 0 "peak RSS" -- "$exe" train test/data/nets/fmnist_small.ini \
   --data synthetic --iterations 3 --eval-samples 8 --save "$tmp/w.bin"
