@@ -17,6 +17,7 @@ static const char usage[] =
     "                                 [--iterations K] [--flash-endurance "
     "TBW]\n"
     "                                 [--optimizer-state fp32|bf16|int8]\n"
+    "                                 [--memory-budget SIZE]\n"
     "\n"
     "Options take their value as --name VALUE or --name=VALUE.\n"
     "\n"
@@ -53,12 +54,18 @@ static const char usage[] =
     "(default " SETUP_FLASH_TBW_TEXT ": a\n"
     "                   typical 32 GB eMMC's; TBW: 10^12 bytes written)\n"
     "  --optimizer-state fp32|bf16|int8\n"
-    "                   as for train: how optimizer state is stored\n";
+    "                   as for train: how optimizer state is stored\n"
+    "  --memory-budget SIZE\n"
+    "                   also what train plans within this budget on the\n"
+    "                   whole process: the window it picks, its estimated\n"
+    "                   peak RSS and swap traffic, or the refusal\n";
 
 /* summary's options. */
 typedef struct summary_opts {
   const char *path, *freeze, *endurance;
   const char *opt_state; /* --optimizer-state, NULL: the INI's */
+  const char *budget_arg; /* --memory-budget as given, NULL: none */
+  size_t budget;          /* its bytes */
   long batch, threads, epochs, iterations;
   nto_recompute recompute;
   double tbw;   /* --flash-endurance, else SETUP_FLASH_TBW */
@@ -152,15 +159,61 @@ static void print_windows(const nto_model *m, nto_mem_plan all, long threads,
          nto_format_bytes(estimate_rss(m, all.total, threads), c, sizeof c));
 }
 
+/* --memory-budget: what train would plan within it, o being the model
+ * options summary planned with: the window the budget on the whole
+ * process gives (the largest that fits; model.c process_budget, with
+ * train's per-thread allowance), its tensors, estimated peak RSS and swap
+ * traffic; or all resident; or the refusal. Call with no other model
+ * alive, as train has one. */
+static void print_budget(const summary_opts *so, const nto_config *c,
+                         nto_model_opts o) {
+  char a[32], b[32];
+  nto_model *m = NULL;
+  nto_err err = {0};
+  o.window_mode = NTO_WINDOW_BUDGET;
+  o.memory_budget = so->budget;
+  o.budget_source = "--memory-budget";
+  o.process_extra = (size_t)so->threads * SETUP_BLAS_THREAD_BYTES;
+  printf("\nwithin --memory-budget %s (the whole process, train "
+         "--memory-budget alone):\n",
+         nto_format_bytes(so->budget, a, sizeof a));
+  if (nto_model_create(&m, c, &o, &err) != 0) {
+    printf("  refused: %s\n", err.msg);
+    return;
+  }
+  int n = nto_tuner_window(nto_model_tuner(m));
+  nto_window_plan wp = {0};
+  if (n == 0) {
+    nto_mem_plan p = nto_model_mem_plan(m);
+    printf("  all resident: %s of tensors; estimated peak RSS %s\n",
+           nto_format_bytes(p.total - p.workspace, a, sizeof a),
+           nto_format_bytes(estimate_rss(m, p.total, so->threads), b,
+                            sizeof b));
+  } else if (nto_tuner_window_plan(nto_model_tuner(m), n, &wp, &err) == 0) {
+    size_t ws = nto_model_mem_plan(m).workspace;
+    printf("  window %d: %s of tensors; estimated peak RSS %s; %.1f MiB "
+           "read, %.1f MiB written per iteration\n",
+           n, nto_format_bytes(wp.need - ws, a, sizeof a),
+           nto_format_bytes(estimate_rss(m, wp.need, so->threads), b,
+                            sizeof b),
+           wp.read_bytes / 1048576.0, wp.written_bytes / 1048576.0);
+  } else {
+    printf("  window %d: %s\n", n, err.msg);
+  }
+  nto_model_free(m);
+}
+
 /* The string option a names ("--name" or "--name=VALUE": *name and *m,
  * cli_opt_match's), or NULL if a is not one. */
 static const char **string_opt(summary_opts *o, const char *a,
                                const char **name, int *m) {
   static const char *const names[] = {
-      "--freeze-until",    "--data",           "--classes", "--valid-split",
-      "--flash-endurance", "--optimizer-state", NULL};
+      "--freeze-until",    "--data",            "--classes",
+      "--valid-split",     "--flash-endurance", "--optimizer-state",
+      "--memory-budget",   NULL};
   const char **dst[] = {&o->freeze,        &o->d.data,    &o->d.classes,
-                        &o->d.valid_split, &o->endurance, &o->opt_state};
+                        &o->d.valid_split, &o->endurance, &o->opt_state,
+                        &o->budget_arg};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -231,6 +284,9 @@ static int parse_opts(int argc, char **argv, summary_opts *o) {
     }
   }
   o->d.model = o->path;
+  if (o->budget_arg &&
+      cli_budget("--memory-budget", o->budget_arg, &o->budget) != 0)
+    return -1;
   return o->endurance
              ? setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw)
              : 0;
@@ -379,6 +435,11 @@ int cmd_summary(int argc, char **argv) {
     /* the data after the RSS estimates, which this process's RSS makes */
     long per_epoch = epoch_iterations(&so, &c, m, &samples, why, sizeof why);
     print_wear(&so, &c, written, nto_model_batch(m), per_epoch, samples, why);
+    if (so.budget) {
+      nto_model_free(m);
+      m = NULL;
+      print_budget(&so, &c, o);
+    }
   } else {
     cli_error("%s", err.msg);
   }

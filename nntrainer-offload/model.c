@@ -316,7 +316,8 @@ int nto_model_create(nto_model **out, const nto_config *c,
     if (rc == 0)
       (*out)->convs_kept = 1;
   }
-  if (rc == NTO_ECONFIG && refused && !opts->plan_only)
+  if (rc == NTO_ECONFIG && refused &&
+      (!opts->plan_only || opts->memory_budget))
     suggest_batch(c, opts, err);
   return rc;
 }

@@ -49,7 +49,10 @@ typedef struct nto_model_opts {
   uint64_t seed;            /* weight initialization and dropout */
   int compute_input_grad;   /* also compute dL/d(input batch) (tests) */
   int plan_only;            /* build graph and plan, allocate no tensor
-                               (summary): only the query functions work */
+                               (summary): only the query functions work;
+                               with memory_budget, the window it gives is
+                               resolved (nto_model_tuner) or refused, as
+                               for training */
   size_t update_chunk;      /* bytes; optimizer state of larger weights is
                                updated in chunks of this size, each in a step
                                of its own; 0: NTO_UPDATE_CHUNK */

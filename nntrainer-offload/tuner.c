@@ -257,7 +257,9 @@ int nto_tuner_create(nto_tuner **out, const nto_tuner_model *tm,
     t->o.prefetch = o->memory_budget || o->window_mode == NTO_WINDOW_AUTO
                         ? NTO_PREFETCH_TIME
                         : NTO_PREFETCH_ROOM;
-  int max = 1, rc = o->plan_only ? 0 : resolve_window(t, &max, refused, err);
+  int max = 1, rc = o->plan_only && !o->memory_budget
+                        ? 0
+                        : resolve_window(t, &max, refused, err);
   if (rc != 0) {
     nto_tuner_free(t);
     return rc;

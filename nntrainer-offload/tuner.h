@@ -84,7 +84,9 @@ typedef struct nto_tuner_opts {
                                 bounds on tensors + workspace alone */
   nto_prefetch prefetch;
   int no_keep;   /* 1: evict a tensor as soon as it leaves the window */
-  int plan_only; /* 1: no window is resolved (summary) */
+  int plan_only; /* 1: no window is resolved (summary), unless a
+                    memory_budget is given: then the window it gives, or
+                    the refusal */
 } nto_tuner_opts;
 
 /* What the tuner decides over: the model's plans and memory. */
