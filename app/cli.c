@@ -107,6 +107,19 @@ int cli_recompute(const char *v, nto_recompute *out) {
   return 0;
 }
 
+int cli_update_placement(const char *v, nto_update_placement *out) {
+  if (!v || !strcmp(v, "after")) {
+    *out = NTO_UPDATES_AFTER;
+    return 0;
+  }
+  if (!strcmp(v, "spread")) {
+    *out = NTO_UPDATES_SPREAD;
+    return 0;
+  }
+  cli_error("--updates: expected after or spread, got '%s'", v);
+  return -1;
+}
+
 int cli_optimizer_state(const char *v, nto_opt_conf *o) {
   static const nto_opt_state_format fs[] = {
       NTO_OPT_STATE_FP32, NTO_OPT_STATE_BF16, NTO_OPT_STATE_INT8};

@@ -23,6 +23,10 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out);
  * value. */
 int cli_recompute(const char *v, nto_recompute *out);
 
+/* --updates after|spread (NULL: after) -> *out (steps.h). Returns 0, or
+ * -1 after printing an error naming the option and the value. */
+int cli_update_placement(const char *v, nto_update_placement *out);
+
 /* --optimizer-state fp32|bf16|int8 (NULL: keep the INI's [Optimizer]
  * state_format) -> o->state_format. Returns 0, or -1 after printing an
  * error naming the option and the value. */

@@ -31,6 +31,7 @@ typedef struct train_opts {
   double tbw;               /* its value in TBW, else SETUP_FLASH_TBW */
   const char *recompute;    /* --recompute auto|off, NULL: auto */
   const char *opt_state;    /* --optimizer-state, NULL: the INI's */
+  const char *updates;      /* --updates after|spread, NULL: after */
   const char *freeze_until; /* --freeze-until LAYER, NULL: none */
   const char *frozen_bn;    /* --frozen-bn running|batch, NULL: the INI's */
   const char *report_json;  /* NULL: off */

@@ -85,6 +85,10 @@ static const char usage[] =
     "                        that refuses O_DIRECT)\n"
     "  --recompute auto|off  auto (default): backward computes cheap outputs\n"
     "                        again instead of keeping them; off: keeps all\n"
+    "  --updates after|spread  optimizer updates of large weights (in\n"
+    "                        chunks) right after their backward step\n"
+    "                        (default), or spread over the rest of the\n"
+    "                        backward pass; the same results\n"
     "  --optimizer-state fp32|bf16|int8  how momentum and Adam's moments\n"
     "                        are stored, in RAM and swap: fp32 (default,\n"
     "                        exact), bf16 or block-wise int8 (half or a\n"
@@ -141,6 +145,7 @@ static const setup_opt train_opts_table[] = {
     SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),
     SETUP_OPT("--recompute", recompute, 's', 0, 0),
     SETUP_OPT("--optimizer-state", opt_state, 's', 0, 0),
+    SETUP_OPT("--updates", updates, 's', 0, 0),
     SETUP_OPT("--freeze-until", freeze_until, 's', 0, 0),
     SETUP_OPT("--frozen-bn", frozen_bn, 's', 0, 0),
     SETUP_OPT("--init-weights", init_weights, 's', 0, 0),

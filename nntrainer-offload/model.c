@@ -132,7 +132,7 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   if (rc == 0)
     rc = nto_tensors_build(&m->tt, &m->g, &to, err);
   if (rc == 0)
-    rc = nto_steps_build(&m->st, &m->tt, err);
+    rc = nto_steps_build(&m->st, &m->tt, o->update_placement, err);
   if (rc == 0)
     rc = nto_arena_bytes(&m->st.plan[NTO_PASS_TRAIN], &m->tt, &m->arena_bytes,
                          err);
@@ -677,6 +677,8 @@ int nto_model_offload_stats(nto_model *m, nto_offload_stats *st) {
 int nto_model_pass_steps(const nto_model *m, int pass) {
   return nto_steps_count(&m->st, pass);
 }
+
+const nto_steps *nto_model_steps(const nto_model *m) { return &m->st; }
 
 const char *nto_model_step_name(const nto_model *m, int pass, int s, char *buf,
                                 size_t len) {

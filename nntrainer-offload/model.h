@@ -64,6 +64,9 @@ typedef struct nto_model_opts {
   size_t memory_budget;         /* bytes, 0: none (tuner.h) */
   nto_prefetch prefetch;        /* default (0): the tuner's choice */
   nto_chunk_grads chunk_grads;  /* default (0): auto (tensors.h) */
+  nto_update_placement update_placement; /* where U steps go (steps.h);
+                                            default (0): right after
+                                            their B step */
   nto_recompute recompute;      /* default (0): auto (tensors.h) */
   const char *freeze_until;     /* NULL, or freeze the layers up to and
                                    including this one (graph.h
@@ -273,6 +276,8 @@ int nto_model_tensor_count(const nto_model *m);
 /* Number of steps of a pass (NTO_PASS_*) and a step's name, e.g.
  * "F3 conv1" or "B3 conv1", written into buf; returns buf. */
 int nto_model_pass_steps(const nto_model *m, int pass);
+/* The training pass's step table (steps.h), owned by the model. */
+const nto_steps *nto_model_steps(const nto_model *m);
 const char *nto_model_step_name(const nto_model *m, int pass, int s, char *buf,
                                 size_t len);
 

@@ -124,15 +124,17 @@ static void row_uses(builder *b, int s, int i, int j, int k) {
     use(b, P, s, l->saved[q].tensor, NTO_USE_READ);
 }
 
-/* U step s: chunk k of weight j of layer i is updated. Tensors that B_i
- * and the backward step after the U steps (fb: the plan of B and F uses
- * only) both use are held through it, so that the updates in between do
- * not push them out of a small window. */
+/* U step s: chunk k of weight j of layer i is updated. Tensors that the
+ * B step before the run of U steps holding s and the backward step after
+ * it (fb: the plan of B and F uses only) both use are held through it, so
+ * that the updates in between do not push them out of a small window. */
 static void update_uses(builder *b, const nto_plan *fb, int s, int i, int j,
                         int k) {
   const nto_tensors *tt = b->tt;
   const nto_steps *st = b->st;
-  int P = NTO_PASS_TRAIN, bs = st->b_step[i], next = bs + 1;
+  int P = NTO_PASS_TRAIN, bs = s, next = s + 1;
+  while (st->v[bs].kind == 'U')
+    bs--;
   use(b, P, s, tt->g->layers[i].w[j].tensor, NTO_USE_RW);
   use(b, P, s, tt->pgrad_t[i][j], NTO_USE_READ);
   if (tt->dw_first[i][j] >= 0)
@@ -186,7 +188,8 @@ static int has_u_steps(const nto_tensors *tt, int i, int j) {
 
 /* The training pass's step table (see steps.h). Returns 0 or -1 when out
  * of memory. */
-static int order_steps(nto_steps *st, const nto_tensors *tt) {
+static int order_steps(nto_steps *st, const nto_tensors *tt,
+                       nto_update_placement place) {
   int L = tt->L, n = L;
   for (int i = 0; i < L; i++) {
     n += has_b_step(tt, i) + (tt->re_at[i] >= 0);
@@ -197,9 +200,15 @@ static int order_steps(nto_steps *st, const nto_tensors *tt) {
   st->b_step = malloc((size_t)L * sizeof *st->b_step);
   if (!st->v || !st->b_step)
     return -1;
-  int s = 0;
-  for (int i = 0; i < L; i++)
+  /* the U steps not yet placed, in order: q[q0..q1) */
+  nto_step *q = malloc((size_t)n * sizeof *q);
+  if (!q)
+    return -1;
+  int s = 0, q0 = 0, q1 = 0, b_left = 0;
+  for (int i = 0; i < L; i++) {
     st->v[s++] = (nto_step){'F', i, -1, -1};
+    b_left += has_b_step(tt, i);
+  }
   for (int i = L - 1; i >= 0; i--) {
     for (int a = 0; a < L; a++) /* producers first (tensors.c) */
       if (tt->re_at[a] == i)
@@ -211,8 +220,15 @@ static int order_steps(nto_steps *st, const nto_tensors *tt) {
     st->v[s++] = (nto_step){'B', i, -1, -1};
     for (int j = 0; j < tt->g->layers[i].n_w; j++)
       for (int k = 0; has_u_steps(tt, i, j) && k < tt->n_chunk[i][j]; k++)
-        st->v[s++] = (nto_step){'U', i, j, k};
+        q[q1++] = (nto_step){'U', i, j, k};
+    int take = q1 - q0; /* AFTER, and the last B step: all */
+    if (place == NTO_UPDATES_SPREAD && b_left > 1)
+      take = (take + b_left - 1) / b_left;
+    b_left--;
+    while (take-- > 0)
+      st->v[s++] = q[q0++];
   }
+  free(q);
   st->n = s;
   return 0;
 }
@@ -285,9 +301,10 @@ static int build_plans(nto_steps *st, const nto_tensors *tt, nto_err *err) {
   return rc;
 }
 
-int nto_steps_build(nto_steps *st, const nto_tensors *tt, nto_err *err) {
+int nto_steps_build(nto_steps *st, const nto_tensors *tt,
+                    nto_update_placement place, nto_err *err) {
   memset(st, 0, sizeof *st);
-  if (order_steps(st, tt) != 0)
+  if (order_steps(st, tt, place) != 0)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   return build_plans(st, tt, err);
 }

@@ -17,9 +17,20 @@
  *
  * Inference pass (L steps): F_0 .. F_{L-1}, the loss in F_{L-1}.
  *
- * A U step also holds (plan.h NTO_USE_HOLD) the tensors B_i and the next
- * backward step both use, so that the updates between them do not push
- * those out of a small window.
+ * Where U steps go (nto_update_placement): right after B_i (AFTER), or
+ * spread over the rest of the backward pass (SPREAD): after each B step
+ * the pending U steps (in order, those of B_i and earlier ones) are cut to
+ * what an even share over the B steps left allows, ceil(pending / B steps
+ * left), so that the updates of the large late weights (ResNet-18's last
+ * stage: 9.4 MiB each, read and written with their Adam state) run beside
+ * the compute of the earlier layers instead of in one burst. A U step
+ * needs only its layer's weight, state, gradient (or what its rows are
+ * computed from) and runs before the next pass's F_i either way: the
+ * results are the same bits (tests).
+ *
+ * A U step also holds (plan.h NTO_USE_HOLD) the tensors the step before
+ * its run of U steps (a B step) and the step after it both use, so that
+ * the updates between them do not push those out of a small window.
  *
  * Pure: no I/O, no threads. Built once per model; read-only afterwards.
  */
@@ -39,6 +50,11 @@ typedef struct nto_step {
   int w, chunk; /* U: weight index and chunk; else -1 */
 } nto_step;
 
+typedef enum {
+  NTO_UPDATES_AFTER,  /* U steps right after their B step */
+  NTO_UPDATES_SPREAD, /* spread over the rest of the backward pass */
+} nto_update_placement;
+
 typedef struct nto_steps {
   nto_step *v;      /* the training pass's steps */
   int n;            /* S */
@@ -47,13 +63,14 @@ typedef struct nto_steps {
 } nto_steps;
 
 /*
- * Build the steps and both plans over table tt (borrowed during the call;
- * the loss reads layer tt->o.logits_layer, fused into B_{L-1} when
- * tt->o.fused). Returns 0, NTO_ENOMEM or NTO_EINVAL (a transient tensor
- * read before it is written: a programming error, plan.h). On error
- * nto_steps_free releases what was built.
+ * Build the steps, U steps placed by `place`, and both plans over table tt
+ * (borrowed during the call; the loss reads layer tt->o.logits_layer,
+ * fused into B_{L-1} when tt->o.fused). Returns 0, NTO_ENOMEM or
+ * NTO_EINVAL (a transient tensor read before it is written: a programming
+ * error, plan.h). On error nto_steps_free releases what was built.
  */
-int nto_steps_build(nto_steps *st, const nto_tensors *tt, nto_err *err);
+int nto_steps_build(nto_steps *st, const nto_tensors *tt,
+                    nto_update_placement place, nto_err *err);
 void nto_steps_free(nto_steps *st);
 
 /* Steps of a pass (NTO_PASS_*). */

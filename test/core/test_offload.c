@@ -395,6 +395,60 @@ static void test_chunked_update(void **state) {
   tmpdir_remove(dir);
 }
 
+/* U steps spread over the rest of the backward pass (steps.h
+ * NTO_UPDATES_SPREAD) instead of right after their B step: each U step
+ * lies after its layer's B step, chunks in order, some after a later B
+ * step; the losses, outputs and weights are the bits of right-after
+ * placement, all resident and at windows 1, 2, 3 and all over both
+ * backends; with whole and with row-computed gradients. */
+static void test_update_placement(void **state) {
+  (void)state;
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "place"), 0);
+  const char *nets[] = {"test/data/nets/tiny_resnet.ini",
+                        "test/data/nets/narrow_deep.ini",
+                        "test/data/nets/opt_state_net.ini"};
+  const nto_chunk_grads grads[] = {NTO_CHUNK_GRADS_OFF, NTO_CHUNK_GRADS_ON};
+  for (int i = 0; i < 3; i++)
+    for (int gi = 0; gi < 2; gi++) {
+      net_case nc = {nets[i], 2, 3, 1024};
+      nto_model_opts after = {.chunk_grads = grads[gi]};
+      nto_model_opts spread = after;
+      spread.update_placement = NTO_UPDATES_SPREAD;
+      /* the step table */
+      session ss;
+      nto_model_opts so = spread;
+      so.batch = nc.batch;
+      so.update_chunk = nc.chunk;
+      session_open(&ss, nc.ini, &so);
+      const nto_steps *st = nto_model_steps(ss.m);
+      int moved = 0, last_w = -1, last_l = -1, last_k = -1;
+      for (int s = 0; s < st->n; s++) {
+        const nto_step *d = &st->v[s];
+        if (d->kind != 'U')
+          continue;
+        assert_true(st->b_step[d->layer] >= 0 && st->b_step[d->layer] < s);
+        if (d->layer == last_l && d->w == last_w)
+          assert_int_equal(d->chunk, last_k + 1);
+        last_l = d->layer, last_w = d->w, last_k = d->chunk;
+        int prev = s - 1;
+        while (st->v[prev].kind == 'U')
+          prev--;
+        moved += prev != st->b_step[d->layer];
+      }
+      assert_true(moved > 0);
+      session_close(&ss);
+      result ref = {0}, r = {0};
+      run_with(&nc, after, dir, NULL, &ref, NULL);
+      run_with(&nc, spread, dir, NULL, &r, NULL);
+      check_equal(&nc, &ref, &r, 0, NTO_IO_AUTO);
+      result_free(&r);
+      result_free(&ref);
+      check_net_opts(&nc, spread);
+    }
+  tmpdir_remove(dir);
+}
+
 /* The named weights of m (copies; fetched when swapped), n of them. */
 static nto_named_tensor *weights_copy(nto_model *m, int *n) {
   nto_named_tensor *ts;
@@ -1776,6 +1830,7 @@ int main(void) {
       cmocka_unit_test(test_inference_model),
       cmocka_unit_test(test_frozen_batch_stats),
       cmocka_unit_test(test_chunked_update),
+      cmocka_unit_test(test_update_placement),
       cmocka_unit_test(test_keep_resident),
       cmocka_unit_test(test_recompute),
       cmocka_unit_test(test_compute_threads),
