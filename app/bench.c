@@ -7,8 +7,8 @@
  *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
  * (plus --batch-size, --freeze-until, --swap-dir, --io, --memory-budget,
- * --recompute, --no-direct, --allow-tmpfs-swap and --flash-endurance when
- * given), one configuration after the other,
+ * --recompute, --optimizer-state, --no-direct, --allow-tmpfs-swap and
+ * --flash-endurance when given), one configuration after the other,
  * so that each has its own peak RSS (the kernel's VmHWM is per process). With
  * --rounds R the list runs R times, configurations interleaved (round 1: every
  * configuration, then round 2, ...), so that a slow spell of a shared machine
@@ -33,9 +33,19 @@
  * CSV, JSON and an SVG plot of peak RSS against median iteration time (drawn by
  * gnuplot).
  *
+ * With --profile NAME (app/profile.h), bench moves itself into a cgroup v1
+ * CPU quota and a blkio throttle on the swap directory's disk before the
+ * bandwidth probe, so that the probe and every run (its children inherit
+ * the cgroups) see a board's CPU share and storage; it moves back and
+ * removes them after the runs, also on an error and on SIGINT, SIGTERM or
+ * SIGHUP (the run in progress is killed, nothing is reported). Where the
+ * cgroups cannot be made it prints "skipped: --profile NAME: why" and
+ * exits 0 (77 with --strict).
+ *
  * Child stdout and stderr go to TMP/CFG.out and TMP/CFG.err in a mkdtemp
  * directory under $TMPDIR or /tmp, removed at the end. Errors are returned
- * up to cmd_bench, which alone decides the exit status. Main thread only.
+ * up to cmd_bench, which alone decides the exit status. Main thread only
+ * (and, under a profile, the stop signals' handler).
  */
 #include "cli.h"
 #include "fileio.h"
@@ -43,12 +53,14 @@
 #include "iobackend.h"
 #include "json.h"
 #include "probe.h"
+#include "profile.h"
 #include "setup.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +76,8 @@
 #define REPORT_MAX (64u << 20)   /* larger --report-json files: refused */
 #define WINDOW_MAX (1L << 20)    /* the largest N train takes (setup.c) */
 #define REPORT_DEPTH 33          /* its object, 32 levels of values in it */
+#define BENCH_SKIPPED 77         /* --profile could not apply, --strict */
+#define NEAR_ALL 1.10 /* the smallest peak RSS within this x all's median */
 
 static const char usage[] =
     "usage: nntrainer-offload bench MODEL.ini [options]\n"
@@ -101,23 +115,36 @@ static const char usage[] =
     "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
     "  --recompute MODE      auto or off: passed to train (runs without\n"
     "                        +MODE)\n"
+    "  --optimizer-state V   passed to train as --optimizer-state V\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
     "  --flash-endurance TBW the swap device's rated endurance, for the\n"
     "                        flash wear per epoch "
     "(default " SETUP_FLASH_TBW_TEXT ": a typical\n"
     "                        32 GB eMMC's; TBW: 10^12 bytes written)\n"
+    "  --profile NAME        run the probe and every configuration in a\n"
+    "                        cgroup v1 CPU quota and swap disk throttle\n"
+    "                        emulating a board: pi5-nvme, emmc, sdcard\n"
+    "                        (--profile list: their numbers); needs root\n"
+    "  --strict              with --profile: exit 77, not 0, when the\n"
+    "                        profile cannot be applied here\n"
     "\n"
-    "exit status: 0 every configuration ran and the weights agree; 1 a\n"
-    "configuration failed or the weights differ; 2 usage error\n";
+    "exit status: 0 every configuration ran and the weights agree (or\n"
+    "--profile skipped: cannot be applied here); 1 a configuration failed\n"
+    "or the weights differ; 2 usage error; 77 --profile skipped with\n"
+    "--strict; 128+N stopped by signal N under --profile\n";
 
 typedef struct bench_opts {
   const char *model, *windows, *data, *csv, *json, *plot;
   const char *swap_dir, *io, *budget, *recompute; /* NULL: not given */
   const char *freeze_until;                       /* NULL: not given */
   const char *endurance;                          /* NULL: not given */
+  const char *optimizer_state;                    /* NULL: not given */
+  const char *profile_name;                       /* NULL: not given */
+  const board_profile *profile;                   /* of profile_name */
   long iterations, warmup, batch;                 /* batch 0: the INI's */
   long rounds;
   int no_direct;
+  int strict;         /* --strict: a profile skipped exits BENCH_SKIPPED */
   int allow_ram_swap; /* --allow-tmpfs-swap or NTO_ALLOW_TMPFS_SWAP=1 */
   double tbw;         /* --flash-endurance, else SETUP_FLASH_TBW */
   char labels[MAX_CONFIGS][LABEL_MAX];
@@ -181,9 +208,10 @@ typedef struct bench {
   char tmp[PATH_MAX]; /* "" until created */
   bandwidth bw;
   config cfg[MAX_CONFIGS];
-  int ref;    /* configuration whose weights are the reference */
-  int all;    /* index of `all`, or -1 */
-  long batch; /* the runs' batch size */
+  int ref;            /* configuration whose weights are the reference */
+  int all;            /* index of `all`, or -1 */
+  long batch;         /* the runs' batch size */
+  profile_cgroups pc; /* --profile: its cgroups (pc.p NULL: none) */
 } bench;
 
 static double now_s(void) {
@@ -294,11 +322,14 @@ static const char **string_opt(bench_opts *o, const char *a, const char **name,
                                       "--recompute",
                                       "--freeze-until",
                                       "--flash-endurance",
+                                      "--optimizer-state",
+                                      "--profile",
                                       NULL};
-  const char **dst[] = {&o->windows,      &o->data,     &o->csv,
-                        &o->json,         &o->plot,     &o->swap_dir,
-                        &o->io,           &o->budget,   &o->recompute,
-                        &o->freeze_until, &o->endurance};
+  const char **dst[] = {&o->windows,      &o->data,      &o->csv,
+                        &o->json,         &o->plot,      &o->swap_dir,
+                        &o->io,           &o->budget,    &o->recompute,
+                        &o->freeze_until, &o->endurance, &o->optimizer_state,
+                        &o->profile_name};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -307,7 +338,33 @@ static const char **string_opt(bench_opts *o, const char *a, const char **name,
   return NULL;
 }
 
-/* Returns 0, 1 after --help, -1 after a usage error. */
+/* --profile: list prints the profiles (then 1, as after --help); a name
+ * not in the table and --no-direct beside it are usage errors (-1). */
+static int parse_profile(bench_opts *o) {
+  if (!o->profile_name)
+    return 0;
+  if (!strcmp(o->profile_name, "list")) {
+    profile_list(stdout);
+    return 1;
+  }
+  if (!(o->profile = profile_find(o->profile_name))) {
+    cli_error("option --profile: unknown profile '%s': expected one of %s "
+              "(or list)",
+              o->profile_name, profile_names());
+    return -1;
+  }
+  if (o->no_direct) {
+    cli_error("option --no-direct cannot be used with --profile: cgroup v1 "
+              "blkio throttling does not reliably apply to buffered "
+              "writeback (kernel flusher threads write it back outside the "
+              "cgroup), so a buffered swap file would not see the profile's "
+              "bandwidth");
+    return -1;
+  }
+  return 0;
+}
+
+/* Returns 0, 1 after --help or --profile list, -1 after a usage error. */
 static int parse_opts(int argc, char **argv, bench_opts *o) {
   memset(o, 0, sizeof *o);
   o->windows = "1,2,4,auto,all";
@@ -338,6 +395,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       }
       o->allow_ram_swap = 1;
       continue;
+    } else if (cli_opt_match(a, "--strict")) {
+      if (strcmp(a, "--strict") != 0) {
+        cli_error("option --strict takes no value, got '%s'", a);
+        return -1;
+      }
+      o->strict = 1;
+      continue;
     } else if (dst) {
       if (!(*dst = cli_opt_value(argc, argv, &i, name, m))) {
         cli_error("option %s needs a value", name);
@@ -366,6 +430,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
                 target) != 0)
       return -1;
   }
+  int prc = parse_profile(o);
+  if (prc != 0)
+    return prc;
   if (!o->model) {
     cli_error("bench: missing MODEL.ini (try bench --help)");
     return -1;
@@ -455,6 +522,64 @@ static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
   return nto_swap_probe(bw->dir, kind, !o->no_direct, &bw->p, err);
 }
 
+/* ---- stop signals (under --profile) ------------------------------------- */
+
+/* The stop signal received (SIGINT, SIGTERM, SIGHUP), 0: none; the child
+ * being waited for, 0: none; the cgroups to leave on an abort; bench's
+ * own pid (a child between fork and exec runs the handler too). */
+static volatile sig_atomic_t stop_signal, child_pid, bench_pid;
+static const profile_cgroups *stop_pc;
+
+/* Async-signal-safe: write(2) only. */
+static void say(const char *s) {
+  if (write(STDERR_FILENO, s, strlen(s)) < 0)
+    return; /* nothing to tell it with */
+}
+
+/* The first stop signal kills the run in progress (SIGKILL: bench stops
+ * anyway, and the run's files are in bench's temporary directory) and
+ * asks cmd_bench to clean up and stop after it (or after the bandwidth
+ * probe); a second one aborts at once: the child killed and reaped, this
+ * process out of the profile's cgroups and those removed (the temporary
+ * directory is left). */
+static void on_stop_signal(int sig) {
+  int e = errno;
+  if (getpid() != (pid_t)bench_pid)
+    _exit(128 + sig); /* a child before its exec */
+  pid_t c = (pid_t)child_pid;
+  if (c > 0)
+    kill(c, SIGKILL);
+  if (stop_signal) {
+    if (c > 0)
+      waitpid(c, NULL, 0);
+    if (stop_pc)
+      profile_abort(stop_pc);
+    say("bench: stop signal again: aborted\n");
+    _exit(128 + sig);
+  }
+  stop_signal = sig;
+  say("bench: stop signal: the run in progress is killed, bench stops "
+      "(again to abort at once)\n");
+  errno = e;
+}
+
+/* Install (pc: the cgroups to leave on an abort) or remove (NULL) the
+ * stop signals' handler. */
+static void stop_signals(const profile_cgroups *pc) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = pc ? on_stop_signal : SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; i++)
+    sigaddset(&sa.sa_mask, sigs[i]);
+  sa.sa_flags = SA_RESTART;
+  bench_pid = (sig_atomic_t)getpid();
+  stop_pc = pc;
+  for (int i = 0; i < 3; i++)
+    sigaction(sigs[i], &sa, NULL);
+}
+
 /* ---- one configuration in a child process ------------------------------ */
 
 /* Child side: redirect output and exec exe; never returns. Only
@@ -484,9 +609,13 @@ static int spawn_wait(const char *exe, char **args, const char *out,
     return nto_err_set(err, NTO_EIO, "fork: %s", strerror(errno));
   if (pid == 0)
     child_exec(exe, args, out, errf);
+  child_pid = (sig_atomic_t)pid;
   while (waitpid(pid, status, 0) < 0)
-    if (errno != EINTR)
+    if (errno != EINTR) {
+      child_pid = 0;
       return nto_err_set(err, NTO_EIO, "waitpid: %s", strerror(errno));
+    }
+  child_pid = 0;
   return 0;
 }
 
@@ -553,6 +682,8 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--allow-tmpfs-swap");
   if (o->endurance)
     ARG("--flash-endurance"), ARG(o->endurance);
+  if (o->optimizer_state)
+    ARG("--optimizer-state"), ARG(o->optimizer_state);
   args[n] = NULL;
 #undef ARG
   nto_err err = {0};
@@ -919,8 +1050,45 @@ static void print_header(const bench *b) {
                           : "buffered: O_DIRECT refused by the filesystem",
          bw->p.io, bw->p.fixed ? " with registered buffers" : "", bw->p.depth,
          bw->p.block >> 20, (unsigned long long)(bw->p.bytes >> 20));
+  if (b->o.profile)
+    profile_print(&b->pc, stdout);
   cli_print_blas();
   printf("command: %s\n\n", b->cmdline);
+}
+
+/* The configuration with the smallest peak RSS among those whose median
+ * iteration time is within NEAR_ALL x the `all` run's (`all` itself
+ * included; the faster one on a tie), or -1 when `all` is absent or
+ * failed. */
+static int smallest_within(const bench *b) {
+  if (b->all < 0 || !b->cfg[b->all].ok)
+    return -1;
+  double limit = NEAR_ALL * b->cfg[b->all].r.median_ms;
+  int best = b->all;
+  for (int i = 0; i < b->o.n; i++) {
+    const report *r = &b->cfg[i].r, *s = &b->cfg[best].r;
+    if (b->cfg[i].ok && r->median_ms <= limit &&
+        (r->peak_rss < s->peak_rss ||
+         (r->peak_rss == s->peak_rss && r->median_ms < s->median_ms)))
+      best = i;
+  }
+  return best;
+}
+
+/* The line under the table naming smallest_within's configuration (with
+ * `all` in the list, or under a profile: then why there is none). */
+static void print_smallest(const bench *b) {
+  int k = smallest_within(b);
+  if (b->all < 0 && !b->o.profile)
+    return;
+  printf("\nsmallest peak RSS within %.2fx of all resident: ", NEAR_ALL);
+  if (k >= 0)
+    printf("%s (%.1f MiB, ratio %.2f)\n", b->cfg[k].label,
+           MIB(b->cfg[k].r.peak_rss),
+           b->cfg[k].r.median_ms / b->cfg[b->all].r.median_ms);
+  else
+    printf("- (%s)\n",
+           b->all < 0 ? "needs all in --windows" : "the all run failed");
 }
 
 /* The line under the table: each run's swap writes per epoch of its data
@@ -992,7 +1160,12 @@ static void print_table(const bench *b) {
       printf("\n");
     }
   }
+  print_smallest(b);
   print_wear(b);
+  if (b->o.profile) {
+    printf("\n");
+    profile_print_stats(&b->pc, stdout);
+  }
   printf("\nfloor = max(compute, read/read bandwidth + written/write "
          "bandwidth); compute = %s\n",
          b->all >= 0 && b->cfg[b->all].ok
@@ -1120,7 +1293,18 @@ static int write_json(const bench *b, const char *path, nto_err *err) {
   fprintf(f, ", \"total_bytes\": %llu, \"swap_dir\": ",
           (unsigned long long)bw->p.bytes);
   cli_json_string(f, bw->dir);
-  fprintf(f, "},\n  \"configs\": [\n");
+  fprintf(f, "},\n  \"profile\": ");
+  if (b->o.profile)
+    profile_json(&b->pc, f);
+  else
+    fprintf(f, "null");
+  int k = smallest_within(b);
+  fprintf(f, ",\n  \"smallest_within_1_10\": ");
+  if (k >= 0)
+    cli_json_string(f, b->cfg[k].label);
+  else
+    fprintf(f, "null");
+  fprintf(f, ",\n  \"configs\": [\n");
   for (int i = 0; i < b->o.n; i++) {
     json_config(f, &b->cfg[i], (int)b->o.rounds, b->o.tbw);
     fprintf(f, "%s\n", i + 1 < b->o.n ? "," : "");
@@ -1290,7 +1474,13 @@ static void run_one(bench *b, config *c, int k) {
   if (rc == 0)
     run_floor(b, &c->runs[k]);
   c->ok = rc == 0;
-  fprintf(stderr, " %s (%.2f s)\n", c->ok ? "ok" : "FAILED", now_s() - t0);
+  fprintf(stderr, " %s (%.2f s)\n",
+          c->ok         ? "ok"
+          : stop_signal ? "stopped"
+                        : "FAILED",
+          now_s() - t0);
+  if (stop_signal)
+    return;
   if (c->ok && c->runs[k].measured != (double)b->o.iterations)
     fprintf(stderr,
             "bench: note: window %s measured %.0f iterations, not "
@@ -1313,11 +1503,12 @@ static int run_all(bench *b) {
     b->cfg[i].ok = 1;
     b->cfg[i].identical = "-";
   }
-  for (int k = 0; k < b->o.rounds; k++) {
-    for (int i = 0; i < b->o.n; i++)
+  for (int k = 0; k < b->o.rounds && !stop_signal; k++) {
+    for (int i = 0; i < b->o.n && !stop_signal; i++)
       if (b->cfg[i].ok)
         run_one(b, &b->cfg[i], k);
-    compare_round(b, k);
+    if (!stop_signal)
+      compare_round(b, k);
   }
   int failed = 0;
   for (int i = 0; i < b->o.n; i++)
@@ -1377,6 +1568,58 @@ static int write_results(bench *b) {
   return rc;
 }
 
+/* --profile: bench into the profile's cgroups (profile.h) and the stop
+ * signals' handler installed. Returns 0 (also without --profile), or 1
+ * after "skipped: --profile NAME: why" on stdout: nothing was made. */
+static int enter_profile(bench *b) {
+  nto_err err = {0};
+  const profile_cgroups *pc = &b->pc;
+  if (!b->o.profile)
+    return 0;
+  stop_signals(&b->pc); /* from here on, a signal leaves no cgroup behind */
+  if (profile_enter(&b->pc, b->o.profile, b->bw.dir, &err) != 0) {
+    stop_signals(NULL);
+    printf("skipped: --profile %s: %s\n", b->o.profile->name, err.msg);
+    fflush(stdout);
+    return 1;
+  }
+  fprintf(stderr,
+          "bench: profile %s: cpu.cfs_quota_us %ld per period %ld in %s; "
+          "swap read %llu B/s, write %llu B/s on %u:%u in %s\n",
+          pc->p->name, pc->quota_back, pc->period_back, pc->cpu_dir,
+          (unsigned long long)pc->read_back, (unsigned long long)pc->write_back,
+          pc->major, pc->minor, pc->blkio_dir);
+  return 0;
+}
+
+/* Out of the profile's cgroups, their counters read first, and the stop
+ * signals back to their default (nothing without --profile). Returns 0,
+ * or -1 after printing which cgroup is left. */
+static int leave_profile(bench *b) {
+  nto_err err = {0};
+  if (!b->o.profile)
+    return 0;
+  profile_stats(&b->pc);
+  int rc = profile_leave(&b->pc, &err);
+  stop_signals(NULL);
+  if (rc != 0)
+    cli_error("bench: --profile %s: %s", b->o.profile->name, err.msg);
+  return rc != 0 ? -1 : 0;
+}
+
+/* After a stop signal under --profile: the runs' files and the model
+ * freed, bench out of the cgroups. Returns the exit status 128 + N. */
+static int stopped(bench *b) {
+  int sig = stop_signal;
+  leave_profile(b);
+  remove_tmpdir(b->tmp);
+  free_model(b);
+  cli_error("bench: stopped by %s: no results", sig == SIGINT   ? "SIGINT"
+                                                : sig == SIGHUP ? "SIGHUP"
+                                                                : "SIGTERM");
+  return 128 + sig;
+}
+
 int cmd_bench(int argc, char **argv) {
   static bench b; /* large; main thread only */
   memset(&b, 0, sizeof b);
@@ -1395,18 +1638,35 @@ int cmd_bench(int argc, char **argv) {
       b.all = i;
   }
   b.ref = b.all >= 0 ? b.all : 0;
+  if (enter_profile(&b) != 0) {
+    free_model(&b);
+    return b.o.strict ? BENCH_SKIPPED : CLI_OK;
+  }
+  if (stop_signal)
+    return stopped(&b);
   nto_err err = {0};
   fprintf(stderr, "bench: measuring the bandwidth of %s ...\n", b.bw.dir);
   if (measure_bandwidth(&b.o, &b.bw, &err) != 0 ||
       make_tmpdir(b.tmp, sizeof b.tmp, &err) != 0) {
+    if (stop_signal)
+      return stopped(&b);
     cli_error("bench: %s", err.msg);
+    leave_profile(&b);
+    remove_tmpdir(b.tmp);
     free_model(&b);
     return CLI_RUNTIME;
   }
-  int failed = run_all(&b);
+  if (b.o.profile && !b.bw.p.direct)
+    fprintf(stderr, "bench: note: the swap directory refused O_DIRECT: "
+                    "buffered writeback is not reliably throttled, so the "
+                    "profile's swap bandwidth may not hold\n");
+  int failed = stop_signal ? 0 : run_all(&b);
+  if (stop_signal)
+    return stopped(&b);
+  int left = leave_profile(&b);
   int differ = count_differ(&b);
   derive_floors(&b);
-  int files = write_results(&b);
+  int files = write_results(&b) != 0 || left != 0;
   remove_tmpdir(b.tmp);
   free_model(&b);
   if (failed)

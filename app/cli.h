@@ -113,8 +113,11 @@ int cmd_predict(int argc, char **argv);
 /* `bench MODEL.ini [options]`: runs `train` once per --windows
  * configuration, each in a child process of this binary, and prints their
  * iteration time, memory and swap traffic side by side (optionally CSV,
- * JSON, SVG plot). argv[0] is "bench". Returns CLI_OK, CLI_RUNTIME (a
- * configuration failed or the weights differ) or CLI_USAGE. */
+ * JSON, SVG plot; with --profile inside a board's CPU quota and swap
+ * throttle, app/profile.h). argv[0] is "bench". Returns CLI_OK (also when
+ * --profile cannot be applied here), CLI_RUNTIME (a configuration failed
+ * or the weights differ), CLI_USAGE, 77 (--profile skipped with --strict)
+ * or 128 + N (stopped by signal N under --profile). */
 int cmd_bench(int argc, char **argv);
 
 #endif

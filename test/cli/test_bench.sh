@@ -49,6 +49,10 @@ cp "$tmp/out" "$tmp/run.out"
 grep -q "^command: nntrainer-offload bench $net --windows 1,2,all" "$tmp/run.out" &&
   grep -q "MiB/s" "$tmp/run.out" && pass ||
   fail header "no command or bandwidth line" "$tmp/run.out"
+# with `all` in the list: the configuration of the smallest peak RSS whose
+# median is within 1.10x of all's (all itself when none is)
+grep -Eq "^smallest peak RSS within 1.10x of all resident: (1|2|all) \([0-9.]+ MiB, ratio [0-9.]+\)$" "$tmp/run.out" &&
+  pass || fail smallest "no smallest-within line" "$tmp/run.out"
 
 # CSV: the documented header, three rows, all ok and identical to `all`.
 hdr="config,status,window,peak_rss_mib,resident_peak_mib,iteration_ms_median,iteration_ms_p90,stall_ms_per_iteration,read_mib_per_iteration,written_mib_per_iteration,floor_ms,ratio,region_floor_ms,region_ratio,iterations_per_epoch,written_mib_per_epoch,epoch_endurance_fraction,weights_identical"
@@ -73,7 +77,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 def num(x): return isinstance(x, (int, float)) and not isinstance(x, bool)
 def integer(x): return isinstance(x, int) and not isinstance(x, bool)
-assert set(d) == {"model", "batch", "iterations", "warmup", "rounds", "flash_endurance_tbw", "bandwidth", "configs"}, sorted(d)
+assert set(d) == {"model", "batch", "iterations", "warmup", "rounds", "flash_endurance_tbw", "bandwidth",
+                  "profile", "smallest_within_1_10", "configs"}, sorted(d)
+assert d["profile"] is None, d["profile"]
 assert isinstance(d["model"], str) and d["model"].endswith("tiny_resnet.ini")
 assert integer(d["batch"]) and d["batch"] == 4
 assert d["iterations"] == 3 and d["warmup"] == 1 and d["rounds"] == 1
@@ -108,6 +114,10 @@ assert c[2]["region_floor_ms"] is None and c[2]["region_ratio"] is None, c[2]
 assert c[0]["window"] == 1 and c[1]["window"] == 2 and c[2]["window"] == "all", c
 assert c[0]["read_mib_per_iteration"] > 0 and c[2]["read_mib_per_iteration"] == 0, c
 assert abs(c[2]["ratio"] - 1) < 1e-9, c[2]
+# the smallest peak RSS within 1.10x of all's median (all included)
+near = [x for x in c if x["iteration_ms_median"] <= 1.10 * c[2]["iteration_ms_median"]]
+best = min(near, key=lambda x: (x["peak_rss_mib"], x["iteration_ms_median"]))
+assert d["smallest_within_1_10"] == best["config"], (d["smallest_within_1_10"], best)
 EOF
 then
   pass
@@ -194,11 +204,22 @@ assert [x["window"] for x in c] == [1, 2, 1, "all"], c
 EOF
   [ $? -eq 0 ] && pass || fail recompute_json "recompute per configuration" "$tmp/py"
 fi
+# no `all` in the list (all+off is another label): no smallest-within line
+grep -q "^smallest peak RSS" "$tmp/out" &&
+  fail no_smallest "a smallest-within line without all in the list" "$tmp/out" || pass
 expect bad_recompute_label 2 "+auto or +off" -- "$exe" bench "$net" --windows 1+on
 expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+off@64M
 expect bad_recompute 2 "option --recompute: expected auto or off" -- \
   "$exe" bench "$net" --recompute sometimes
 expect bad_budget 2 "option --windows" -- "$exe" bench "$net" --windows 1@lots
+
+# --optimizer-state VALUE goes to every train run as it is: a value no
+# train takes fails the run, and train's message names the option
+expect optimizer_state 1 "optimizer-state" -- "$exe" bench "$net" \
+  --windows all --iterations 1 --warmup 0 --optimizer-state not-a-mode \
+  --swap-dir "$tmp/swap" $direct
+grep -q "configuration 'all' failed" "$tmp/out" && pass ||
+  fail optimizer_state_run "the run with --optimizer-state must fail" "$tmp/out"
 
 [ -z "$(ls -A "$tmp/swap" "$tmp/tmpdir" | grep -v ':$' | grep -v '^$')" ] && pass ||
   fail leftovers "files left: $(ls -A "$tmp/swap" "$tmp/tmpdir")"
