@@ -193,8 +193,10 @@ static inline uint8_t nearest(const codebook *cb, float x, int scan) {
 static void q_encode_block(const codebook *cb, int is_unsigned, const float *x,
                            size_t n, float *absmax, uint8_t *c) {
   float m = 0.0f;
-  for (size_t i = 0; i < n; i++)
-    m = fmaxf(m, fabsf(x[i]));
+  for (size_t i = 0; i < n; i++) { /* as fmaxf (NaN skipped), inline */
+    float a = fabsf(x[i]);
+    m = a > m ? a : m;
+  }
   float inv = m > 0.0f ? 1.0f / m : 0.0f;
   int scan = !cb->one_step;
   if (is_unsigned)
