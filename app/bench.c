@@ -7,7 +7,7 @@
  *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
  * (plus --batch-size, --freeze-until, --swap-dir, --io, --memory-budget,
- * --recompute, --optimizer-state, --no-direct, --allow-tmpfs-swap and
+ * --recompute, --optimizer-state, --updates, --no-direct, --allow-tmpfs-swap and
  * --flash-endurance when given), one configuration after the other,
  * so that each has its own peak RSS (the kernel's VmHWM is per process). With
  * --rounds R the list runs R times, configurations interleaved (round 1: every
@@ -116,6 +116,7 @@ static const char usage[] =
     "  --recompute MODE      auto or off: passed to train (runs without\n"
     "                        +MODE)\n"
     "  --optimizer-state V   passed to train as --optimizer-state V\n"
+    "  --updates after|spread  passed to train\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
     "  --flash-endurance TBW the swap device's rated endurance, for the\n"
     "                        flash wear per epoch "
@@ -139,6 +140,7 @@ typedef struct bench_opts {
   const char *freeze_until;                       /* NULL: not given */
   const char *endurance;                          /* NULL: not given */
   const char *optimizer_state;                    /* NULL: not given */
+  const char *updates;                            /* NULL: not given */
   const char *profile_name;                       /* NULL: not given */
   const board_profile *profile;                   /* of profile_name */
   long iterations, warmup, batch;                 /* batch 0: the INI's */
@@ -324,12 +326,13 @@ static const char **string_opt(bench_opts *o, const char *a, const char **name,
                                       "--flash-endurance",
                                       "--optimizer-state",
                                       "--profile",
+                                      "--updates",
                                       NULL};
   const char **dst[] = {&o->windows,      &o->data,      &o->csv,
                         &o->json,         &o->plot,      &o->swap_dir,
                         &o->io,           &o->budget,    &o->recompute,
                         &o->freeze_until, &o->endurance, &o->optimizer_state,
-                        &o->profile_name};
+                        &o->profile_name, &o->updates};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -656,7 +659,7 @@ static int run_child(const bench *b, config *c, int k) {
   char *recompute = strchr(window, '+');
   if (recompute)
     *recompute++ = '\0';
-  char *args[40];
+  char *args[48]; /* 37 at most, the NULL included */
   int n = 0;
 #define ARG(s) (args[n++] = (char *)(s))
   ARG("nntrainer-offload"), ARG("train"), ARG(o->model);
@@ -684,6 +687,8 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--flash-endurance"), ARG(o->endurance);
   if (o->optimizer_state)
     ARG("--optimizer-state"), ARG(o->optimizer_state);
+  if (o->updates)
+    ARG("--updates"), ARG(o->updates);
   args[n] = NULL;
 #undef ARG
   nto_err err = {0};
