@@ -899,6 +899,13 @@ static void release_region(nto_offload *o, size_t keep) {
   madvise(o->region + from, o->region_bytes - from, MADV_DONTNEED);
 }
 
+int nto_offload_release(nto_offload *o, nto_err *err) {
+  int rc = offload_drain(o, err);
+  if (rc == 0)
+    release_region(o, 0);
+  return rc;
+}
+
 /* Synchronous store (writing) or fetch of persistent tensor t, through
  * the start of the (drained, so empty) region as bounce buffer. */
 static int sync_io(nto_offload *o, int t, int writing, float *data,

@@ -218,6 +218,16 @@ int nto_offload_set_frontier(nto_offload *o, int window, const int *upto,
                              nto_err *err);
 
 /*
+ * Drain (as the residency's drain) and give the tensor region's pages back
+ * to the kernel; the region stays mapped, the next pass faults its pages
+ * in again and primes the window. For work between passes whose own
+ * memory must not come on top of a full region (the tuner's schedule
+ * builds under a memory budget). Returns 0 or the recorded I/O error.
+ * Executor thread, between passes.
+ */
+int nto_offload_release(nto_offload *o, nto_err *err);
+
+/*
  * Compute time of every step of the training plan in its last pass (ms,
  * from the moment the step was ready to its end: waits for reads
  * excluded; 0 for steps not run yet) into ms[0..S); returns S. Executor

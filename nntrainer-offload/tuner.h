@@ -165,8 +165,12 @@ void nto_tuner_attach(nto_tuner *t, nto_offload *engine);
 /*
  * After a training pass that ran as s describes: record it, adapt the
  * window (auto), measure step times (after passes 1 and 3) and put the
- * read frontier in force. What changed goes to *r. Returns 0, NTO_ENOMEM
- * or the engine's NTO_EIO. Between passes.
+ * read frontier in force. Under a budget (or a limit acting as one), a
+ * pass after which the window or frontier is recomputed first drains the
+ * engine and gives its region's pages back (nto_offload_release), so that
+ * the schedules built then stay within the budget, and trims the heap
+ * after them. What changed goes to *r. Returns 0, NTO_ENOMEM or the
+ * engine's NTO_EIO. Between passes.
  */
 int nto_tuner_after_pass(nto_tuner *t, const nto_pass_sample *s,
                          nto_tune_report *r, nto_err *err);
