@@ -43,9 +43,10 @@
  * exits 0 (77 with --strict).
  *
  * Child stdout and stderr go to TMP/CFG.out and TMP/CFG.err in a mkdtemp
- * directory under $TMPDIR or /tmp, removed at the end. Errors are returned
- * up to cmd_bench, which alone decides the exit status. Main thread only
- * (and, under a profile, the stop signals' handler).
+ * directory under $TMPDIR or /tmp, removed at the end, also after SIGINT,
+ * SIGTERM or SIGHUP (the run in progress is killed; exit 128 + N, no
+ * results). Errors are returned up to cmd_bench, which alone decides the
+ * exit status. Main thread only (and the stop signals' handler).
  */
 #include "cli.h"
 #include "fileio.h"
@@ -132,7 +133,7 @@ static const char usage[] =
     "exit status: 0 every configuration ran and the weights agree (or\n"
     "--profile skipped: cannot be applied here); 1 a configuration failed\n"
     "or the weights differ; 2 usage error; 77 --profile skipped with\n"
-    "--strict; 128+N stopped by signal N under --profile\n";
+    "--strict; 128+N stopped by signal N\n";
 
 typedef struct bench_opts {
   const char *model, *windows, *data, *csv, *json, *plot;
@@ -525,7 +526,7 @@ static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
   return nto_swap_probe(bw->dir, kind, !o->no_direct, &bw->p, err);
 }
 
-/* ---- stop signals (under --profile) ------------------------------------- */
+/* ---- stop signals ------------------------------------------------------- */
 
 /* The stop signal received (SIGINT, SIGTERM, SIGHUP), 0: none; the child
  * being waited for, 0: none; the cgroups to leave on an abort; bench's
@@ -566,13 +567,13 @@ static void on_stop_signal(int sig) {
   errno = e;
 }
 
-/* Install (pc: the cgroups to leave on an abort) or remove (NULL) the
- * stop signals' handler. */
-static void stop_signals(const profile_cgroups *pc) {
+/* Install (on; pc: the cgroups to leave on an abort, or NULL) or remove
+ * (!on) the stop signals' handler. */
+static void stop_signals(int on, const profile_cgroups *pc) {
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = pc ? on_stop_signal : SIG_DFL;
+  sa.sa_handler = on ? on_stop_signal : SIG_DFL;
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < 3; i++)
     sigaddset(&sa.sa_mask, sigs[i]);
@@ -1573,17 +1574,18 @@ static int write_results(bench *b) {
   return rc;
 }
 
-/* --profile: bench into the profile's cgroups (profile.h) and the stop
- * signals' handler installed. Returns 0 (also without --profile), or 1
- * after "skipped: --profile NAME: why" on stdout: nothing was made. */
+/* The stop signals' handler installed (a signal then leaves no run, file
+ * or cgroup behind), and with --profile bench into the profile's cgroups
+ * (profile.h). Returns 0, or 1 after "skipped: --profile NAME: why" on
+ * stdout: nothing was made. */
 static int enter_profile(bench *b) {
   nto_err err = {0};
   const profile_cgroups *pc = &b->pc;
+  stop_signals(1, b->o.profile ? &b->pc : NULL);
   if (!b->o.profile)
     return 0;
-  stop_signals(&b->pc); /* from here on, a signal leaves no cgroup behind */
   if (profile_enter(&b->pc, b->o.profile, b->bw.dir, &err) != 0) {
-    stop_signals(NULL);
+    stop_signals(0, NULL);
     printf("skipped: --profile %s: %s\n", b->o.profile->name, err.msg);
     fflush(stdout);
     return 1;
@@ -1597,23 +1599,25 @@ static int enter_profile(bench *b) {
   return 0;
 }
 
-/* Out of the profile's cgroups, their counters read first, and the stop
- * signals back to their default (nothing without --profile). Returns 0,
- * or -1 after printing which cgroup is left. */
+/* The stop signals back to their default and, with --profile, bench out
+ * of the profile's cgroups, their counters read first. Returns 0, or -1
+ * after printing which cgroup is left. */
 static int leave_profile(bench *b) {
   nto_err err = {0};
-  if (!b->o.profile)
+  if (!b->o.profile) {
+    stop_signals(0, NULL);
     return 0;
+  }
   profile_stats(&b->pc);
   int rc = profile_leave(&b->pc, &err);
-  stop_signals(NULL);
+  stop_signals(0, NULL);
   if (rc != 0)
     cli_error("bench: --profile %s: %s", b->o.profile->name, err.msg);
   return rc != 0 ? -1 : 0;
 }
 
-/* After a stop signal under --profile: the runs' files and the model
- * freed, bench out of the cgroups. Returns the exit status 128 + N. */
+/* After a stop signal: the runs' files and the model freed, bench out of
+ * the profile's cgroups. Returns the exit status 128 + N. */
 static int stopped(bench *b) {
   int sig = stop_signal;
   leave_profile(b);

@@ -221,6 +221,29 @@ expect optimizer_state 1 "optimizer-state" -- "$exe" bench "$net" \
 grep -q "configuration 'all' failed" "$tmp/out" && pass ||
   fail optimizer_state_run "the run with --optimizer-state must fail" "$tmp/out"
 
+# SIGINT during a run: the run is killed, bench removes its temporary
+# directory and exits 130 (128 + 2) with no results (the check below finds
+# $TMPDIR empty)
+"$exe" bench "$net" --windows 1,all --iterations 100000 --warmup 0 \
+  --swap-dir "$tmp/swap" $direct >"$tmp/sig.out" 2>&1 </dev/null &
+pid=$!
+n=0
+until grep -q "window 1 \.\.\." "$tmp/sig.out" 2>/dev/null || [ "$n" -ge 600 ]; do
+  sleep 0.1
+  n=$((n + 1))
+done
+kill -INT "$pid"
+n=0
+while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 300 ]; do
+  sleep 0.1
+  n=$((n + 1))
+done
+kill -KILL "$pid" 2>/dev/null # still running after 30 s: a failure
+wait "$pid"
+st=$?
+[ "$st" -eq 130 ] && grep -q "stopped by SIGINT: no results" "$tmp/sig.out" && pass ||
+  fail sigint "status $st (want 130)" "$tmp/sig.out"
+
 [ -z "$(ls -A "$tmp/swap" "$tmp/tmpdir" | grep -v ':$' | grep -v '^$')" ] && pass ||
   fail leftovers "files left: $(ls -A "$tmp/swap" "$tmp/tmpdir")"
 
