@@ -118,8 +118,9 @@ static void update_chunk(const nto_exec *e, int i, int j, int k, double lr,
   const nto_layer *l = layer(e, i);
   nto_opt_state_format f = nto_opt_weight_format(
       e->opt->state_format, nto_shape_numel(l->w[j].shape));
+  uint64_t key = (uint64_t)i << 32 | (uint64_t)j << 24 | (uint64_t)k;
   nto_opt_update(e->opt, f, T(e, l->w[j].tensor) + off, grad, st, len, lr,
-                 update);
+                 update, key);
 }
 
 /* B_i: backward of layer i and the optimizer update of its weights that

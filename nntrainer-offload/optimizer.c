@@ -56,13 +56,24 @@ const char *nto_opt_state_name(nto_opt_state_format f) {
 
 /* ------------------------------------------------------------- bfloat16 */
 
-/* x rounded to nearest bfloat16, ties to even (a NaN stays a quiet NaN). */
-static inline uint16_t bf16_encode(float x) {
+/* SplitMix64's finalizer (Steele, Lea, Flood, "Fast splittable
+ * pseudorandom number generators", OOPSLA 2014): 64 well-mixed bits of
+ * a counter. */
+static inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* x rounded stochastically to a neighbouring bfloat16 (up in magnitude
+ * with probability the dropped 16 bits / 2^16: unbiased), the bits drawn
+ * from r (a NaN stays a quiet NaN). */
+static inline uint16_t bf16_encode(float x, uint32_t r) {
   uint32_t u;
   memcpy(&u, &x, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u)
     return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
+  u += r & 0xffffu;
   return (uint16_t)(u >> 16);
 }
 
@@ -231,12 +242,16 @@ static void state_get(nto_opt_state_format f, int is_unsigned, const void *s,
   }
 }
 
+/* state_get's reverse; bf16 rounds element e stochastically with the bits
+ * mix64(seed + e) (of the state tensor's elements: the same whatever the
+ * split into ranges). */
 static void state_put(nto_opt_state_format f, int is_unsigned, void *s,
-                      size_t total, size_t a, size_t n, const float *x) {
+                      size_t total, size_t a, size_t n, const float *x,
+                      uint64_t seed) {
   if (f == NTO_OPT_STATE_BF16) {
     uint16_t *h = (uint16_t *)s + a;
     for (size_t i = 0; i < n; i++)
-      h[i] = bf16_encode(x[i]);
+      h[i] = bf16_encode(x[i], (uint32_t)mix64(seed + a + i));
   } else {
     float *absmax = s;
     uint8_t *c = (uint8_t *)(absmax + q_blocks(total)) + a;
@@ -246,15 +261,20 @@ static void state_put(nto_opt_state_format f, int is_unsigned, void *s,
 }
 
 void nto_opt_state_encode(nto_opt_state_format f, int is_unsigned,
-                          const float *x, size_t n, void *dst) {
+                          const float *x, size_t n, void *dst, uint64_t seed) {
   if (f == NTO_OPT_STATE_FP32) {
     memcpy(dst, x, n * sizeof *x);
     return;
   }
   for (size_t a = 0; a < n; a += NTO_OPT_Q_BLOCK) {
     size_t len = n - a < NTO_OPT_Q_BLOCK ? n - a : NTO_OPT_Q_BLOCK;
-    state_put(f, is_unsigned, dst, n, a, len, x + a);
+    state_put(f, is_unsigned, dst, n, a, len, x + a, seed);
   }
+}
+
+uint64_t nto_opt_state_seed(uint64_t key, long t, int q) {
+  return mix64(mix64(key) + (uint64_t)t * 0x9e3779b97f4a7c15ull +
+               (uint64_t)q * 0xd1b54a32d192ed03ull);
 }
 
 void nto_opt_state_decode(nto_opt_state_format f, int is_unsigned,
@@ -347,6 +367,7 @@ typedef struct opt_job {
   size_t n;
   double lr;
   long t;
+  uint64_t seed[2]; /* per state: nto_opt_state_seed */
 } opt_job;
 
 #define OPT_GRAIN 4096 /* elements per range: 16 KiB, whole pages; a
@@ -374,15 +395,16 @@ static void opt_range(void *ctx, size_t a, size_t b, int slot) {
       state_get(j->f, q == 1, j->state[q], j->n, s, len, buf[q]);
     update_fp32(o, j->w + s, j->g + s, st, len, j->lr, j->t);
     for (int q = 0; q < ns; q++)
-      state_put(j->f, q == 1, j->state[q], j->n, s, len, buf[q]);
+      state_put(j->f, q == 1, j->state[q], j->n, s, len, buf[q], j->seed[q]);
   }
 }
 
 void nto_opt_update(const nto_opt_conf *o, nto_opt_state_format f, float *w,
                     const float *g, void *const *state, size_t n, double lr,
-                    long t) {
+                    long t, uint64_t key) {
   if (f != NTO_OPT_STATE_FP32)
     (void)book(0); /* the codebooks, before the workers read them */
-  opt_job j = {o, f, w, g, state, n, lr, t};
+  opt_job j = {o,  f, w, g, state, n, lr, t, {nto_opt_state_seed(key, t, 0),
+                                                 nto_opt_state_seed(key, t, 1)}};
   nto_parallel_for(n, OPT_GRAIN, 0, opt_range, &j);
 }

@@ -14,10 +14,11 @@
 # which works only when the kernel hands arm64 binaries to qemu
 # (binfmt_misc, registered by qemu-user-binfmt; the script mounts
 # binfmt_misc and enables the entry when it can; NTO_CROSS_NO_BINFMT=1
-# stops it from trying). Without that they are skipped, and named. Two are
+# stops it from trying). Without that they are skipped, and named. Three are
 # always skipped, and named with the reason: limits (ulimit -v would limit
-# qemu's own address space too) and outputs (its signal cases allow 30 s
-# for a training iteration that takes minutes under qemu). Always with
+# qemu's own address space too), outputs (its signal cases allow 30 s
+# for a training iteration that takes minutes under qemu) and bench_profile
+# (its runs under a 0.2 CPU quota outlast its limit under qemu). Always with
 # NTO_TEST_QUICK=1 (core_offload on the small nets only, io_checkpoint on
 # fewer offsets: ResNet-18 and MobileNetV2 are far too slow under
 # emulation) and meson's timeouts multiplied by 10 (the cli script takes 5-10
@@ -116,6 +117,8 @@ emu_skip() {
     "(a 128 MiB JIT buffer, the guest's stack), so the program's sums cannot hold" ;;
   outputs) echo "its signal cases give a training iteration 30 s, and one" \
     "takes minutes under qemu" ;;
+  bench_profile) echo "its runs under the sdcard profile's 0.2 CPU quota take" \
+    "seconds natively and more than its 280 s limit under qemu" ;;
   esac
 }
 # Whether the arguments name tests (meson test's positional arguments; the

@@ -10,7 +10,10 @@
  *   over every entry), so the round-trip error of each element is at most
  *   half the gap around its entry times the block's maximum; in the
  *   unsigned codebook a value above zero is never zero;
- * - bf16 rounds to nearest, ties to even; infinities and NaN survive;
+ * - bf16 rounds stochastically: to one of the two neighbours, unbiased
+ *   (the mean over many seeds is the value), the same bits for the same
+ *   seed; so Adam's v decays by beta2 = 0.999 on average where rounding to
+ *   nearest would keep it; infinities and NaN survive;
  * - zero bytes decode to zeros (zero-initialized state) in every format;
  * - an update in bf16 or int8 is exactly: decode, the fp32 update, encode
  *   (for SGD with momentum, Adam and AdamW), and does not depend on the
@@ -103,7 +106,7 @@ static void check_int8_round_trip(size_t n, int is_unsigned, uint64_t seed) {
   fill(x, n, seed, is_unsigned);
   if (n > 3000)
     x[2100] = is_unsigned ? 5.0f : -5.0f; /* the second block's max */
-  nto_opt_state_encode(NTO_OPT_STATE_INT8, is_unsigned, x, n, q);
+  nto_opt_state_encode(NTO_OPT_STATE_INT8, is_unsigned, x, n, q, 0);
   nto_opt_state_decode(NTO_OPT_STATE_INT8, is_unsigned, q, n, y);
   const float *absmax = (const float *)q;
   for (size_t b = 0; b * 2048 < n; b++) {
@@ -151,42 +154,63 @@ static uint32_t bits(float x) {
   return u;
 }
 
-static float of_bits(uint32_t u) {
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
-static float bf16_round_trip(float x) {
+static float bf16_round_trip(float x, uint64_t seed) {
   uint16_t h;
   float y;
-  nto_opt_state_encode(NTO_OPT_STATE_BF16, 0, &x, 1, &h);
+  nto_opt_state_encode(NTO_OPT_STATE_BF16, 0, &x, 1, &h, seed);
   nto_opt_state_decode(NTO_OPT_STATE_BF16, 0, &h, 1, &y);
   return y;
 }
 
 static void test_bf16(void **state) {
   (void)state;
-  /* exactly halfway: to the even neighbour */
-  assert_int_equal(bits(bf16_round_trip(of_bits(0x3f808000u))), 0x3f800000u);
-  assert_int_equal(bits(bf16_round_trip(of_bits(0x3f818000u))), 0x3f820000u);
-  /* above and below halfway */
-  assert_int_equal(bits(bf16_round_trip(of_bits(0x3f808001u))), 0x3f810000u);
-  assert_int_equal(bits(bf16_round_trip(of_bits(0xbf807fffu))), 0xbf800000u);
-  assert_true(isinf(bf16_round_trip(INFINITY)));
-  assert_true(isnan(bf16_round_trip(NAN)));
-  assert_true(bf16_round_trip(-0.0f) == 0.0f);
-  /* relative error <= 2^-8 (half an ulp of 8 significant bits) */
+  assert_true(isinf(bf16_round_trip(INFINITY, 1)));
+  assert_true(isnan(bf16_round_trip(NAN, 1)));
+  assert_true(bf16_round_trip(-0.0f, 1) == 0.0f);
+  assert_true(bf16_round_trip(1.5f, 7) == 1.5f); /* exact: stays */
+  /* one of the two neighbours, below an ulp (relative < 2^-7); the same
+   * bits for the same seed */
   size_t n = 100000;
   float *x = malloc(n * sizeof *x);
+  uint16_t *h1 = malloc(n * sizeof *h1), *h2 = malloc(n * sizeof *h2);
   fill(x, n, 3, 0);
+  nto_opt_state_encode(NTO_OPT_STATE_BF16, 0, x, n, h1, 42);
+  nto_opt_state_encode(NTO_OPT_STATE_BF16, 0, x, n, h2, 42);
+  assert_memory_equal(h1, h2, n * sizeof *h1);
+  size_t up = 0;
   for (size_t i = 0; i < n; i++) {
-    float y = bf16_round_trip(x[i]);
-    if (fabs((double)y - x[i]) > ldexp(fabs((double)x[i]), -8))
-      fail_msg("%.9g -> %.9g", x[i], y);
-    assert_int_equal(bits(y) & 0xffffu, 0);
+    uint32_t lo = bits(x[i]) & 0xffff0000u;
+    float y;
+    nto_opt_state_decode(NTO_OPT_STATE_BF16, 0, &h1[i], 1, &y);
+    if (bits(y) != lo && bits(y) != lo + 0x10000u)
+      fail_msg("%.9g -> %.9g: not a neighbour", x[i], y);
+    up += bits(y) != lo;
   }
+  assert_true(up > n / 4 && up < 3 * n / 4);
+  /* unbiased: the mean over 4096 seeds of 1 + 2^-10 (a quarter of an ulp
+   * above 1) is within 3 standard deviations of it */
+  float v = 1.0f + 0x1p-10f;
+  double sum = 0;
+  for (uint64_t s = 0; s < 4096; s++)
+    sum += bf16_round_trip(v, s);
+  double sd = sqrt(0.25 * 0.75) * 0x1p-7 / sqrt(4096.0);
+  if (fabs(sum / 4096 - v) > 3 * sd)
+    fail_msg("mean %.9g, value %.9g", sum / 4096, v);
+  /* Adam's v decays: 1000 steps of v = 0.999 v (no gradient) from 1 end
+   * near 0.999^1000 = 0.368, where rounding to nearest stays at 1 */
+  float vv = 1.0f;
+  uint16_t hv;
+  for (long t = 1; t <= 1000; t++) {
+    float d = vv * 0.999f;
+    nto_opt_state_encode(NTO_OPT_STATE_BF16, 1, &d, 1, &hv,
+                         nto_opt_state_seed(5, t, 1));
+    nto_opt_state_decode(NTO_OPT_STATE_BF16, 1, &hv, 1, &vv);
+  }
+  if (fabs(vv - pow(0.999, 1000)) > 0.05)
+    fail_msg("v after 1000 decays: %.6g, want %.6g", vv, pow(0.999, 1000));
   free(x);
+  free(h1);
+  free(h2);
 }
 
 static void test_zero_bytes(void **state) {
@@ -228,7 +252,7 @@ static void check_update(const nto_opt_conf *o, nto_opt_state_format f,
     if (t == 1) { /* state from a previous update, then encoded */
       for (int k = 0; k < ns; k++) {
         fill(s32[k], n, 30 + (uint64_t)k, k == 1);
-        nto_opt_state_encode(f, k == 1, s32[k], n, q[k]);
+        nto_opt_state_encode(f, k == 1, s32[k], n, q[k], 77);
       }
     }
     memcpy(w2, w, n * sizeof *w);
@@ -238,13 +262,14 @@ static void check_update(const nto_opt_conf *o, nto_opt_state_format f,
       memcpy(q3[k], q[k], bytes);
     }
     nto_opt_update(o, NTO_OPT_STATE_FP32, w2, g, (void *const *)s32, n, 0.01,
-                   t);
+                   t, 9);
     for (int k = 0; k < ns; k++)
-      nto_opt_state_encode(f, k == 1, s32[k], n, q2[k]);
+      nto_opt_state_encode(f, k == 1, s32[k], n, q2[k],
+                           nto_opt_state_seed(9, t, k));
     assert_int_equal(nto_parallel_set_threads(1, NULL), 0);
-    nto_opt_update(o, f, w, g, q, n, 0.01, t);
+    nto_opt_update(o, f, w, g, q, n, 0.01, t, 9);
     assert_int_equal(nto_parallel_set_threads(2, NULL), 0);
-    nto_opt_update(o, f, w3, g, q3, n, 0.01, t);
+    nto_opt_update(o, f, w3, g, q3, n, 0.01, t, 9);
     assert_memory_equal(w, w2, n * sizeof *w);
     assert_memory_equal(w, w3, n * sizeof *w);
     for (int k = 0; k < ns; k++) {
