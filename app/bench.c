@@ -312,6 +312,20 @@ static int parse_windows(bench_opts *o) {
 
 /* The string option a names ("--name" or "--name=VALUE": *name and *m,
  * cli_opt_match's), or NULL if a is not one. */
+/* The flag option a names (an option without a value), its name into
+ * *name, or NULL. */
+static int *flag_opt(bench_opts *o, const char *a, const char **name) {
+  static const char *const names[] = {"--no-direct", "--allow-tmpfs-swap",
+                                      "--strict", NULL};
+  int *dst[] = {&o->no_direct, &o->allow_ram_swap, &o->strict};
+  for (int i = 0; names[i]; i++)
+    if (cli_opt_match(a, names[i])) {
+      *name = names[i];
+      return dst[i];
+    }
+  return NULL;
+}
+
 static const char **string_opt(bench_opts *o, const char *a, const char **name,
                                int *m) {
   static const char *const names[] = {"--windows",
@@ -381,30 +395,17 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     const char *a = argv[i], *name = a;
     int m = 0;
     const char **dst = string_opt(o, a, &name, &m);
+    int *flag = flag_opt(o, a, &name);
     long *target = NULL, min = 1, max = 1L << 30;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(usage, stdout);
       return 1;
-    } else if (cli_opt_match(a, "--no-direct")) {
-      if (strcmp(a, "--no-direct") != 0) {
-        cli_error("option --no-direct takes no value, got '%s'", a);
+    } else if (flag) {
+      if (strcmp(a, name) != 0) {
+        cli_error("option %s takes no value, got '%s'", name, a);
         return -1;
       }
-      o->no_direct = 1;
-      continue;
-    } else if (cli_opt_match(a, "--allow-tmpfs-swap")) {
-      if (strcmp(a, "--allow-tmpfs-swap") != 0) {
-        cli_error("option --allow-tmpfs-swap takes no value, got '%s'", a);
-        return -1;
-      }
-      o->allow_ram_swap = 1;
-      continue;
-    } else if (cli_opt_match(a, "--strict")) {
-      if (strcmp(a, "--strict") != 0) {
-        cli_error("option --strict takes no value, got '%s'", a);
-        return -1;
-      }
-      o->strict = 1;
+      *flag = 1;
       continue;
     } else if (dst) {
       if (!(*dst = cli_opt_value(argc, argv, &i, name, m))) {
