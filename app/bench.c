@@ -92,7 +92,9 @@ static const char usage[] =
     "                        (default 1,2,4,auto,all); a suffix @SIZE\n"
     "                        (N@64M, auto@96M) gives that run its own\n"
     "                        --memory-budget; +MODE before it (4+off,\n"
-    "                        all+off, 1+off@54M) its own --recompute\n"
+    "                        all+off, 1+off@54M) its own --recompute;\n"
+    "                        budget@SIZE: train --memory-budget SIZE\n"
+    "                        alone (the window it fits)\n"
     "  --iterations K        measured iterations per run (default 5)\n"
     "  --warmup W            iterations run first and not measured\n"
     "                        (default 1)\n"
@@ -114,8 +116,8 @@ static const char usage[] =
     "                        (passed to train; for tests)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
-    "  --recompute MODE      auto or off: passed to train (runs without\n"
-    "                        +MODE)\n"
+    "  --recompute MODE      auto, cheap, segments or off: passed to train\n"
+    "                        (runs without +MODE)\n"
     "  --optimizer-state V   passed to train as --optimizer-state V\n"
     "  --updates after|spread  passed to train\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
@@ -173,6 +175,7 @@ typedef struct report {
   long n_step_ms;
   double recomputed_convs; /* convolutions whose outputs were recomputed */
   int convs_kept;          /* recompute auto kept them (the budget) */
+  int segments;            /* segment recomputation (given or auto's) */
   double region_floor_ms;  /* floor.h, computed by bench; 0: none */
 } report;
 
@@ -204,8 +207,8 @@ typedef struct floor_plan {
 
 typedef struct bench {
   bench_opts o;
-  nto_config conf; /* the model's INI, loaded once */
-  floor_plan plans[3];
+  nto_config conf;     /* the model's INI, loaded once */
+  floor_plan plans[5]; /* one per recompute setting */
   int n_plans;
   char cmdline[4096];
   char tmp[PATH_MAX]; /* "" until created */
@@ -225,8 +228,10 @@ static double now_s(void) {
 
 /* ---- options ------------------------------------------------------------ */
 
-/* WINDOW[+RECOMPUTE][@SIZE]: the size is checked by train (only its first
- * digit here, so that a typo is not taken for a window). */
+/* WINDOW[+RECOMPUTE][@SIZE], WINDOW: N, auto, all (no @SIZE) or budget
+ * (only with @SIZE: the window train fits to that budget). The size is
+ * checked by train (only its first digit here, so that a typo is not
+ * taken for a window). */
 static int valid_label(const char *s) {
   size_t end = strcspn(s, "@"), len = strcspn(s, "+@");
   if (s[end] == '@' && (s[end + 1] < '0' || s[end + 1] > '9'))
@@ -237,6 +242,8 @@ static int valid_label(const char *s) {
     return 1;
   if (len == 3 && !strncmp(s, "all", 3))
     return !s[end]; /* no budget */
+  if (len == 6 && !strncmp(s, "budget", 6))
+    return s[end] == '@'; /* train --memory-budget SIZE without --window */
   if (len == 0)
     return 0;
   for (size_t i = 0; i < len; i++)
@@ -450,7 +457,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return -1;
   if (o->recompute &&
       cli_recompute_word(o->recompute, strlen(o->recompute)) < 0) {
-    cli_error("option --recompute: expected auto or off, got '%s'",
+    cli_error("option --recompute: expected auto, cheap, segments or off, got "
+              "'%s'",
               o->recompute);
     return -1;
   }
@@ -524,7 +532,7 @@ static int measure_bandwidth(const bench_opts *o, bandwidth *bw, nto_err *err) {
   nto_io_kind kind = NTO_IO_AUTO;
   if (o->io && cli_io(o->io, &kind) != 0) /* checked by parse_opts */
     return nto_err_set(err, NTO_EINVAL, "--io %s", o->io);
-  return nto_swap_probe(bw->dir, kind, !o->no_direct, &bw->p, err);
+  return nto_swap_probe(bw->dir, kind, !o->no_direct, 0, &bw->p, err);
 }
 
 /* ---- stop signals ------------------------------------------------------- */
@@ -665,7 +673,9 @@ static int run_child(const bench *b, config *c, int k) {
   int n = 0;
 #define ARG(s) (args[n++] = (char *)(s))
   ARG("nntrainer-offload"), ARG("train"), ARG(o->model);
-  ARG("--window"), ARG(window), ARG("--iterations"), ARG(iters);
+  if (strcmp(window, "budget") != 0)
+    ARG("--window"), ARG(window);
+  ARG("--iterations"), ARG(iters);
   ARG("--warmup"), ARG(warm), ARG("--eval-samples"), ARG("0");
   ARG("--data"), ARG(o->data), ARG("--report-json"), ARG(json);
   ARG("--save"), ARG(save);
@@ -853,6 +863,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
        offsetof(report, n_step_ms) - offsetof(report, step_ms), 0},
       {"recomputed_convolutions", F_NUM, &r->recomputed_convs, 0, 0},
       {"convolutions_kept", F_BOOL, &r->convs_kept, 0, 0},
+      {"recompute_segments", F_BOOL, &r->segments, 0, 0},
       {"iterations_per_epoch", F_NUM, &r->per_epoch, 0, 0},
       {"written_bytes_per_epoch", F_NUM, &r->written_epoch, 0, 0},
       {NULL, F_NUM, NULL, 0, 0}};
@@ -1098,6 +1109,23 @@ static void print_smallest(const bench *b) {
            b->all < 0 ? "needs all in --windows" : "the all run failed");
 }
 
+/* The line under the table naming the runs where train's --recompute auto
+ * chose segments (train.c choose_recompute: a slow swap device against the
+ * CPU, or the budget), none if none did. */
+static void print_segments(const bench *b) {
+  int first = 1;
+  for (int i = 0; i < b->o.n; i++) {
+    const config *k = &b->cfg[i];
+    if (!k->ok || !k->r.segments || !strcmp(k->r.recompute, "segments"))
+      continue;
+    printf("%s %s", first ? "\nrecompute: segments, auto's choice, in" : ",",
+           k->label);
+    first = 0;
+  }
+  if (!first)
+    printf(" (train's line says why)\n");
+}
+
 /* The line under the table: each run's swap writes per epoch of its data
  * (the written MiB/it column x the iterations of an epoch) and their share
  * of the flash endurance. */
@@ -1168,6 +1196,7 @@ static void print_table(const bench *b) {
     }
   }
   print_smallest(b);
+  print_segments(b);
   print_wear(b);
   if (b->o.profile) {
     printf("\n");
@@ -1232,7 +1261,7 @@ static void json_config(FILE *f, const config *c, int rounds, double tbw) {
   cli_json_string(f, c->label);
   if (!c->ok) {
     fprintf(f, ", \"status\": \"failed\", \"window\": null, "
-               "\"recompute\": null, "
+               "\"recompute\": null, \"recompute_segments\": null, "
                "\"peak_rss_mib\": null, \"resident_peak_mib\": null, "
                "\"iteration_ms_median\": null, \"iteration_ms_p90\": null, "
                "\"stall_ms_per_iteration\": null, "
@@ -1253,6 +1282,7 @@ static void json_config(FILE *f, const config *c, int rounds, double tbw) {
     fprintf(f, "%s", r->window);
   fprintf(f, ", \"recompute\": ");
   cli_json_string(f, r->recompute);
+  fprintf(f, ", \"recompute_segments\": %s", r->segments ? "true" : "false");
   fprintf(f,
           ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
           "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
@@ -1419,8 +1449,9 @@ static int write_plot(const bench *b, const char *svg, nto_err *err) {
  * convolutions with `auto` unless the budget kept them. */
 static nto_model *floor_model(bench *b, const report *r) {
   nto_recompute rc = !strcmp(r->recompute, "off") ? NTO_RECOMPUTE_OFF
+                     : r->segments                ? NTO_RECOMPUTE_SEGMENTS
                      : r->convs_kept              ? NTO_RECOMPUTE_ACTIVATIONS
-                                                  : NTO_RECOMPUTE_AUTO;
+                                                  : NTO_RECOMPUTE_CHEAP;
   for (int i = 0; i < b->n_plans; i++)
     if (b->plans[i].recompute == rc)
       return b->plans[i].m;

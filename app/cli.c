@@ -94,13 +94,18 @@ int cli_recompute_word(const char *p, size_t n) {
     return NTO_RECOMPUTE_AUTO;
   if (n == 3 && !strncmp(p, "off", 3))
     return NTO_RECOMPUTE_OFF;
+  if (n == 8 && !strncmp(p, "segments", 8))
+    return NTO_RECOMPUTE_SEGMENTS;
+  if (n == 5 && !strncmp(p, "cheap", 5))
+    return NTO_RECOMPUTE_CHEAP;
   return -1;
 }
 
 int cli_recompute(const char *v, nto_recompute *out) {
   int k = v ? cli_recompute_word(v, strlen(v)) : NTO_RECOMPUTE_AUTO;
   if (k < 0) {
-    cli_error("--recompute: expected auto or off, got '%s'", v);
+    cli_error("--recompute: expected auto, cheap, segments or off, got '%s'",
+              v);
     return -1;
   }
   *out = (nto_recompute)k;

@@ -328,6 +328,9 @@ static void json_config(FILE *f, const run *r, const metrics *mx) {
           mx->offload && nto_tuner_room_declined(t) ? "true" : "false");
   fprintf(f, "  \"recompute\": \"%s\",\n",
           r->o.recompute ? r->o.recompute : "auto");
+  fprintf(f, "  \"recompute_segments\": %s,\n",
+          nto_model_recompute(r->m) == NTO_RECOMPUTE_SEGMENTS ? "true"
+                                                              : "false");
   fprintf(f, "  \"recomputed_convolutions\": %d,\n",
           nto_model_recomputed_convs(r->m));
   fprintf(f, "  \"convolutions_kept\": %s,\n",

@@ -115,7 +115,12 @@ typedef struct run {
   /* offloading, over the measured iterations (after the warm-up) */
   uint64_t io_read, io_written;
   double stall_ms, device_ms, busy_ms[2]; /* busy: onloader, offloader */
-  long relocated;   /* buffers placed at their second offset */
+  long relocated; /* buffers placed at their second offset */
+  /* --recompute auto's choice of segments (train.c choose_recompute) */
+  int seg_chosen; /* segments recomputed */
+  nto_segments_estimate seg;
+  double seg_write_bps, seg_read_bps; /* the probe's, bytes/s */
+  double seg_flops; /* the compute rate measured (flop/s), 0: not */
   double *step_ms;  /* per training step: compute ms summed over them */
   double *step_tmp; /* scratch: the last pass's step times */
   long step_passes; /* passes summed into step_ms */

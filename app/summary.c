@@ -11,7 +11,7 @@
 static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
-    "                                 [--recompute auto|off]\n"
+    "                                 [--recompute auto|cheap|segments|off]\n"
     "                                 [--freeze-until LAYER]\n"
     "                                 [--data DIR|synthetic] [--epochs E]\n"
     "                                 [--iterations K] [--flash-endurance "
@@ -38,11 +38,12 @@ static const char usage[] =
     "                   as for train: the layers up to LAYER frozen\n"
     "  --threads T      compute threads train will use, for the estimated\n"
     "                   peak RSS (default: online CPUs)\n"
-    "  --recompute auto|off\n"
+    "  --recompute auto|cheap|segments|off\n"
     "                   as for train (default auto: the table and the\n"
     "                   all-resident memory with activations recomputed,\n"
     "                   the offloading lines with cheap convolutions'\n"
-    "                   outputs too)\n"
+    "                   outputs too; segments where a memory budget needs\n"
+    "                   them; the swap device is not measured here)\n"
     "  --data DIR|synthetic, --train-samples N, --classes LIST,\n"
     "  --valid-split F  the training set, as for train: its size makes an\n"
     "                   epoch's iterations (default: the INI's [train_set],\n"
@@ -421,7 +422,8 @@ int cmd_summary(int argc, char **argv) {
          nto_format_bytes(p.opt_state, d, sizeof d), cli_state_note(&c.opt),
          nto_format_bytes(p.arena, e, sizeof e),
          nto_format_bytes(p.workspace, f, sizeof f));
-  if (so.recompute == NTO_RECOMPUTE_AUTO) {
+  if (so.recompute == NTO_RECOMPUTE_AUTO ||
+      so.recompute == NTO_RECOMPUTE_CHEAP) {
     /* offloaded, auto also recomputes convolutions: a plan of its own */
     nto_model_free(m);
     m = NULL;

@@ -2,12 +2,14 @@
  * the tuner's turn between iterations, per-epoch evaluation, checkpoints
  * and weight saving; the end-of-run report is report.c's, the trace
  * trace.c's. */
+#include "blas.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "lr_scheduler.h"
 #include "memstat.h"
 #include "outputs.h"
 #include "parallel.h"
+#include "probe.h"
 #include "report.h"
 #include "run.h"
 #include "setup.h"
@@ -83,8 +85,14 @@ static const char usage[] =
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --no-direct           swap through the page cache (for a file system\n"
     "                        that refuses O_DIRECT)\n"
-    "  --recompute auto|off  auto (default): backward computes cheap outputs\n"
-    "                        again instead of keeping them; off: keeps all\n"
+    "  --recompute auto|cheap|segments|off  auto (default): backward\n"
+    "                        computes cheap outputs again instead of\n"
+    "                        keeping them, and whole segments (a block's\n"
+    "                        convolutions from its input) where the swap\n"
+    "                        device is slow against the CPU (measured at\n"
+    "                        start) or the memory budget needs it; cheap:\n"
+    "                        never segments; segments: always; off: keeps\n"
+    "                        all. The same results\n"
     "  --updates after|spread  optimizer updates of large weights (in\n"
     "                        chunks) right after their backward step\n"
     "                        (default), or spread over the rest of the\n"
@@ -889,6 +897,75 @@ static int train_loop(run *r, nto_err *err) {
   return rc;
 }
 
+/* The compute rates choose_recompute measures at: a short one (the CPU's
+ * peak, an upper bound on the rate), and one over several periods of a
+ * CPU quota (nto_gemm_rate). */
+#define RATE_PEAK_S 0.02
+#define RATE_QUOTA_S 0.3
+
+/* --recompute auto when the run offloads: segment recomputation (tensors.h
+ * nto_recompute segments) where it is estimated faster
+ * (nto_model_segments_estimate), from the swap directory's bandwidth
+ * (io/probe.h, NTO_SWAP_PROBE_MIN_BYTES each way) and the compute rate:
+ * first the CPU's peak, which rules segments out on most machines (the
+ * compute-bound iteration at that rate already), then, only if it does
+ * not, the rate over RATE_QUOTA_S, which a board's CPU quota lowers. A
+ * probe that fails leaves auto as it is, with a note. Results are the same
+ * bits either way; the choice is train's line "recompute: segments". */
+static void choose_recompute(run *r, nto_model_opts *mo) {
+  const nto_offload_opts *oo = &mo->offload;
+  if (mo->recompute != NTO_RECOMPUTE_AUTO || mo->inference ||
+      (mo->window_mode == NTO_WINDOW_FIXED && oo->window == 0) || !oo->swap_dir)
+    return;
+  nto_segments_estimate *e = &r->seg;
+  nto_err err = {0};
+  if (nto_model_segments_estimate(&r->c, mo, e, &err) != 0 ||
+      e->window[0] == 0 || e->window[1] == 0 || e->flop[1] <= e->flop[0] ||
+      (e->read_bytes[1] >= e->read_bytes[0] &&
+       e->written_bytes[1] >= e->written_bytes[0]))
+    return; /* nothing to gain at any speed (an error here is
+               nto_model_create's too: said there) */
+  nto_swap_probe_result p;
+  if (nto_swap_probe(oo->swap_dir, oo->io, !oo->no_direct,
+                     NTO_SWAP_PROBE_MIN_BYTES, &p, &err) != 0) {
+    printf("recompute: auto (the swap bandwidth was not measured: %s)\n",
+           err.msg);
+    return;
+  }
+  r->seg_write_bps = p.write_mib_s * 1048576.0;
+  r->seg_read_bps = p.read_mib_s * 1048576.0;
+  double min_flops =
+      nto_segments_min_flops(e, r->seg_write_bps, r->seg_read_bps);
+  if (min_flops < 0)
+    return;
+  /* the GEMMs touch the compute threads' BLAS buffers, which the budget
+   * holds room for beyond the RSS measured when the plans are built
+   * (process_extra): room that is now in the RSS */
+  size_t rss = nto_current_rss_bytes();
+  if (nto_gemm_rate(RATE_PEAK_S) > min_flops)
+    r->seg_flops = nto_gemm_rate(RATE_QUOTA_S);
+  size_t grown = nto_current_rss_bytes() - rss;
+  if (rss && grown < (size_t)1 << 30)
+    mo->process_extra -= grown < mo->process_extra ? grown : mo->process_extra;
+  if (r->seg_flops > min_flops) {
+    mo->recompute = NTO_RECOMPUTE_SEGMENTS;
+    r->seg_chosen = 1;
+  }
+}
+
+/* Did the run ask for recompute auto (the default)? */
+static int mo_auto(const run *r) {
+  return !r->o.recompute || !strcmp(r->o.recompute, "auto");
+}
+
+/* The estimated iteration (ms) of choose_recompute's plan k (0: auto, 1:
+ * segments) at its measured rate. */
+static double seg_ms(const run *r, int k) {
+  double compute = 1e3 * r->seg.flop[k] / r->seg_flops;
+  double io = nto_segments_io_ms(&r->seg, k, r->seg_write_bps, r->seg_read_bps);
+  return compute > io ? compute : io;
+}
+
 /* What will be resident, before training starts; the tuner's read-ahead. */
 static void print_plan(run *r) {
   char a[32];
@@ -913,6 +990,16 @@ static void print_plan(run *r) {
   if (nto_model_convs_kept(r->m))
     printf("recompute: convolutions' outputs kept, not recomputed: "
            "recomputed, they would not fit the memory budget\n");
+  if (!r->seg_chosen && mo_auto(r) &&
+      nto_model_recompute(r->m) == NTO_RECOMPUTE_SEGMENTS)
+    printf("recompute: segments (auto: the memory budget refused the model "
+           "with the convolutions' outputs kept)\n");
+  if (r->seg_chosen)
+    printf("recompute: segments (auto: swap %.1f / %.1f MB/s written / "
+           "read against %.1f GFLOP/s of compute: an iteration estimated "
+           "at %.0f ms, %.0f ms without)\n",
+           r->seg_write_bps / 1e6, r->seg_read_bps / 1e6, r->seg_flops / 1e9,
+           seg_ms(r, 1), seg_ms(r, 0));
 }
 
 /* The memory settings (setup.h) and the trace's hooks. Returns 0, or -1
@@ -1116,6 +1203,7 @@ int cmd_train(int argc, char **argv) {
     cleanup(&r, &cerr);
     return CLI_USAGE;
   }
+  choose_recompute(&r, &mo);
   rc = nto_model_create(&r.m, &r.c, &mo, &err);
   r.best_acc = -1;
   if (rc == 0)

@@ -5,8 +5,11 @@
 #
 #   sh bench/slow_storage.sh [--read 45M] [--write 25M] [--model res/resnet18.ini]
 #       [--batch 10] [--windows 1,2,4,auto] [--iterations K] [--warmup W]
-#       (a suffix +auto or +off with its own --recompute, then @SIZE with
-#       its own --memory-budget, as in bench)
+#       [--rounds R]
+#       (N, auto, all or budget; a suffix +auto, +cheap, +segments or
+#       +off with its own --recompute, then @SIZE with its own
+#       --memory-budget, as in bench; budget@SIZE: train --memory-budget
+#       SIZE alone)
 #       [--memory-budget SIZE] [--swap-dir DIR] [--csv FILE] [--json FILE]
 #       [--plot FILE.svg] [--strict] [--bin PATH]
 #
@@ -85,6 +88,7 @@ batch=10
 windows=1,2,4,auto
 iterations=3
 warmup=1
+rounds=1
 budget=
 swapdir=${TMPDIR:-/tmp}
 csv=
@@ -95,14 +99,14 @@ bin=$root/build/app/nntrainer-offload
 cgbase=/sys/fs/cgroup/blkio
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() { echo "slow_storage.sh: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --read|--write|--model|--batch|--windows|--iterations|--warmup|--memory-budget|--swap-dir|--csv|--json|--plot|--bin)
+    --read|--write|--model|--batch|--windows|--iterations|--warmup|--rounds|--memory-budget|--swap-dir|--csv|--json|--plot|--bin)
       [ $# -ge 2 ] || die "option $1 needs a value"
       case $1 in
         --read) read_rate=$2 ;;
@@ -112,6 +116,7 @@ while [ $# -gt 0 ]; do
         --windows) windows=$2 ;;
         --iterations) iterations=$2 ;;
         --warmup) warmup=$2 ;;
+        --rounds) rounds=$2 ;;
         --memory-budget) budget=$2 ;;
         --swap-dir) swapdir=$2 ;;
         --csv) csv=$2 ;;
@@ -153,22 +158,26 @@ parse_rate --write "$write_rate"; write_b=$rate
 
 isnum "$iterations" || die "--iterations: expected a positive integer, got '$iterations'"
 isnum "$batch" || die "--batch: expected a positive integer, got '$batch'"
+isnum "$rounds" || die "--rounds: expected a positive integer, got '$rounds'"
 case $warmup in ''|*[!0-9]*) die "--warmup: expected an integer >= 0, got '$warmup'" ;; esac
 # bench checks the list too; checked here before the cgroup is made, with
-# bench's rules (N, auto or all, optionally +auto or +off, then for N and
-# auto optionally @SIZE, a budget of that run's own)
-wmsg="a comma list of N, auto and all (then an optional +auto or +off; N and auto then an optional @SIZE)"
+# bench's rules (N, auto, all or budget, optionally +auto, +cheap,
+# +segments or +off, then for N and auto optionally @SIZE, a budget of that
+# run's own, and for budget @SIZE always: train --memory-budget SIZE
+# alone)
+wmsg="a comma list of N, auto, all and budget (then an optional +auto, +cheap, +segments or +off; N and auto then an optional @SIZE, budget always @SIZE)"
 case $windows in ''|,*|*,|*,,*) die "--windows: expected $wmsg, got '$windows'" ;; esac
 for w in $(echo "$windows" | tr ',' ' '); do
   v=${w%%@*} # without the budget
   case $w in *@*) case ${w#*@} in [0-9]*) ;; *) v=bad ;; esac ;; esac
   n=${v%%+*}
   case $v in
-    *+auto|*+off) ;;
+    *+auto|*+cheap|*+segments|*+off) ;;
     *+*) n=bad ;;
   esac
   [ "$v" = "$w" ] || [ "$n" != all ] || n=bad # all takes no budget
-  [ "$n" = auto ] || [ "$n" = all ] || isnum "$n" \
+  [ "$v" != "$w" ] || [ "$n" != budget ] || n=bad # budget needs one
+  [ "$n" = auto ] || [ "$n" = all ] || [ "$n" = budget ] || isnum "$n" \
     || die "--windows: expected $wmsg, got '$w' in '$windows'"
 done
 check_model_and_bin
@@ -284,7 +293,8 @@ back_w=$(awk -v d="$dev" '$1 == d { print $2 }' "$cg/blkio.throttle.write_bps_de
 # --- the bench command ------------------------------------------------------
 jsonf=${json:-$tmp/bench.json}
 set -- bench "$model" --windows "$windows" --batch-size "$batch" \
-  --iterations "$iterations" --warmup "$warmup" --swap-dir "$swapdir"
+  --iterations "$iterations" --warmup "$warmup" --rounds "$rounds" \
+  --swap-dir "$swapdir"
 [ -n "$budget" ] && set -- "$@" --memory-budget "$budget"
 [ -n "$csv" ] && set -- "$@" --csv "$csv"
 set -- "$@" --json "$jsonf"

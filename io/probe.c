@@ -3,8 +3,10 @@
  * layer. See probe.h.
  *
  * DESIGN
- * One probe owns a swap file, a queue and an arena of NTO_SWAP_PROBE_DEPTH
- * blocks, each request writing or reading its own block. A pass submits
+ * One probe owns a swap file, a queue and an arena of `depth` blocks
+ * (NTO_SWAP_PROBE_DEPTH, fewer for a small probe: a quarter of its blocks,
+ * so that train's 16 MiB probe maps 4 MiB), each request writing or
+ * reading its own block. A pass submits
  * the first DEPTH requests, then, for each one reaped, submits the next
  * block with the same request, until the file is covered; after a
  * request's error it only reaps what is in flight. The requests live in
@@ -27,7 +29,8 @@ typedef struct probe {
   const char *dir;
   nto_swap *swap;
   nto_io *io;
-  char *arena; /* NTO_SWAP_PROBE_DEPTH blocks */
+  char *arena;    /* depth blocks */
+  unsigned depth; /* requests in flight, <= NTO_SWAP_PROBE_DEPTH */
   nto_io_req req[NTO_SWAP_PROBE_DEPTH];
 } probe;
 
@@ -37,13 +40,16 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Bytes to measure with: NTO_SWAP_PROBE_BYTES, or half the free space when that
- * is less (rounded down to whole requests). */
-static int probe_bytes(const char *dir, uint64_t *out, nto_err *err) {
+/* Bytes to measure with: want (at least NTO_SWAP_PROBE_MIN_BYTES), or half
+ * the free space when that is less (rounded down to whole requests). */
+static int probe_bytes(const char *dir, uint64_t want, uint64_t *out,
+                       nto_err *err) {
   struct statvfs s;
   if (statvfs(dir, &s) != 0)
     return nto_err_set(err, NTO_EIO, "swap dir %s: %s", dir, strerror(errno));
-  uint64_t total = NTO_SWAP_PROBE_BYTES;
+  uint64_t total =
+      want < NTO_SWAP_PROBE_MIN_BYTES ? NTO_SWAP_PROBE_MIN_BYTES : want;
+  total = total / NTO_SWAP_PROBE_BLOCK * NTO_SWAP_PROBE_BLOCK;
   uint64_t half = (uint64_t)s.f_bavail * s.f_frsize / 2;
   if (s.f_blocks > 0 && half < total)
     total = half / NTO_SWAP_PROBE_BLOCK * NTO_SWAP_PROBE_BLOCK;
@@ -70,7 +76,7 @@ static int submit_block(nto_io *io, nto_io_req *r, nto_io_op op, void *buf,
   return nto_io_submit(io, r);
 }
 
-/* One sequential pass over total bytes with NTO_SWAP_PROBE_DEPTH requests in
+/* One sequential pass over total bytes with p->depth requests in
  * flight; *secs: its time. On a request's error, what is in flight is
  * still reaped before returning. */
 static int io_pass(probe *p, nto_io_op op, uint64_t total, double *secs,
@@ -79,7 +85,7 @@ static int io_pass(probe *p, nto_io_op op, uint64_t total, double *secs,
   unsigned inflight = 0;
   int rc = 0;
   double t0 = now_s();
-  for (unsigned i = 0; i < NTO_SWAP_PROBE_DEPTH && next < total;
+  for (unsigned i = 0; i < p->depth && next < total;
        i++, next += NTO_SWAP_PROBE_BLOCK) {
     if (submit_block(p->io, &p->req[i], op, p->arena + i * NTO_SWAP_PROBE_BLOCK,
                      next) != 0)
@@ -88,7 +94,7 @@ static int io_pass(probe *p, nto_io_op op, uint64_t total, double *secs,
   }
   while (inflight > 0) {
     nto_io_req *done[NTO_SWAP_PROBE_DEPTH];
-    int n = nto_io_reap(p->io, done, (int)NTO_SWAP_PROBE_DEPTH, 1);
+    int n = nto_io_reap(p->io, done, (int)p->depth, 1);
     if (n < 0)
       return nto_err_set(err, NTO_EIO, "I/O queue failed: %s", strerror(-n));
     for (int i = 0; i < n; i++) {
@@ -149,9 +155,9 @@ static int probe_passes(probe *p, nto_swap_probe_result *out, nto_err *err) {
 }
 
 int nto_swap_probe(const char *dir, nto_io_kind kind, int direct,
-                   nto_swap_probe_result *out, nto_err *err) {
-  const size_t arena = (size_t)NTO_SWAP_PROBE_DEPTH * NTO_SWAP_PROBE_BLOCK;
-  probe p = {.dir = dir};
+                   uint64_t bytes, nto_swap_probe_result *out, nto_err *err) {
+  probe p = {.dir = dir, .depth = NTO_SWAP_PROBE_DEPTH};
+  size_t arena = 0;
   memset(out, 0, sizeof *out);
   out->depth = NTO_SWAP_PROBE_DEPTH;
   out->block = NTO_SWAP_PROBE_BLOCK;
@@ -159,16 +165,23 @@ int nto_swap_probe(const char *dir, nto_io_kind kind, int direct,
       (kind != NTO_IO_AUTO && kind != NTO_IO_URING && kind != NTO_IO_PSYNC))
     return nto_err_set(err, NTO_EINVAL,
                        "swap probe: invalid arguments (kind %d)", (int)kind);
-  int rc = probe_bytes(dir, &out->bytes, err);
+  int rc =
+      probe_bytes(dir, bytes ? bytes : NTO_SWAP_PROBE_BYTES, &out->bytes, err);
+  if (rc == 0) {
+    uint64_t quarter = out->bytes / NTO_SWAP_PROBE_BLOCK / 4;
+    if (quarter < p.depth)
+      p.depth = quarter > 0 ? (unsigned)quarter : 1;
+    out->depth = p.depth;
+    arena = (size_t)p.depth * NTO_SWAP_PROBE_BLOCK;
+  }
   if (rc == 0)
     rc = probe_swap(&p, direct, out, err);
   if (rc == 0)
-    rc = nto_io_create(&p.io, kind, nto_swap_fd(p.swap), NTO_SWAP_PROBE_DEPTH,
-                       err);
+    rc = nto_io_create(&p.io, kind, nto_swap_fd(p.swap), p.depth, err);
   /* one arena, registered like the runs' tensor region (where allowed) */
   if (rc == 0 && !(p.arena = nto_map_buffers(arena)))
     rc = nto_err_set(err, NTO_ENOMEM, "out of memory");
-  for (unsigned i = 0; rc == 0 && i < NTO_SWAP_PROBE_DEPTH; i++)
+  for (unsigned i = 0; rc == 0 && i < p.depth; i++)
     memset(p.arena + (size_t)i * NTO_SWAP_PROBE_BLOCK, 0x5a + (int)i,
            NTO_SWAP_PROBE_BLOCK);
   if (rc == 0) {

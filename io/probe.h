@@ -5,11 +5,13 @@
  * builds its floors and train's --floor-bandwidth from it).
  *
  * Method: a swap file of `bytes` bytes is written from start to end in
- * NTO_SWAP_PROBE_BLOCK requests, NTO_SWAP_PROBE_DEPTH in flight, from one
+ * NTO_SWAP_PROBE_BLOCK requests, NTO_SWAP_PROBE_DEPTH in flight (at most a
+ * quarter of the requests: 4 for train's 16 MiB), from one
  * buffer arena registered with the queue where the kernel allows it (as the
  * engine's tensor region), then read back the same way; each pass is
- * timed. bytes: NTO_SWAP_PROBE_BYTES, or half the directory's free space when
- * that is less (whole requests). A buffered file's write is timed up to
+ * timed. bytes: the caller's (0: NTO_SWAP_PROBE_BYTES; at least
+ * NTO_SWAP_PROBE_MIN_BYTES), or half the directory's free space when that
+ * is less (whole requests). A buffered file's write is timed up to
  * fdatasync, and its pages are dropped from the cache before the read.
  */
 #ifndef NTO_SWAP_PROBE_H
@@ -30,7 +32,8 @@
 typedef struct nto_swap_probe_result {
   double write_mib_s, read_mib_s; /* MiB (2^20 bytes) per second */
   uint64_t bytes;                 /* written, then read */
-  unsigned depth;                 /* requests in flight */
+  unsigned depth;                 /* requests in flight (the buffers
+                                     mapped: depth x block bytes) */
   size_t block;                   /* bytes per request */
   int direct;                     /* 1: O_DIRECT; 0: through the page cache */
   int fixed;                      /* 1: io_uring with the buffers registered */
@@ -48,10 +51,10 @@ typedef struct nto_swap_probe_result {
  * statvfs or fdatasync failures, "write at offset <o>: <reason>" for a request
  * that failed, "I/O queue failed"), the errors of nto_swap_open and
  * nto_io_create (NTO_EUNSUPPORTED: io_uring asked for and refused),
- * NTO_ENOMEM. Blocks for the whole measurement (up to 2 x 256 MiB of I/O). Any
+ * NTO_ENOMEM. Blocks for the whole measurement (2 x bytes of I/O). Any
  * one thread; the calling thread owns the queue it creates and destroys.
  */
 int nto_swap_probe(const char *dir, nto_io_kind kind, int direct,
-                   nto_swap_probe_result *out, nto_err *err);
+                   uint64_t bytes, nto_swap_probe_result *out, nto_err *err);
 
 #endif /* NTO_SWAP_PROBE_H */

@@ -48,4 +48,22 @@ const char *nto_blas_core(void);
  */
 int nto_blas_avx512_unused_here(void);
 
+/* Side of the square GEMMs nto_gemm_rate times: the size of a
+ * convolution's GEMM on a board (a 3x3 convolution of 64 channels is K =
+ * 576). */
+#define NTO_GEMM_RATE_N 256
+
+/*
+ * The compute rate of single-precision GEMMs on the compute threads
+ * (parallel.h nto_parallel_for_blas, as the convolutions run them), in
+ * floating-point operations per second (2 n^3 per n x n GEMM): square
+ * GEMMs of NTO_GEMM_RATE_N, four per thread at a time, for at least
+ * `seconds` of wall time. A CPU quota (cgroup cpu.cfs_quota_us, periods of
+ * 100 ms by default) shows only in a measurement of several periods: 0.3 s
+ * sees its average; a few ms see the CPU's peak. Returns the rate, or
+ * NTO_ENOMEM (< 0) when the matrices cannot be allocated. Executor thread
+ * (the pool's caller), before training.
+ */
+double nto_gemm_rate(double seconds);
+
 #endif

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 struct nto_model {
   const nto_config *conf;
@@ -28,9 +31,10 @@ struct nto_model {
   float *input_grad;  /* when compute_input_grad */
   long iteration;     /* optimizer updates done */
   nto_rng rng;
-  int convs_kept;         /* recompute auto kept the convolutions' outputs */
-  nto_pass_sample sample; /* the last training pass, for the tuner */
-  int sampled;            /* sample holds a pass the tuner has not seen */
+  int convs_kept;          /* recompute auto kept the convolutions' outputs */
+  nto_recompute recompute; /* the setting the model was built with */
+  nto_pass_sample sample;  /* the last training pass, for the tuner */
+  int sampled;             /* sample holds a pass the tuner has not seen */
 };
 
 static double now_ms(void) {
@@ -116,6 +120,7 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
                          .compute_input_grad = o->compute_input_grad};
   nto_tuner_opts tu = tuner_opts(o);
   to.recompute_conv = nto_tuner_recompute_convs(&tu, o->recompute);
+  to.recompute_segments = o->recompute == NTO_RECOMPUTE_SEGMENTS;
   int rc = nto_graph_build(&m->g, m->conf, batch, err);
   if (rc == 0 && o->freeze_until)
     rc = nto_graph_freeze(&m->g, m->conf, o->freeze_until, err);
@@ -216,7 +221,8 @@ static int start(nto_model *m, const nto_model_opts *o, nto_err *err) {
 /* nto_model_create without the retry; *refused: the budget refused it,
  * *convs: the convolutions whose outputs it recomputed. With fit_only,
  * the plan and the tuner's window only (nothing allocated for training,
- * no swap file): whether it fits. */
+ * no swap file): 1, whether it fits (the model freed); 2, the model kept
+ * for queries, as plan_only but with the windows resolved. */
 static int create_as(nto_model **out, const nto_config *c,
                      const nto_model_opts *o, int fit_only, int *refused,
                      int *convs, nto_err *err) {
@@ -242,7 +248,7 @@ static int create_as(nto_model **out, const nto_config *c,
   }
   if (rc == 0 && !o->plan_only && !fit_only)
     rc = start(m, o, err);
-  if (rc != 0 || fit_only) {
+  if (rc != 0 || fit_only == 1) {
     nto_model_free(m);
     return rc;
   }
@@ -250,9 +256,137 @@ static int create_as(nto_model **out, const nto_config *c,
   return 0;
 }
 
-static int create(nto_model **out, const nto_config *c, const nto_model_opts *o,
-                  int *refused, int *convs, nto_err *err) {
-  return create_as(out, c, o, 0, refused, convs, err);
+/* Multiply-adds of layer l's forward where it is a convolution (its
+ * replay's per output element, layer.h replay_macs), else 0. */
+static double conv_macs(const nto_layer *l) {
+  return l->replay_macs > 0
+             ? (double)l->replay_macs * (double)nto_shape_numel(l->out_shape)
+             : 0.0;
+}
+
+/* nto_segments_estimate flop: a training iteration of m. */
+static double train_flop(const nto_model *m) {
+  double f = 0;
+  for (int i = 0; i < m->g.n_layers; i++)
+    f += 6.0 * conv_macs(&m->g.layers[i]);
+  for (int s = 0; s < m->st.n; s++)
+    if (m->st.v[s].kind == 'R' && m->tt.re_conv[m->st.v[s].layer])
+      f += 2.0 * conv_macs(&m->g.layers[m->st.v[s].layer]);
+  return f;
+}
+
+int nto_model_segments_estimate(const nto_config *c, const nto_model_opts *opts,
+                                nto_segments_estimate *e, nto_err *err) {
+  memset(e, 0, sizeof *e);
+  for (int k = 0; k < 2; k++) {
+    nto_model_opts o = *opts;
+    o.plan_only = 0; /* the windows resolved as for training */
+    o.recompute = k ? NTO_RECOMPUTE_SEGMENTS : NTO_RECOMPUTE_AUTO;
+    nto_model *m = NULL;
+    nto_err e2 = {0};
+    int refused = 0, convs = 0;
+    int rc = create_as(&m, c, &o, 2, &refused, &convs, k ? &e2 : err);
+    if (rc != 0)
+      return k ? 0 : rc;
+    nto_window_plan wp = {0};
+    int n = nto_tuner_window_bound(m->tuner);
+    e->flop[k] = train_flop(m);
+    rc = n > 0 ? nto_tuner_window_plan(m->tuner, n, &wp, k ? &e2 : err) : 0;
+    nto_model_free(m);
+    if (rc != 0)
+      return k ? 0 : rc;
+    e->window[k] = n;
+    e->read_bytes[k] = wp.read_bytes;
+    e->written_bytes[k] = wp.written_bytes;
+    if (n == 0)
+      break;
+  }
+#ifdef __GLIBC__
+  /* the plans' heap pages, freed below blocks still in use, would stay
+   * with the process and count as its own memory under a budget
+   * (ResNet-18 b32: 0.9 MiB) */
+  malloc_trim(0);
+#endif
+  return 0;
+}
+
+double nto_segments_io_ms(const nto_segments_estimate *e, int k,
+                          double write_bps, double read_bps) {
+  return 1e3 * ((double)e->read_bytes[k] / read_bps +
+                (double)e->written_bytes[k] / write_bps);
+}
+
+double nto_segments_min_flops(const nto_segments_estimate *e, double write_bps,
+                              double read_bps) {
+  if (e->window[0] <= 0 || e->window[1] <= 0 || e->flop[1] <= e->flop[0] ||
+      write_bps <= 0 || read_bps <= 0)
+    return -1;
+  double io =
+      (1.0 - NTO_SEGMENTS_GAIN) * nto_segments_io_ms(e, 0, write_bps, read_bps);
+  if (nto_segments_io_ms(e, 1, write_bps, read_bps) > io)
+    return -1;
+  return e->flop[1] / (io / 1e3);
+}
+
+/* What window 1 of the model of c with opts and recompute r needs
+ * (nto_tuner_need: tensor region and workspace), SIZE_MAX if unknown. */
+static size_t window1_need(const nto_config *c, const nto_model_opts *opts,
+                           nto_recompute r) {
+  nto_model_opts o = *opts;
+  o.plan_only = 1;
+  o.memory_budget = o.memory_limit = 0;
+  o.recompute = r;
+  nto_model *m = NULL;
+  nto_err e = {0};
+  int refused = 0, convs = 0;
+  size_t need = SIZE_MAX;
+  if (create_as(&m, c, &o, 2, &refused, &convs, &e) == 0 &&
+      nto_tuner_need(m->tuner, 1, NULL, &need, &e) != 0)
+    need = SIZE_MAX;
+  nto_model_free(m);
+  return need;
+}
+
+/* create_as with recompute auto's fallbacks when the budget refuses the
+ * model: again with the convolutions' outputs kept (a twin is content the
+ * window must hold or write, which can raise window 1's region:
+ * MobileNetV2 224 b10 149.3 instead of 137.9 MiB), then with segments
+ * (whose twins replace more kept outputs than they add: 103.4 MiB). On
+ * failure the message of the attempt whose window 1 needs the least (not
+ * looked for with fit_only). *used: the recompute setting that built the
+ * model; *refused as create_as's. */
+static int create_fit(nto_model **out, const nto_config *c,
+                      const nto_model_opts *opts, int fit_only,
+                      nto_recompute *used, int *refused, nto_err *err) {
+  int convs = 0;
+  *used = opts->recompute;
+  int rc = create_as(out, c, opts, fit_only, refused, &convs, err);
+  if (!(rc == NTO_ECONFIG && *refused && opts->recompute == NTO_RECOMPUTE_AUTO))
+    return rc;
+  nto_model_opts o = *opts;
+  nto_recompute said = NTO_RECOMPUTE_AUTO; /* whose message err holds */
+  if (convs > 0) {
+    o.recompute = NTO_RECOMPUTE_ACTIVATIONS;
+    rc = create_as(out, c, &o, fit_only, refused, &convs, err);
+    if (rc == 0 || !(rc == NTO_ECONFIG && *refused)) {
+      *used = o.recompute;
+      return rc;
+    }
+    said = o.recompute; /* its minimum is the lower */
+  }
+  nto_err e = {0};
+  o.recompute = NTO_RECOMPUTE_SEGMENTS;
+  rc = create_as(out, c, &o, fit_only, refused, &convs, &e);
+  if (rc == 0 || !(rc == NTO_ECONFIG && *refused)) {
+    *used = o.recompute;
+    if (rc != 0)
+      *err = e;
+    return rc;
+  }
+  if (fit_only != 1 && window1_need(c, opts, NTO_RECOMPUTE_SEGMENTS) <
+                           window1_need(c, opts, said))
+    *err = e;
+  return rc;
 }
 
 /* Does the model fit the budget at batch b (recompute as nto_model_create
@@ -261,15 +395,10 @@ static int fits_at(const nto_config *c, const nto_model_opts *opts, int b) {
   nto_model_opts o = *opts;
   nto_model *m = NULL;
   nto_err e = {0};
-  int refused = 0, convs = 0;
+  nto_recompute used;
+  int refused = 0;
   o.batch = b;
-  int rc = create_as(&m, c, &o, 1, &refused, &convs, &e);
-  if (rc == NTO_ECONFIG && refused && convs > 0 &&
-      o.recompute == NTO_RECOMPUTE_AUTO) {
-    o.recompute = NTO_RECOMPUTE_ACTIVATIONS;
-    rc = create_as(&m, c, &o, 1, &refused, &convs, &e);
-  }
-  return rc == 0;
+  return create_fit(&m, c, &o, 1, &used, &refused, &e) == 0;
 }
 
 /* A budget refused the model at its batch: the largest smaller batch that
@@ -302,22 +431,15 @@ static void suggest_batch(const nto_config *c, const nto_model_opts *opts,
 
 int nto_model_create(nto_model **out, const nto_config *c,
                      const nto_model_opts *opts, nto_err *err) {
-  int refused = 0, convs = 0;
-  int rc = create(out, c, opts, &refused, &convs, err);
-  if (rc == NTO_ECONFIG && refused && convs > 0 &&
-      opts->recompute == NTO_RECOMPUTE_AUTO) {
-    /* a twin is content the window must hold or write, which can raise
-     * window 1's region (MobileNetV2 224 b10: 149.3 instead of 137.9
-     * MiB): again with the convolutions kept; on failure the second
-     * attempt's message, whose minimum is the lower */
-    nto_model_opts o = *opts;
-    o.recompute = NTO_RECOMPUTE_ACTIVATIONS;
-    rc = create(out, c, &o, &refused, &convs, err);
-    if (rc == 0)
-      (*out)->convs_kept = 1;
+  int refused = 0;
+  nto_recompute used;
+  int rc = create_fit(out, c, opts, 0, &used, &refused, err);
+  if (rc == 0) {
+    (*out)->recompute = used;
+    (*out)->convs_kept = used == NTO_RECOMPUTE_ACTIVATIONS &&
+                         opts->recompute == NTO_RECOMPUTE_AUTO;
   }
-  if (rc == NTO_ECONFIG && refused &&
-      (!opts->plan_only || opts->memory_budget))
+  if (rc == NTO_ECONFIG && refused && (!opts->plan_only || opts->memory_budget))
     suggest_batch(c, opts, err);
   return rc;
 }
@@ -700,6 +822,8 @@ int nto_model_recomputed_convs(const nto_model *m) {
 }
 
 int nto_model_convs_kept(const nto_model *m) { return m->convs_kept; }
+
+nto_recompute nto_model_recompute(const nto_model *m) { return m->recompute; }
 
 const nto_tensor *nto_model_tensor(const nto_model *m, int t) {
   return &m->tt.t[t];

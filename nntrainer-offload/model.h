@@ -117,13 +117,62 @@ typedef struct nto_mem_plan {
  * weights are initialized one tensor at a time straight into the swap
  * file). With recompute auto, a memory budget that refuses the model with
  * cheap convolutions recomputed (a twin is content the window must hold)
- * builds it again with them kept (nto_model_convs_kept). Returns 0,
+ * builds it again with them kept (nto_model_convs_kept), then, refused
+ * again, with segments (nto_model_recompute); a refusal names the least
+ * of their minimums. Returns 0,
  * NTO_ECONFIG/NTO_ESHAPE (from graph building, with file/section/key, or
  * the budget), NTO_ENOMEM, or the engine's NTO_EIO/NTO_EUNSUPPORTED.
  */
 int nto_model_create(nto_model **out, const nto_config *c,
                      const nto_model_opts *opts, nto_err *err);
 void nto_model_free(nto_model *m);
+
+/* What segment recomputation (nto_recompute segments) would change in a
+ * training run, for recompute auto's choice (nto_model_segments_estimate).
+ * Index 0: recompute auto, 1: segments. */
+typedef struct nto_segments_estimate {
+  int window[2]; /* the window each trains at (auto: its upper bound; 0:
+                    all resident, nothing to gain) */
+  uint64_t read_bytes[2], written_bytes[2]; /* swap bytes per iteration */
+  double flop[2]; /* floating-point operations per iteration, from the
+                     convolutions' multiply-adds (2 each in the forward,
+                     4 in the backward, 2 per replay) */
+} nto_segments_estimate;
+
+/* The share of the iteration time segments must save to be chosen. */
+#define NTO_SEGMENTS_GAIN 0.05
+
+/*
+ * For recompute auto when offloading: the plans of the model of c with
+ * opts (recompute ignored) with recompute auto and with segments, at the
+ * window each would train at, into *e. Builds both (no tensor allocated)
+ * and frees them. Returns 0 or the first plan's error (NTO_ECONFIG,
+ * NTO_ENOMEM: as nto_model_create); the segments plan failing (e.g. the
+ * budget refuses it) gives e->window[1] = 0. Caller's thread, before
+ * nto_model_create.
+ */
+int nto_model_segments_estimate(const nto_config *c, const nto_model_opts *opts,
+                                nto_segments_estimate *e, nto_err *err);
+
+/* Swap time (ms) of plan k of e per iteration at the sequential bandwidths
+ * write_bps and read_bps (bytes/s): read / read rate + written / write
+ * rate. */
+double nto_segments_io_ms(const nto_segments_estimate *e, int k,
+                          double write_bps, double read_bps);
+
+/*
+ * The compute rate (flop/s) above which segments make an iteration at
+ * least NTO_SEGMENTS_GAIN faster at those bandwidths; < 0: at no rate (they
+ * move no fewer bytes, add no operation, or nothing is offloaded). An
+ * iteration takes about max(compute, swap time) (bench's floor,
+ * app/floor.h), and segments trade compute for swap time: with io the
+ * swap times and f the operations, they are faster by the gain exactly
+ * when io[1] <= (1 - gain) io[0] and f[1] / rate <= (1 - gain) io[0], i.e.
+ * above f[1] / ((1 - gain) io[0]) (below it the iteration is compute-bound,
+ * and recomputing only adds). Pure; any thread.
+ */
+double nto_segments_min_flops(const nto_segments_estimate *e, double write_bps,
+                              double read_bps);
 
 /* The graph (layers in execution order). */
 const nto_graph *nto_model_graph(const nto_model *m);
@@ -268,6 +317,10 @@ int nto_model_recomputed_convs(const nto_model *m);
  * recompute, because with them recomputed the memory budget refused the
  * model (see nto_model_create). */
 int nto_model_convs_kept(const nto_model *m);
+/* The recompute setting the model was built with: the one asked for, or
+ * where auto fell back under a budget (nto_model_create), activations
+ * (nto_model_convs_kept) or segments. */
+nto_recompute nto_model_recompute(const nto_model *m);
 
 /* Tensor descriptor t (0 <= t < nto_model_tensor_count). */
 const nto_tensor *nto_model_tensor(const nto_model *m, int t);

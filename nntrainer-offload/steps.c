@@ -192,7 +192,7 @@ static int order_steps(nto_steps *st, const nto_tensors *tt,
                        nto_update_placement place) {
   int L = tt->L, n = L;
   for (int i = 0; i < L; i++) {
-    n += has_b_step(tt, i) + (tt->re_at[i] >= 0);
+    n += has_b_step(tt, i) + (tt->re_at[i] >= 0) + (tt->re_again[i] >= 0);
     for (int j = 0; j < tt->g->layers[i].n_w; j++)
       n += has_u_steps(tt, i, j) ? tt->n_chunk[i][j] : 0;
   }
@@ -211,7 +211,7 @@ static int order_steps(nto_steps *st, const nto_tensors *tt,
   }
   for (int i = L - 1; i >= 0; i--) {
     for (int a = 0; a < L; a++) /* producers first (tensors.c) */
-      if (tt->re_at[a] == i)
+      if (tt->re_at[a] == i || tt->re_again[a] == i)
         st->v[s++] = (nto_step){'R', a, -1, -1};
     st->b_step[i] = -1;
     if (!has_b_step(tt, i))

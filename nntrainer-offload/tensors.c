@@ -343,24 +343,61 @@ static int recomputable(const nto_tensors *tt, int i) {
          (tt->re_t[tt->out_t[x]] < 0 || tt->re_conv[x]);
 }
 
+/* The layer whose R step writes the twin of tensor t, or -1: t is kept
+ * (no twin). */
+static int twin_owner(const nto_tensors *tt, int t) {
+  return tt->re_t[t] >= 0 ? tt->t[t].layer : -1;
+}
+
+/* The input tensor that layer i's R step replays from (steps.c
+ * recompute_uses): a convolution's input, or the input of the batch
+ * normalization before an activation. */
+static int replay_input(const nto_tensors *tt, int i) {
+  const nto_layer *l = &tt->g->layers[i];
+  int p = tt->re_conv[i] ? i : l->in[0];
+  return tt->out_t[tt->g->layers[p].in[0]];
+}
+
+/* Convolutions replayed to make tensor t again in backward, following the
+ * R steps it is made from back to a kept tensor (0: t is kept). */
+static int replay_depth(const nto_tensors *tt, int t) {
+  int a = twin_owner(tt, t);
+  return a < 0 ? 0 : tt->re_conv[a] + replay_depth(tt, replay_input(tt, a));
+}
+
+/* Convolutions replayed in one segment (recompute_segments): a
+ * convolution may be recomputed from an input made again by at most one
+ * other convolution's replay (ResNet-18: the stem's, for the first block's
+ * first convolution). */
+#define SEGMENT_CONVS 2
+
 /* May convolution i's output be recomputed (nto_recompute)? A replay of
- * at most NTO_RECOMPUTE_MACS multiply-adds per output element, from one
- * input that its own backward reads (kept anyway) and that is not
- * recomputed itself; nothing saved; an output the loss does not read,
- * read by one layer, not a view, whose backward reads it (so that it is
- * kept from forward to backward unless recomputed). */
+ * at most NTO_RECOMPUTE_MACS multiply-adds per output element (any, with
+ * recompute_segments), from one input that its own backward reads (kept
+ * anyway) and that is not recomputed itself (with recompute_segments: or
+ * made again by at most SEGMENT_CONVS - 1 convolutions' replays from a
+ * kept tensor, replay_depth); nothing saved; an output
+ * the loss does not read, read by one layer, not a view, whose backward
+ * reads it (so that it is kept from forward to backward unless
+ * recomputed). */
 static int conv_recomputable(const nto_tensors *tt, int i) {
   const nto_layer *l = &tt->g->layers[i];
+  int seg = tt->o.recompute_segments;
   if (!tt->bwd[i] || !l->ops->replay || l->replay_macs <= 0 ||
-      l->replay_macs > NTO_RECOMPUTE_MACS || l->n_in != 1 || l->n_saved ||
-      !l->bwd_needs_input || l->out_is_input || l->out_kind != NTO_OUT_PLAIN ||
-      loss_reads(tt, tt->out_t[i]) || tt->g->n_consumers[i] != 1 ||
-      tt->re_t[tt->out_t[l->in[0]]] >= 0)
+      (!seg && l->replay_macs > NTO_RECOMPUTE_MACS) || l->n_in != 1 ||
+      l->n_saved || !l->bwd_needs_input || l->out_is_input ||
+      l->out_kind != NTO_OUT_PLAIN || loss_reads(tt, tt->out_t[i]) ||
+      tt->g->n_consumers[i] != 1)
+    return 0;
+  int xt = tt->out_t[l->in[0]];
+  if (tt->re_t[xt] >= 0 && !(seg && replay_depth(tt, xt) + 1 <= SEGMENT_CONVS))
     return 0;
   int bn = tt->g->consumers[i][0].layer;
   const nto_layer *c = &tt->g->layers[bn];
   if (c->out_is_input || !c->bwd_needs_input || !tt->bwd[bn])
     return 0;
+  if (seg) /* every R step of a segment runs right before its first use */
+    return 1;
   /* the R step runs before the first backward reader of the activation
    * after it, if that is recomputed: at most NTO_RECOMPUTE_SPAN layers on */
   int r = bn;
@@ -372,22 +409,34 @@ static int conv_recomputable(const nto_tensors *tt, int i) {
   return r - i <= NTO_RECOMPUTE_SPAN;
 }
 
+/* Layer i's R step must run no later than the B step of layer r (steps
+ * run backward in descending layer order): move it there if it is later,
+ * and with it the R steps whose twins it reads. */
+static void need_by(nto_tensors *tt, int i, int r) {
+  if (tt->re_at[i] >= r)
+    return;
+  tt->re_at[i] = r;
+  int o = twin_owner(tt, replay_input(tt, i));
+  if (o >= 0)
+    need_by(tt, o, r);
+}
+
 /* Decide which outputs are recomputed, in layer order so that a producer
- * is decided before its consumers, and add their twins. A convolution's R
- * step runs before the R step of the activation that reads its output
- * (steps.c puts R steps at one B step in layer order). Returns 0 or -1
- * when out of memory. */
+ * is decided before its consumers, and add their twins. The R steps a
+ * twin is made from run before its own (need_by; steps.c puts R steps at
+ * one B step in layer order). Returns 0 or -1 when out of memory. */
 static int add_recomputed(nto_tensors *tt) {
   tt->n_re = tt->n;
   tt->re_t = malloc((size_t)tt->n_re * sizeof *tt->re_t);
   tt->re_at = malloc((size_t)tt->L * sizeof *tt->re_at);
+  tt->re_again = malloc((size_t)tt->L * sizeof *tt->re_again);
   tt->re_conv = calloc((size_t)tt->L, 1);
-  if (!tt->re_t || !tt->re_at || !tt->re_conv)
+  if (!tt->re_t || !tt->re_at || !tt->re_again || !tt->re_conv)
     return -1;
   for (int t = 0; t < tt->n_re; t++)
     tt->re_t[t] = -1;
   for (int i = 0; i < tt->L; i++) {
-    tt->re_at[i] = -1;
+    tt->re_at[i] = tt->re_again[i] = -1;
     int is_conv = tt->o.recompute_conv && conv_recomputable(tt, i);
     if (!is_conv && !(tt->o.recompute_act && recomputable(tt, i)))
       continue;
@@ -397,13 +446,27 @@ static int add_recomputed(nto_tensors *tt) {
     if (t < 0)
       return -1;
     tt->re_t[tt->out_t[i]] = t;
-    tt->re_at[i] = first_bwd_reader(tt, i, i);
     tt->re_conv[i] = (unsigned char)is_conv;
-    if (!is_conv) { /* the convolution before reads no later than this */
-      int x = tt->g->layers[a->in[0]].in[0];
-      if (tt->re_conv[x] && tt->re_at[x] < tt->re_at[i])
-        tt->re_at[x] = tt->re_at[i];
+    need_by(tt, i, first_bwd_reader(tt, i, i));
+  }
+  /* a cheap convolution from a kept input whose R step a segment moved
+   * before the readers of its own activation: again before its own reader
+   * (ResNet-18: the stem, whose twin block 1's first convolution needs, is
+   * otherwise held or written through that block's backward) */
+  for (int i = 0; tt->o.recompute_segments && i < tt->L; i++) {
+    const nto_layer *l = &tt->g->layers[i];
+    if (!tt->re_conv[i] || l->replay_macs > NTO_RECOMPUTE_MACS ||
+        replay_depth(tt, replay_input(tt, i)) > 0)
+      continue;
+    int own = first_bwd_reader(tt, i, i), bn = tt->g->consumers[i][0].layer;
+    int natural = own;
+    if (tt->g->n_consumers[bn] == 1) {
+      int a = tt->g->consumers[bn][0].layer;
+      if (tt->re_at[a] >= 0 && !tt->re_conv[a])
+        natural = first_bwd_reader(tt, a, a);
     }
+    if (tt->re_at[i] > natural)
+      tt->re_again[i] = own;
   }
   return 0;
 }
@@ -448,6 +511,7 @@ void nto_tensors_free(nto_tensors *tt) {
   free(tt->dw_row);
   free(tt->dw_cache);
   free(tt->re_t);
+  free(tt->re_again);
   free(tt->re_at);
   free(tt->re_conv);
   free(tt->bwd);

@@ -80,10 +80,19 @@ typedef enum {
 typedef enum {
   NTO_RECOMPUTE_AUTO,        /* activations; convolutions too when the
                                 tensors are offloaded, unless the memory
-                                budget then refuses the model (tuner.h) */
+                                budget then refuses the model (tuner.h);
+                                segments where the budget needs them
+                                (model.h nto_model_create) or the caller
+                                finds them faster (nto_segments_min_flops) */
   NTO_RECOMPUTE_ON,          /* activations and convolutions */
   NTO_RECOMPUTE_ACTIVATIONS, /* activations only */
   NTO_RECOMPUTE_OFF,         /* nothing: everything kept */
+  NTO_RECOMPUTE_SEGMENTS,    /* activations, and convolutions of any cost
+                                whose input is kept or recomputed itself
+                                from a kept tensor (recompute_segments) */
+  NTO_RECOMPUTE_CHEAP,       /* auto's plan without its fallbacks and
+                                choices: activations, and cheap
+                                convolutions when offloaded */
 } nto_recompute;
 
 /* Multiply-adds per output element up to which a convolution's output is
@@ -112,6 +121,16 @@ typedef struct nto_tensors_opts {
                                         / 4) floats */
   int recompute_act;           /* recompute activations */
   int recompute_conv;          /* recompute cheap convolutions */
+  int recompute_segments;      /* with recompute_conv: convolutions of any
+                                  cost, also from an input recomputed from
+                                  a kept tensor (an activation after batch
+                                  normalization of a kept input): segment
+                                  recomputation as in gradient
+                                  checkpointing (Chen et al. 2016), one
+                                  segment per block of ResNet (its first
+                                  convolution again from the block's
+                                  input), where storage is slower than the
+                                  replay */
   int compute_input_grad;      /* also dL/d(input batch) (tests) */
   int fused;                   /* the loss gradient is the last layer's
                                   input gradient (loss.h) */
@@ -146,10 +165,13 @@ typedef struct nto_tensors {
   int (*dw_cache)[NTO_MAX_WEIGHTS];
   /* Recomputed twins: re_t[t] (t < n_re) the twin of t, -1: kept;
    * re_at[i] the layer before whose B step layer i's R step runs, -1;
+   * re_again[i] the layer before whose B step a second R step of layer
+   * i runs, -1: none (a cheap convolution whose twin a segment needs
+   * early, made again for its own reader rather than held in between);
    * re_conv[i]: that R step replays convolution i itself, else the batch
    * normalization before activation i, then i. */
   int *re_t, n_re;
-  int *re_at;
+  int *re_at, *re_again;
   unsigned char *re_conv;
   nto_tensors_opts o;
 } nto_tensors;

@@ -38,7 +38,8 @@ struct nto_tuner {
 
 int nto_tuner_recompute_convs(const nto_tuner_opts *o, nto_recompute r) {
   int offloaded = o->window_mode != NTO_WINDOW_FIXED || o->window > 0;
-  return r == NTO_RECOMPUTE_ON || (r == NTO_RECOMPUTE_AUTO && offloaded);
+  return r == NTO_RECOMPUTE_ON || r == NTO_RECOMPUTE_SEGMENTS ||
+         ((r == NTO_RECOMPUTE_AUTO || r == NTO_RECOMPUTE_CHEAP) && offloaded);
 }
 
 /* ---- sizing ---- */
@@ -287,6 +288,10 @@ void nto_tuner_free(nto_tuner *t) {
 }
 
 int nto_tuner_window(const nto_tuner *t) { return t->window; }
+
+int nto_tuner_window_bound(const nto_tuner *t) {
+  return t->auto_window ? t->ctl.max : t->window;
+}
 
 void nto_tuner_engine_opts(const nto_tuner *t, nto_offload_opts *oo) {
   oo->window = t->window;

@@ -157,6 +157,9 @@ void nto_tuner_free(nto_tuner *t);
 /* The window decided (0: all resident); the engine options that are the
  * tuner's (no_keep) into oo. */
 int nto_tuner_window(const nto_tuner *t);
+/* The largest window the run may use: the adaptive window's upper bound
+ * (NTO_WINDOW_AUTO), else nto_tuner_window. Caller's thread. */
+int nto_tuner_window_bound(const nto_tuner *t);
 void nto_tuner_engine_opts(const nto_tuner *t, nto_offload_opts *oo);
 
 /* The engine the decisions go to (NULL: all resident). */

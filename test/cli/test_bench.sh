@@ -88,7 +88,8 @@ assert num(bw["read_mib_s"]) and bw["read_mib_s"] > 0, bw
 assert num(bw["write_mib_s"]) and bw["write_mib_s"] > 0, bw
 assert bw["block_bytes"] == 1048576 and bw["depth"] == 16, bw
 assert isinstance(bw["direct"], bool), bw
-keys = {"config", "status", "window", "recompute", "peak_rss_mib", "resident_peak_mib",
+keys = {"config", "status", "window", "recompute", "recompute_segments",
+        "peak_rss_mib", "resident_peak_mib",
         "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
         "read_mib_per_iteration", "written_mib_per_iteration", "iterations_per_epoch",
         "written_mib_per_epoch", "epoch_endurance_fraction", "floor_ms",
@@ -101,7 +102,9 @@ for x in c:
     assert set(x) == keys, sorted(x)
     assert x["status"] == "ok" and x["weights_identical"] == "yes", x
     assert x["recompute"] == "auto", x
-    for k in keys - {"config", "status", "window", "recompute", "ratios", "weights_identical",
+    assert isinstance(x["recompute_segments"], bool), x
+    for k in keys - {"config", "status", "window", "recompute", "recompute_segments",
+                     "ratios", "weights_identical",
                      "region_floor_ms", "region_ratio"}:
         assert num(x[k]) and x[k] >= 0, (k, x)
     assert x["ratios"] == [x["ratio"]], x
@@ -209,7 +212,7 @@ grep -q "^smallest peak RSS" "$tmp/out" &&
   fail no_smallest "a smallest-within line without all in the list" "$tmp/out" || pass
 expect bad_recompute_label 2 "+auto or +off" -- "$exe" bench "$net" --windows 1+on
 expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+off@64M
-expect bad_recompute 2 "option --recompute: expected auto or off" -- \
+expect bad_recompute 2 "option --recompute: expected auto, cheap, segments or off" -- \
   "$exe" bench "$net" --recompute sometimes
 expect bad_budget 2 "option --windows" -- "$exe" bench "$net" --windows 1@lots
 

@@ -157,9 +157,11 @@ static int *ragged_frontier(int S, int n) {
   return upto;
 }
 
-/* nto_model_room_declined, nto_model_convs_kept and
- * nto_model_recomputed_convs of the last run_faulted's model. */
+/* nto_model_room_declined, nto_model_convs_kept,
+ * nto_model_recomputed_convs and nto_model_recompute of the last
+ * run_faulted's model. */
 static int last_room_declined, last_convs_kept, last_recomputed_convs;
+static nto_recompute last_recompute;
 
 /* Train nc->steps steps and evaluate once with the model options o; swap
  * files go to dir. switch_to (NULL: none): before training step s, change
@@ -215,6 +217,7 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
   last_room_declined = nto_tuner_room_declined(nto_model_tuner(ss.m));
   last_convs_kept = nto_model_convs_kept(ss.m);
   last_recomputed_convs = nto_model_recomputed_convs(ss.m);
+  last_recompute = nto_model_recompute(ss.m);
   session_close(&ss);
 }
 
@@ -744,9 +747,12 @@ static void test_keep_resident(void **state) {
 }
 
 /* Recomputing the activations after batch normalization in backward, and
- * cheap convolutions' outputs before it (tensors.h nto_recompute), gives the
- * same bits as keeping them, resident and at windows 1 and 2; each moves
- * fewer bytes (mobile_block's 1x1 expansion is recomputed with `on`;
+ * cheap convolutions' outputs before it (tensors.h nto_recompute), and
+ * segments of convolutions (segments: tiny_resnet's block recomputes its
+ * first convolution from an input recomputed from the stem's, itself
+ * recomputed twice), gives the same bits as keeping them, resident and at
+ * windows 1, 2 and 3; on, activations and off each move fewer bytes than
+ * the next (mobile_block's 1x1 expansion is recomputed with `on`;
  * tiny_resnet has no convolution within NTO_RECOMPUTE_SPAN). */
 static void test_recompute(void **state) {
   (void)state;
@@ -758,7 +764,7 @@ static void test_recompute(void **state) {
       {{"test/data/nets/mobile_block.ini", 2, 3, 0}, 1},
   };
   const nto_recompute modes[] = {NTO_RECOMPUTE_ON, NTO_RECOMPUTE_ACTIVATIONS,
-                                 NTO_RECOMPUTE_OFF};
+                                 NTO_RECOMPUTE_OFF, NTO_RECOMPUTE_SEGMENTS};
   char dir[256];
   assert_int_equal(tmpdir_make(dir, sizeof dir, "recompute"), 0);
   for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
@@ -766,10 +772,12 @@ static void test_recompute(void **state) {
     result ref = {0};
     nto_model_opts kept = {.recompute = NTO_RECOMPUTE_OFF};
     run_with(nc, kept, dir, NULL, &ref, NULL);
-    for (int window = 0; window <= 2; window++) {
-      nto_offload_stats st[3] = {{0}};
+    for (int window = 0; window <= 3; window++) {
+      nto_offload_stats st[4] = {{0}};
       /* resident with recompute off is the reference run itself */
-      for (int k = 0; k < (window > 0 ? 3 : 2); k++) {
+      for (int k = 0; k < 4; k++) {
+        if (window == 0 && modes[k] == NTO_RECOMPUTE_OFF)
+          continue;
         result r = {0};
         /* the plain window's bytes: read-ahead in the region's room
          * (the default) may move more */
@@ -1508,8 +1516,11 @@ static void test_memory_budget(void **state) {
                            {"test/data/nets/lenet.ini", 3, 3, 1024}};
   for (size_t k = 0; k < 2; k++) {
     const net_case *nc = &nets[k];
-    size_t need1, total, ws;
+    size_t need1, total, ws, seg1;
     needs(nc, &need1, &total, &ws);
+    /* recompute auto's last fallback (segments) may need less */
+    plan_needs(nc, NTO_RECOMPUTE_SEGMENTS, NTO_WINDOW_FIXED, &seg1, NULL, NULL);
+    need1 = seg1 < need1 ? seg1 : need1;
     assert_true(need1 < total);
     result ref = {0};
     run(nc, 0, NTO_IO_AUTO, dir, &ref);
@@ -1519,7 +1530,9 @@ static void test_memory_budget(void **state) {
     nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET,
                         .prefetch = NTO_PREFETCH_TIME};
     o.memory_budget = need1 - NTO_PAGE;
-    expect_refused(nc, o, dir, "below the minimum");
+    char lowest[32];
+    snprintf(lowest, sizeof lowest, "%.1f KiB", (double)need1 / 1024);
+    expect_refused(nc, o, dir, lowest);
     int windows = 0;
     for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
       o.memory_budget = budgets[b];
@@ -1553,10 +1566,15 @@ static void test_memory_budget(void **state) {
 /* --recompute auto under a memory budget. MobileNetV2 at 32x32, batch 4:
  * its recomputed expansions raise window 1's need (a recomputed output is
  * content the window holds or writes). A budget between the two needs
- * still trains, with the convolutions' outputs kept (nto_model_convs_kept),
- * bit for bit as all resident; from the higher need on they are
- * recomputed; below the lower one the refusal names the lower minimum.
- * `on` asks for recomputed convolutions and gets no such fallback. */
+ * still trains, with the convolutions' outputs kept
+ * (nto_model_convs_kept), bit for bit as all resident; from the higher
+ * need on they are recomputed. Below the lower one, segments are tried
+ * last and need more still: the refusal names the lower minimum, not
+ * theirs. tiny_resnet (batch 2) recomputes no convolution with auto, and
+ * segments lower its need: a budget between the two trains with segments
+ * (nto_model_recompute), bit for bit, and below both the refusal names
+ * segments' minimum. `on` asks for recomputed convolutions and gets no
+ * such fallback. */
 static void test_recompute_budget(void **state) {
   (void)state;
   if (quick())
@@ -1564,11 +1582,13 @@ static void test_recompute_budget(void **state) {
   char dir[256], lower[32];
   assert_int_equal(tmpdir_make(dir, sizeof dir, "rcbudget"), 0);
   const net_case nc = {"res/mobilenetv2_32.ini", 4, 2, 0};
-  size_t act, conv, ws;
+  size_t act, conv, seg, ws;
   plan_needs(&nc, NTO_RECOMPUTE_ACTIVATIONS, NTO_WINDOW_BUDGET, &act, NULL,
              &ws);
   plan_needs(&nc, NTO_RECOMPUTE_AUTO, NTO_WINDOW_BUDGET, &conv, NULL, NULL);
+  plan_needs(&nc, NTO_RECOMPUTE_SEGMENTS, NTO_WINDOW_BUDGET, &seg, NULL, NULL);
   assert_true(conv > act + NTO_PAGE); /* what makes this case */
+  assert_true(seg > act);             /* and the message's choice */
   result ref = {0};
   run(&nc, 0, NTO_IO_AUTO, dir, &ref);
   nto_model_opts o = {.window_mode = NTO_WINDOW_BUDGET};
@@ -1581,6 +1601,8 @@ static void test_recompute_budget(void **state) {
     assert_true(st.window >= 1);
     assert_true(st.region_max + ws <= budgets[b]);
     assert_int_equal(last_convs_kept, b < 2);
+    assert_int_equal(last_recompute,
+                     b < 2 ? NTO_RECOMPUTE_ACTIVATIONS : NTO_RECOMPUTE_AUTO);
     if (b < 2)
       assert_int_equal(last_recomputed_convs, 0);
     else
@@ -1595,6 +1617,27 @@ static void test_recompute_budget(void **state) {
   o.recompute = NTO_RECOMPUTE_ON;
   expect_refused(&nc, o, dir, "below the minimum");
   result_free(&ref);
+
+  const net_case tiny = {"test/data/nets/tiny_resnet.ini", 2, 2, 0};
+  size_t need;
+  plan_needs(&tiny, NTO_RECOMPUTE_AUTO, NTO_WINDOW_BUDGET, &need, NULL, &ws);
+  plan_needs(&tiny, NTO_RECOMPUTE_SEGMENTS, NTO_WINDOW_BUDGET, &seg, NULL,
+             NULL);
+  assert_true(need > seg);
+  run(&tiny, 0, NTO_IO_AUTO, dir, &ref);
+  o = (nto_model_opts){.window_mode = NTO_WINDOW_BUDGET, .memory_budget = seg};
+  result r = {0};
+  nto_offload_stats st;
+  run_with(&tiny, o, dir, NULL, &r, &st);
+  assert_int_equal(last_recompute, NTO_RECOMPUTE_SEGMENTS);
+  assert_true(last_recomputed_convs > 0);
+  assert_true(st.window >= 1 && st.region_max + ws <= seg);
+  check_equal(&tiny, &ref, &r, st.window, NTO_IO_AUTO);
+  result_free(&r);
+  result_free(&ref);
+  o.memory_budget = seg - NTO_PAGE;
+  snprintf(lower, sizeof lower, "%.1f KiB", (double)seg / 1024);
+  expect_refused(&tiny, o, dir, lower);
   assert_int_equal(dir_entries(dir), 0);
   tmpdir_remove(dir);
 }
@@ -1822,6 +1865,37 @@ static void test_mobilenetv2(void **state) {
   check_net(&nc);
 }
 
+/* Segment recomputation (nto_recompute segments) on ResNet-18 (each
+ * block's first convolution again from the block's input, the stem's
+ * twice) and MobileNetV2 (expansion and depthwise again): the same bits as
+ * all resident keeping everything, at windows 1 and 3, both backends. */
+static void test_segments_nets(void **state) {
+  (void)state;
+  if (quick())
+    skip();
+  const net_case nets[] = {{"res/resnet18.ini", 2, 2, 0},
+                           {"res/mobilenetv2_32.ini", 2, 2, 0}};
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "segments"), 0);
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+    result ref = {0};
+    run_with(&nets[i], (nto_model_opts){.recompute = NTO_RECOMPUTE_OFF}, dir,
+             NULL, &ref, NULL);
+    for (int window = 1; window <= 3; window += 2) {
+      result r = {0};
+      nto_model_opts o = {.recompute = NTO_RECOMPUTE_SEGMENTS};
+      o.offload.window = window;
+      o.offload.io = window == 1 ? NTO_IO_PSYNC : NTO_IO_AUTO;
+      run_with(&nets[i], o, dir, NULL, &r, NULL);
+      check_equal(&nets[i], &ref, &r, window, o.offload.io);
+      result_free(&r);
+    }
+    result_free(&ref);
+  }
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
@@ -1852,6 +1926,7 @@ int main(void) {
       cmocka_unit_test(test_auto_window_grows),
       cmocka_unit_test(test_resnet18),
       cmocka_unit_test(test_mobilenetv2),
+      cmocka_unit_test(test_segments_nets),
       cmocka_unit_test(test_recompute_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,7 @@
 #include "schedule.h"
 #include "window.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -376,6 +377,165 @@ static void test_recompute_conv_uses(void **state) {
     assert_int_equal(p->use_mode[k0 + 2], R);
     nto_model_free(m);
   }
+  nto_config_free(&c);
+}
+
+/* Every twin of m's training plan is written by an R step before any step
+ * reads it: its first use writes it, and each read follows a write in the
+ * same pass (a read before its R step would see the last iteration's
+ * bytes, or none). */
+static void check_twins(const nto_model *m) {
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  const char *suffix = ":out.recomputed";
+  for (int t = 0; t < nto_model_tensor_count(m); t++) {
+    const char *name = nto_model_tensor(m, t)->name;
+    size_t n = strlen(name), k = strlen(suffix);
+    if (n < k || strcmp(name + n - k, suffix) != 0)
+      continue;
+    int written = 0;
+    for (int u = p->use_first[t]; u < p->use_first[t + 1]; u++) {
+      char step[128];
+      nto_model_step_name(m, NTO_PASS_TRAIN, p->use_step[u], step, sizeof step);
+      if (p->use_mode[u] & W) {
+        if (step[0] != 'R')
+          fail_msg("%s written by %s, not an R step", name, step);
+        written = 1;
+      } else if ((p->use_mode[u] & R) && !written) {
+        fail_msg("%s read by %s before an R step writes it", name, step);
+      }
+    }
+    if (!written)
+      fail_msg("%s: never written", name);
+  }
+}
+
+/* The step of kind `kind` for layer `layer` after step `after`, or -1. */
+static int step_named_after(const nto_model *m, char kind, const char *layer,
+                            int after) {
+  char buf[128];
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  for (int s = after + 1; s < p->n_steps; s++) {
+    nto_model_step_name(m, NTO_PASS_TRAIN, s, buf, sizeof buf);
+    if (buf[0] == kind && !strcmp(buf + strcspn(buf, " ") + 1, layer))
+      return s;
+  }
+  return -1;
+}
+
+/* Segment recomputation (nto_recompute segments) on tiny_resnet.ini:
+ * conv0 -> bn0 -> relu -> out0 -> res_conv1 -> res_bn1 -> relu -> res_conv2
+ * -> add (with out0). res_conv1's output is recomputed from its input,
+ * itself recomputed from conv0's, itself recomputed from the kept input:
+ * one segment of two convolutions, all four R steps right before
+ * B_res_conv2 (the first backward step that reads one of the twins), in
+ * layer order. conv0 is cheap and reads a kept input, so its twin is made
+ * again right before B_bn0 rather than held through the block's backward:
+ * dead in between. With `on` (no segments), res_conv1's output is kept:
+ * its input is recomputed. Every twin is written before it is read, on
+ * the other test nets and ResNet-18 too. */
+static void test_recompute_segments(void **state) {
+  (void)state;
+  nto_config c;
+  nto_err err = {0};
+  assert_int_equal(nto_config_load(&c, "test/data/nets/tiny_resnet.ini", &err),
+                   0);
+  nto_model *m = NULL, *on = NULL;
+  nto_model_opts o = {.plan_only = 1, .recompute = NTO_RECOMPUTE_SEGMENTS};
+  assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+  o.recompute = NTO_RECOMPUTE_ON;
+  assert_int_equal(nto_model_create(&on, &c, &o, &err), 0);
+  const nto_graph *g = nto_model_graph(m);
+  int conv1 = -1;
+  for (int i = 0; i < g->n_layers; i++)
+    conv1 = !strcmp(g->layers[i].name, "res_conv1") ? i : conv1;
+  assert_true(conv1 > 0);
+  assert_true(nto_model_recomputed(m, conv1));
+  assert_false(nto_model_recomputed(on, conv1));
+  assert_int_equal(nto_model_recomputed_convs(m), 2); /* conv0, res_conv1 */
+  int b2 = step_named(m, 'B', "res_conv2");
+  const char *seg[] = {"conv0", "bn0/activation", "res_conv1",
+                       "res_bn1/activation"};
+  for (int k = 0; k < 4; k++)
+    assert_int_equal(step_named(m, 'R', seg[k]), b2 - 4 + k);
+  int again = step_named_after(m, 'R', "conv0", b2);
+  assert_int_equal(again + 1, step_named(m, 'B', "bn0"));
+  assert_int_equal(step_named_after(m, 'R', "conv0", again), -1);
+  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+  int tw = find(m, "conv0:out.recomputed");
+  int steps[] = {b2 - 4, b2 - 3, again, again + 1};
+  int modes[] = {W, R, W, R};
+  expect_uses(m, p, "conv0:out.recomputed", 4, steps, modes);
+  assert_false(nto_plan_needed_after(p, tw, b2 - 3));
+  /* res_conv1's twin: its R step reads the relu's twin and its weight */
+  int x = find(m, "bn0/activation:out.recomputed");
+  int w = find(m, "res_conv1:weight"), seen = 0;
+  for (int k = p->step_first[b2 - 2]; k < p->step_first[b2 - 1]; k++)
+    seen |= (p->step_t[k] == x) | (p->step_t[k] == w) << 1;
+  assert_int_equal(seen, 3);
+  check_twins(m);
+  check_twins(on);
+  nto_model_free(m);
+  nto_model_free(on);
+  nto_config_free(&c);
+  const char *inis[] = {"test/data/nets/mobile_block.ini", "res/resnet18.ini",
+                        "res/mobilenetv2.ini"};
+  for (size_t i = 0; i < sizeof inis / sizeof *inis; i++) {
+    assert_int_equal(nto_config_load(&c, inis[i], &err), 0);
+    o = (nto_model_opts){
+        .plan_only = 1, .batch = 1, .recompute = NTO_RECOMPUTE_SEGMENTS};
+    assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+    check_twins(m);
+    nto_model_free(m);
+    nto_config_free(&c);
+  }
+}
+
+/* recompute auto's choice of segments (nto_model_segments_estimate,
+ * nto_segments_min_flops): MobileNetV2 (32x32, batch 16, window 1) moves
+ * fewer bytes with segments and computes more, so at an SD card's
+ * bandwidths segments pay above the compute rate
+ * flop[1] / ((1 - gain) io[0]); ten times the bandwidth divides the swap
+ * times by ten and multiplies that rate by ten; nothing to gain all
+ * resident, without a bandwidth, or where segments move no fewer bytes
+ * (the same plans compared the other way round). */
+static void test_segments_estimate(void **state) {
+  (void)state;
+  nto_config c;
+  nto_err err = {0};
+  assert_int_equal(nto_config_load(&c, "res/mobilenetv2_32.ini", &err), 0);
+  nto_model_opts o = {.batch = 16};
+  o.offload.window = 1;
+  nto_segments_estimate e;
+  assert_int_equal(nto_model_segments_estimate(&c, &o, &e, &err), 0);
+  assert_int_equal(e.window[0], 1);
+  assert_int_equal(e.window[1], 1);
+  assert_true(e.written_bytes[1] < e.written_bytes[0]);
+  assert_true(e.read_bytes[1] < e.read_bytes[0]);
+  assert_true(e.flop[1] > e.flop[0] && e.flop[0] > 0);
+  double io0 = nto_segments_io_ms(&e, 0, 25e6, 45e6);
+  double want = 1e3 * ((double)e.read_bytes[0] / 45e6 +
+                       (double)e.written_bytes[0] / 25e6);
+  assert_true(fabs(io0 - want) <= 1e-9 * want);
+  assert_true(nto_segments_io_ms(&e, 1, 25e6, 45e6) <
+              (1 - NTO_SEGMENTS_GAIN) * io0);
+  double min = nto_segments_min_flops(&e, 25e6, 45e6);
+  want = e.flop[1] / ((1 - NTO_SEGMENTS_GAIN) * io0 / 1e3);
+  assert_true(fabs(min - want) <= 1e-9 * want);
+  double min10 = nto_segments_min_flops(&e, 250e6, 450e6);
+  assert_true(fabs(nto_segments_io_ms(&e, 0, 250e6, 450e6) * 10 - io0) <=
+              1e-9 * io0);
+  assert_true(fabs(min10 - 10 * min) <= 1e-9 * min10);
+  assert_true(nto_segments_min_flops(&e, 0, 45e6) < 0);
+  nto_segments_estimate swapped = e; /* fewer bytes without segments */
+  for (int k = 0; k < 2; k++) {
+    swapped.read_bytes[k] = e.read_bytes[1 - k];
+    swapped.written_bytes[k] = e.written_bytes[1 - k];
+  }
+  assert_true(nto_segments_min_flops(&swapped, 25e6, 45e6) < 0);
+  o.offload.window = 0; /* all resident */
+  assert_int_equal(nto_model_segments_estimate(&c, &o, &e, &err), 0);
+  assert_int_equal(e.window[0], 0);
+  assert_true(nto_segments_min_flops(&e, 25e6, 45e6) < 0);
   nto_config_free(&c);
 }
 
@@ -1037,6 +1197,8 @@ int main(void) {
       cmocka_unit_test(test_views_share_input),
       cmocka_unit_test(test_recompute_uses),
       cmocka_unit_test(test_recompute_conv_uses),
+      cmocka_unit_test(test_recompute_segments),
+      cmocka_unit_test(test_segments_estimate),
       cmocka_unit_test(test_grad_in_place),
       cmocka_unit_test(test_frozen_prefix_uses),
       cmocka_unit_test(test_frozen_prefix_tensors),
