@@ -10,7 +10,8 @@
 #       +off with its own --recompute, then @SIZE with its own
 #       --memory-budget, as in bench; budget@SIZE: train --memory-budget
 #       SIZE alone)
-#       [--memory-budget SIZE] [--swap-dir DIR] [--csv FILE] [--json FILE]
+#       [--memory-budget SIZE] [--optimizer-state fp32|bf16|int8]
+#       [--swap-dir DIR] [--csv FILE] [--json FILE]
 #       [--plot FILE.svg] [--strict] [--bin PATH]
 #
 # What: boards have slow flash: a Raspberry Pi's SD card reads ~45 MB/s and
@@ -34,8 +35,9 @@
 #     blkio.throttle.read_bps_device and blkio.throttle.write_bps_device;
 #  3. a child shell writes its own pid to the cgroup's cgroup.procs and
 #     execs `nntrainer-offload bench MODEL --windows LIST --batch-size B
-#     --iterations K --warmup W --swap-dir DIR [--memory-budget SIZE]
-#     [--csv F] [--json F] [--plot F]`. bench measures the swap directory's
+#     --iterations K --warmup W --rounds R --swap-dir DIR
+#     [--memory-budget SIZE] [--optimizer-state V] [--csv F] [--json F]
+#     [--plot F]`. bench measures the swap directory's
 #     bandwidth first, inside the throttle (so its floor column uses the
 #     throttled bandwidth), then runs each configuration as a child process,
 #     which stays in the cgroup. bench's temporary directory is made in a
@@ -90,6 +92,7 @@ iterations=3
 warmup=1
 rounds=1
 budget=
+opt_state=
 swapdir=${TMPDIR:-/tmp}
 csv=
 json=
@@ -99,14 +102,14 @@ bin=$root/build/app/nntrainer-offload
 cgbase=/sys/fs/cgroup/blkio
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() { echo "slow_storage.sh: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --read|--write|--model|--batch|--windows|--iterations|--warmup|--rounds|--memory-budget|--swap-dir|--csv|--json|--plot|--bin)
+    --read|--write|--model|--batch|--windows|--iterations|--warmup|--rounds|--memory-budget|--optimizer-state|--swap-dir|--csv|--json|--plot|--bin)
       [ $# -ge 2 ] || die "option $1 needs a value"
       case $1 in
         --read) read_rate=$2 ;;
@@ -118,6 +121,7 @@ while [ $# -gt 0 ]; do
         --warmup) warmup=$2 ;;
         --rounds) rounds=$2 ;;
         --memory-budget) budget=$2 ;;
+        --optimizer-state) opt_state=$2 ;;
         --swap-dir) swapdir=$2 ;;
         --csv) csv=$2 ;;
         --json) json=$2 ;;
@@ -296,6 +300,7 @@ set -- bench "$model" --windows "$windows" --batch-size "$batch" \
   --iterations "$iterations" --warmup "$warmup" --rounds "$rounds" \
   --swap-dir "$swapdir"
 [ -n "$budget" ] && set -- "$@" --memory-budget "$budget"
+[ -n "$opt_state" ] && set -- "$@" --optimizer-state "$opt_state"
 [ -n "$csv" ] && set -- "$@" --csv "$csv"
 set -- "$@" --json "$jsonf"
 [ -n "$plot" ] && set -- "$@" --plot "$plot"
