@@ -297,17 +297,23 @@ static void test_recompute_uses(void **state) {
   nto_config_free(&c);
 }
 
-/* The step of m's training pass of kind `kind` ('F', 'R', 'B', 'U') for
- * layer `layer` (its name "R12 expand"), or -1. */
-static int step_named(const nto_model *m, char kind, const char *layer) {
+/* The first step of m's training pass after step `after` of kind `kind`
+ * ('F', 'R', 'B', 'U') for layer `layer` (its name "R12 expand"), or -1. */
+static int step_named_after(const nto_model *m, char kind, const char *layer,
+                            int after) {
   char buf[128];
   const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
-  for (int s = 0; s < p->n_steps; s++) {
+  for (int s = after + 1; s < p->n_steps; s++) {
     nto_model_step_name(m, NTO_PASS_TRAIN, s, buf, sizeof buf);
     if (buf[0] == kind && !strcmp(buf + strcspn(buf, " ") + 1, layer))
       return s;
   }
   return -1;
+}
+
+/* The first such step of the pass, or -1. */
+static int step_named(const nto_model *m, char kind, const char *layer) {
+  return step_named_after(m, kind, layer, -1);
 }
 
 /* mobile_block.ini: block_in (a view of the input) -> expand (1x1, 4 -> 8
@@ -407,19 +413,6 @@ static void check_twins(const nto_model *m) {
     if (!written)
       fail_msg("%s: never written", name);
   }
-}
-
-/* The step of kind `kind` for layer `layer` after step `after`, or -1. */
-static int step_named_after(const nto_model *m, char kind, const char *layer,
-                            int after) {
-  char buf[128];
-  const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
-  for (int s = after + 1; s < p->n_steps; s++) {
-    nto_model_step_name(m, NTO_PASS_TRAIN, s, buf, sizeof buf);
-    if (buf[0] == kind && !strcmp(buf + strcspn(buf, " ") + 1, layer))
-      return s;
-  }
-  return -1;
 }
 
 /* Segment recomputation (nto_recompute segments) on tiny_resnet.ini:
