@@ -1442,11 +1442,10 @@ static int write_plot(const bench *b, const char *svg, nto_err *err) {
 
 /* ---- the whole run ------------------------------------------------------ */
 
-/* Run configuration c in round k into c->runs[k]; c->ok = 0 (and its
- * output shown) on failure. */
 /* The plan-only model of a run's recompute setting (built once per
- * setting; NULL after printing why not). Offloaded runs recompute cheap
- * convolutions with `auto` unless the budget kept them. */
+ * setting; NULL after printing why not): the report's segments (given, or
+ * auto's choice), the convolutions kept under a budget, else the cheap
+ * plan (offloaded runs recompute cheap convolutions). */
 static nto_model *floor_model(bench *b, const report *r) {
   nto_recompute rc = !strcmp(r->recompute, "off") ? NTO_RECOMPUTE_OFF
                      : r->segments                ? NTO_RECOMPUTE_SEGMENTS
@@ -1493,6 +1492,8 @@ static void run_floor(bench *b, report *r) {
   r->step_ms = NULL;
 }
 
+/* Run configuration c in round k into c->runs[k]; c->ok = 0 (and its
+ * output shown) on failure. */
 static void run_one(bench *b, config *c, int k) {
   char json[PATH_LEN], out[PATH_LEN], errf[PATH_LEN];
   nto_err err = {0};
