@@ -60,3 +60,16 @@ own_kib() {
 json_value() {
   sed -n "s/^ *\"$1\": *\\([^,]*\\),\\{0,1\\}\$/\\1/p" "$2" | head -n 1
 }
+
+# wait_for FILE PATTERN: until FILE holds a line matching PATTERN (grep),
+# or the background process $pid (when set) ends, or 60 s pass: e.g. a
+# run's "iter 1/" or bench's "window 1 ..." before a signal is sent to it;
+# the caller checks what happened next.
+wait_for() {
+  i=0
+  while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt 1200 ] &&
+    { [ -z "${pid:-}" ] || kill -0 "$pid" 2>/dev/null; }; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+}

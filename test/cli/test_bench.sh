@@ -14,6 +14,10 @@ mkdir "$tmp/swap" "$tmp/tmpdir"
 # bench's own temp directory goes under $TMPDIR: checked empty at the end
 export TMPDIR="$tmp/tmpdir"
 
+# lib.sh's wait_for; this script's own pass, fail and expect (below) take
+# the place of lib.sh's
+# shellcheck source=test/cli/lib.sh
+. "$(dirname "$0")/lib.sh"
 pass() { passes=$((passes + 1)); }
 fail() { # fail NAME MESSAGE [FILE shown indented]
   echo "FAIL $1: $2"
@@ -230,11 +234,7 @@ grep -q "configuration 'all' failed" "$tmp/out" && pass ||
 "$exe" bench "$net" --windows 1,all --iterations 100000 --warmup 0 \
   --swap-dir "$tmp/swap" $direct >"$tmp/sig.out" 2>&1 </dev/null &
 pid=$!
-n=0
-until grep -q "window 1 \.\.\." "$tmp/sig.out" 2>/dev/null || [ "$n" -ge 600 ]; do
-  sleep 0.1
-  n=$((n + 1))
-done
+wait_for "$tmp/sig.out" "window 1 \.\.\."
 kill -INT "$pid"
 n=0
 while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 300 ]; do

@@ -240,11 +240,7 @@ EOF
   "$exe" bench "$net" $runs --swap-dir "$swap" --profile sdcard \
     >"$tmp/sig.out" 2>&1 </dev/null &
   pid=$!
-  n=0
-  until grep -q "window 1 \.\.\." "$tmp/sig.out" 2>/dev/null || [ "$n" -ge 600 ]; do
-    sleep 0.1
-    n=$((n + 1))
-  done
+  wait_for "$tmp/sig.out" "window 1 \.\.\."
   kill -TERM "$pid"
   wait "$pid"
   st=$?

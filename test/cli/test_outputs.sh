@@ -211,16 +211,6 @@ start() {
   "$exe" train "$tmp/slow.ini" $slow "$@" >"$log" 2>&1 </dev/null &
   pid=$!
 }
-# wait_for FILE PATTERN: until FILE holds a line matching PATTERN (or the
-# run ends, or 30 s).
-wait_for() {
-  i=0
-  while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt 3000 ] &&
-    kill -0 $pid 2>/dev/null; do
-    sleep 0.01
-    i=$((i + 1))
-  done
-}
 # ended NAME STATUS PATTERN: the background run ended with STATUS and
 # PATTERN in its log.
 ended() {
