@@ -920,9 +920,7 @@ static void choose_recompute(run *r, nto_model_opts *mo) {
   nto_segments_estimate *e = &r->seg;
   nto_err err = {0};
   if (nto_model_segments_estimate(&r->c, mo, e, &err) != 0 ||
-      e->window[0] == 0 || e->window[1] == 0 || e->flop[1] <= e->flop[0] ||
-      (e->read_bytes[1] >= e->read_bytes[0] &&
-       e->written_bytes[1] >= e->written_bytes[0]))
+      !nto_segments_may_pay(e))
     return; /* nothing to gain at any speed (an error here is
                nto_model_create's too: said there) */
   nto_swap_probe_result p;

@@ -218,13 +218,17 @@ static int start(nto_model *m, const nto_model_opts *o, nto_err *err) {
   return rc;
 }
 
-/* nto_model_create without the retry; *refused: the budget refused it,
- * *convs: the convolutions whose outputs it recomputed. With fit_only,
- * the plan and the tuner's window only (nothing allocated for training,
- * no swap file): 1, whether it fits (the model freed); 2, the model kept
- * for queries, as plan_only but with the windows resolved. */
+/* How far create_as goes: the runnable model; or the plan and the tuner's
+ * window only (nothing allocated for training, no swap file), whether it
+ * fits (the model freed) or the model kept for queries (as plan_only, but
+ * with the windows resolved). */
+typedef enum { BUILD_RUNNABLE, BUILD_FIT, BUILD_PLAN } build_kind;
+
+/* nto_model_create without the retry, as far as `kind`; *refused: the
+ * budget refused it, *convs: the convolutions whose outputs it
+ * recomputed. */
 static int create_as(nto_model **out, const nto_config *c,
-                     const nto_model_opts *o, int fit_only, int *refused,
+                     const nto_model_opts *o, build_kind kind, int *refused,
                      int *convs, nto_err *err) {
   *out = NULL;
   *refused = *convs = 0;
@@ -246,9 +250,9 @@ static int create_as(nto_model **out, const nto_config *c,
     if (rc == 0)
       rc = nto_tuner_create(&m->tuner, &tm, &to, refused, err);
   }
-  if (rc == 0 && !o->plan_only && !fit_only)
+  if (rc == 0 && !o->plan_only && kind == BUILD_RUNNABLE)
     rc = start(m, o, err);
-  if (rc != 0 || fit_only == 1) {
+  if (rc != 0 || kind == BUILD_FIT) {
     nto_model_free(m);
     return rc;
   }
@@ -285,7 +289,7 @@ int nto_model_segments_estimate(const nto_config *c, const nto_model_opts *opts,
     nto_model *m = NULL;
     nto_err e2 = {0};
     int refused = 0, convs = 0;
-    int rc = create_as(&m, c, &o, 2, &refused, &convs, k ? &e2 : err);
+    int rc = create_as(&m, c, &o, BUILD_PLAN, &refused, &convs, k ? &e2 : err);
     if (rc != 0)
       return k ? 0 : rc;
     nto_window_plan wp = {0};
@@ -316,10 +320,15 @@ double nto_segments_io_ms(const nto_segments_estimate *e, int k,
                 (double)e->written_bytes[k] / write_bps);
 }
 
+int nto_segments_may_pay(const nto_segments_estimate *e) {
+  return e->window[0] > 0 && e->window[1] > 0 && e->flop[1] > e->flop[0] &&
+         (e->read_bytes[1] < e->read_bytes[0] ||
+          e->written_bytes[1] < e->written_bytes[0]);
+}
+
 double nto_segments_min_flops(const nto_segments_estimate *e, double write_bps,
                               double read_bps) {
-  if (e->window[0] <= 0 || e->window[1] <= 0 || e->flop[1] <= e->flop[0] ||
-      write_bps <= 0 || read_bps <= 0)
+  if (!nto_segments_may_pay(e) || write_bps <= 0 || read_bps <= 0)
     return -1;
   double io =
       (1.0 - NTO_SEGMENTS_GAIN) * nto_segments_io_ms(e, 0, write_bps, read_bps);
@@ -340,7 +349,7 @@ static size_t window1_need(const nto_config *c, const nto_model_opts *opts,
   nto_err e = {0};
   int refused = 0, convs = 0;
   size_t need = SIZE_MAX;
-  if (create_as(&m, c, &o, 2, &refused, &convs, &e) == 0 &&
+  if (create_as(&m, c, &o, BUILD_PLAN, &refused, &convs, &e) == 0 &&
       nto_tuner_need(m->tuner, 1, NULL, &need, &e) != 0)
     need = SIZE_MAX;
   nto_model_free(m);
@@ -353,21 +362,21 @@ static size_t window1_need(const nto_config *c, const nto_model_opts *opts,
  * MobileNetV2 224 b10 149.3 instead of 137.9 MiB), then with segments
  * (whose twins replace more kept outputs than they add: 103.4 MiB). On
  * failure the message of the attempt whose window 1 needs the least (not
- * looked for with fit_only). *used: the recompute setting that built the
+ * looked for with BUILD_FIT). *used: the recompute setting that built the
  * model; *refused as create_as's. */
 static int create_fit(nto_model **out, const nto_config *c,
-                      const nto_model_opts *opts, int fit_only,
+                      const nto_model_opts *opts, build_kind kind,
                       nto_recompute *used, int *refused, nto_err *err) {
   int convs = 0;
   *used = opts->recompute;
-  int rc = create_as(out, c, opts, fit_only, refused, &convs, err);
+  int rc = create_as(out, c, opts, kind, refused, &convs, err);
   if (!(rc == NTO_ECONFIG && *refused && opts->recompute == NTO_RECOMPUTE_AUTO))
     return rc;
   nto_model_opts o = *opts;
   nto_recompute said = NTO_RECOMPUTE_AUTO; /* whose message err holds */
   if (convs > 0) {
     o.recompute = NTO_RECOMPUTE_ACTIVATIONS;
-    rc = create_as(out, c, &o, fit_only, refused, &convs, err);
+    rc = create_as(out, c, &o, kind, refused, &convs, err);
     if (rc == 0 || !(rc == NTO_ECONFIG && *refused)) {
       *used = o.recompute;
       return rc;
@@ -376,15 +385,15 @@ static int create_fit(nto_model **out, const nto_config *c,
   }
   nto_err e = {0};
   o.recompute = NTO_RECOMPUTE_SEGMENTS;
-  rc = create_as(out, c, &o, fit_only, refused, &convs, &e);
+  rc = create_as(out, c, &o, kind, refused, &convs, &e);
   if (rc == 0 || !(rc == NTO_ECONFIG && *refused)) {
     *used = o.recompute;
     if (rc != 0)
       *err = e;
     return rc;
   }
-  if (fit_only != 1 && window1_need(c, opts, NTO_RECOMPUTE_SEGMENTS) <
-                           window1_need(c, opts, said))
+  if (kind != BUILD_FIT && window1_need(c, opts, NTO_RECOMPUTE_SEGMENTS) <
+                               window1_need(c, opts, said))
     *err = e;
   return rc;
 }
@@ -398,7 +407,7 @@ static int fits_at(const nto_config *c, const nto_model_opts *opts, int b) {
   nto_recompute used;
   int refused = 0;
   o.batch = b;
-  return create_fit(&m, c, &o, 1, &used, &refused, &e) == 0;
+  return create_fit(&m, c, &o, BUILD_FIT, &used, &refused, &e) == 0;
 }
 
 /* A budget refused the model at its batch: the largest smaller batch that
@@ -433,7 +442,7 @@ int nto_model_create(nto_model **out, const nto_config *c,
                      const nto_model_opts *opts, nto_err *err) {
   int refused = 0;
   nto_recompute used;
-  int rc = create_fit(out, c, opts, 0, &used, &refused, err);
+  int rc = create_fit(out, c, opts, BUILD_RUNNABLE, &used, &refused, err);
   if (rc == 0) {
     (*out)->recompute = used;
     (*out)->convs_kept = used == NTO_RECOMPUTE_ACTIVATIONS &&

@@ -154,6 +154,11 @@ typedef struct nto_segments_estimate {
 int nto_model_segments_estimate(const nto_config *c, const nto_model_opts *opts,
                                 nto_segments_estimate *e, nto_err *err);
 
+/* Could segments be faster at some bandwidths (before measuring any)?
+ * Both plans offload, segments compute more and read or write fewer
+ * bytes: 1, else 0. Pure; any thread. */
+int nto_segments_may_pay(const nto_segments_estimate *e);
+
 /* Swap time (ms) of plan k of e per iteration at the sequential bandwidths
  * write_bps and read_bps (bytes/s): read / read rate + written / write
  * rate. */
@@ -162,8 +167,8 @@ double nto_segments_io_ms(const nto_segments_estimate *e, int k,
 
 /*
  * The compute rate (flop/s) above which segments make an iteration at
- * least NTO_SEGMENTS_GAIN faster at those bandwidths; < 0: at no rate (they
- * move no fewer bytes, add no operation, or nothing is offloaded). An
+ * least NTO_SEGMENTS_GAIN faster at those bandwidths; < 0: at no rate (not
+ * nto_segments_may_pay, or not enough fewer bytes at these rates). An
  * iteration takes about max(compute, swap time) (bench's floor,
  * app/floor.h), and segments trade compute for swap time: with io the
  * swap times and f the operations, they are faster by the gain exactly
