@@ -292,9 +292,9 @@ static int parse_windows(bench_opts *o) {
     memcpy(tok, p, len);
     tok[len] = '\0';
     if (!valid_label(tok)) {
-      cli_error("option --windows: expected N, auto or all (then an "
-                "optional +auto or +off; N and auto then an optional "
-                "@SIZE), got '%s' in '%s'",
+      cli_error("option --windows: expected N, auto, all or budget@SIZE "
+                "(then an optional +auto, +cheap, +segments or +off; N and "
+                "auto then an optional @SIZE), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
     }

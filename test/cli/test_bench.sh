@@ -171,7 +171,7 @@ expect rounds_many 2 "rounds" -- "$exe" bench "$net" --rounds 17
 
 expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
 expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
-expect no_prefetch 2 "optional +auto or +off" -- "$exe" bench "$net" --windows 1:time
+expect no_prefetch 2 "optional +auto, +cheap, +segments or +off" -- "$exe" bench "$net" --windows 1:time
 expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogus
 expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0
 expect no_model 2 "missing MODEL.ini" -- "$exe" bench
@@ -214,7 +214,7 @@ fi
 # no `all` in the list (all+off is another label): no smallest-within line
 grep -q "^smallest peak RSS" "$tmp/out" &&
   fail no_smallest "a smallest-within line without all in the list" "$tmp/out" || pass
-expect bad_recompute_label 2 "+auto or +off" -- "$exe" bench "$net" --windows 1+on
+expect bad_recompute_label 2 "+auto, +cheap, +segments or +off" -- "$exe" bench "$net" --windows 1+on
 expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+off@64M
 expect bad_recompute 2 "option --recompute: expected auto, cheap, segments or off" -- \
   "$exe" bench "$net" --recompute sometimes
