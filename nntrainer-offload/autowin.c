@@ -30,16 +30,15 @@ static void remember(nto_autowin *c, int n, double ms) {
 }
 
 /* The measured window with the shortest iteration, or the largest one
- * within NTO_AUTOWIN_TIE of it (autowin.h). */
-static int fastest(const nto_autowin *c) {
+ * within a fraction tie of it (autowin.h). */
+static int fastest(const nto_autowin *c, double tie) {
   double best_ms = -1;
   for (int i = 0; i < c->n_tried; i++)
     if (best_ms < 0 || c->tried_ms[i] < best_ms)
       best_ms = c->tried_ms[i];
   int best = c->n_tried ? 0 : c->n;
   for (int i = 0; i < c->n_tried; i++)
-    if (c->tried_ms[i] <= best_ms * (1.0 + NTO_AUTOWIN_TIE) &&
-        c->tried_n[i] > best)
+    if (c->tried_ms[i] <= best_ms * (1.0 + tie) && c->tried_n[i] > best)
       best = c->tried_n[i];
   return best;
 }
@@ -72,7 +71,7 @@ static int after_stall(nto_autowin *c, int n, int far) {
     return n <= c->max / grow ? n * grow : c->max;
   }
   c->settled = 1; /* slower than compute at every window we may use */
-  return fastest(c);
+  return fastest(c, NTO_AUTOWIN_TIE);
 }
 
 /* idled: the I/O threads were busy less than `idle` of the iteration;
@@ -106,8 +105,44 @@ static int after_good(nto_autowin *c, int n, int idled, int free) {
   return n;
 }
 
+void nto_autowin_budgeted(nto_autowin *c) {
+  c->by_time = 1;
+  c->budgeted = 1;
+  c->n = c->max;
+}
+
+/* The budgeted rule (autowin.h) after a steady iteration at window n. */
+static int budgeted_next(nto_autowin *c, int n, int stalled) {
+  if (c->settled) {
+    c->calm = stalled ? 0 : c->calm + 1;
+    if (n < c->max && c->calm >= NTO_AUTOWIN_REPROBE) {
+      c->settled = 0; /* measure again from max */
+      c->n_tried = 0;
+      c->calm = 0;
+      return c->max;
+    }
+    return n;
+  }
+  int best = fastest(c, NTO_AUTOWIN_TIE_BUDGETED);
+  if (best == n && stalled && n > c->min)
+    return n / 2 > c->min ? n / 2 : c->min;
+  c->settled = 1; /* no stall, the floor, or the halving did not pay */
+  c->calm = 0;
+  return best;
+}
+
 int nto_autowin_next(nto_autowin *c, const nto_autowin_sample *s) {
   int n = clamp(c, s->window);
+  if (c->budgeted) {
+    /* only steady iterations are judged */
+    if (s->full_ms > 0) {
+      double it = s->iteration_ms > 0 ? s->iteration_ms : 0;
+      remember(c, n, s->full_ms);
+      n = clamp(c, budgeted_next(c, n, s->stall_ms > 2 * c->target * it));
+    }
+    c->n = n;
+    return n;
+  }
   double it = s->iteration_ms > 0 ? s->iteration_ms : 0;
   if (s->full_ms > 0)
     remember(c, n, s->full_ms);

@@ -64,6 +64,28 @@
  * the next, steady iteration is judged. Only steady iterations' times are
  * compared across windows.
  *
+ *
+ * Under a memory budget the user gave (the tuner's choice: not the limit
+ * the process lives under, which bounds it but is not memory to fill)
+ * with read-ahead by time (`budgeted`, nto_autowin_budgeted) the goal is
+ * the shortest iteration instead: the
+ * frontier is fitted into what the budget leaves beside the window's
+ * region, so a smaller window saves no peak memory; it only trades
+ * keeping (a larger window moves fewer bytes) for read-ahead room. N
+ * starts at max and stays there while it does not stall by more than 2
+ * targets (a halving costs two primings and moves more bytes, and a
+ * shared machine's noise alone moves the stall by a few percent; ResNet-18
+ * b10 within 48M stalls 4-9% at every window on a fast disk). A stalling N
+ * halves (down to min) while each halving gave a shorter steady iteration
+ * than every larger window measured; as soon as one did not, N goes to
+ * the window with the shortest iteration (the largest within
+ * NTO_AUTOWIN_TIE_BUDGETED of it) and settles. Settled below max, N goes
+ * back to max to measure again after NTO_AUTOWIN_REPROBE steady
+ * iterations in a row without such a stall (the disk may have got
+ * faster). Only steady iterations are judged. (There the stall controller
+ * wandered between windows 1 and 4, priming at every change, and a plain
+ * window 4 beat it in time at a lower peak.)
+ *
  * Pure logic, no I/O, no allocation: any thread, one caller at a time.
  */
 #ifndef NTO_AUTOWIN_H
@@ -79,6 +101,9 @@
 #define NTO_AUTOWIN_TIE                                                        \
   0.15 /* settling: iteration times within this                                \
           fraction of the fastest are tied */
+/* budgeted: the same, where memory is not at stake (a larger window moves
+ * fewer bytes; one iteration on a shared host varies by a few percent) */
+#define NTO_AUTOWIN_TIE_BUDGETED 0.03
 
 typedef struct nto_autowin {
   int min, max;   /* bounds of N, 1 <= min <= max */
@@ -99,6 +124,10 @@ typedef struct nto_autowin {
   int grown_from; /* by_time: N grew from this window on a steady
                      stall and has not been judged since; 0: none */
   double grown_stall; /* that iteration's stall fraction */
+  int budgeted;       /* under a budget: the shortest iteration (above;
+                         nto_autowin_budgeted sets it) */
+  int calm;           /* budgeted, settled below max: steady iterations
+                         in a row without a stall */
   double target;      /* stall fraction that counts as stalled (0.05) */
   double idle; /* I/O busy fraction below which the threads idled (0.5) */
   int n_tried;
@@ -118,6 +147,11 @@ typedef struct nto_autowin_sample {
 
 /* Start at min (clamped into [1, max]), targets 5% stall and 50% idle. */
 void nto_autowin_init(nto_autowin *c, int min, int max);
+
+/* Read-ahead by time under a memory budget: the goal becomes the
+ * shortest iteration (see above) and N starts at max. Call after
+ * nto_autowin_init, before the first nto_autowin_next. */
+void nto_autowin_budgeted(nto_autowin *c);
 
 /* The window for the next iteration after sample s (s->window is taken
  * as the current N). Always within [min, max]. */

@@ -272,6 +272,12 @@ int nto_tuner_create(nto_tuner **out, const nto_tuner_model *tm,
   if (t->auto_window) {
     nto_autowin_init(&t->ctl, 1, max);
     t->ctl.by_time = t->o.prefetch == NTO_PREFETCH_TIME;
+    /* a budget the user gave, not the limit the process lives under
+     * (that one is a bound, not memory to fill) */
+    if (t->ctl.by_time && t->o.memory_budget && !t->limited) {
+      nto_autowin_budgeted(&t->ctl); /* starts at the largest window */
+      t->window = t->ctl.n;
+    }
   }
   *out = t;
   return 0;

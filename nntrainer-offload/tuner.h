@@ -8,7 +8,8 @@
  *  - the window: a fixed N, all resident, the largest N whose tensor
  *    region + workspace fits a memory budget, or (auto) N adapted after
  *    every iteration from its stall and the I/O threads' idle time
- *    (autowin.h), capped by the budget;
+ *    (autowin.h), capped by the budget (under which, with read-ahead by
+ *    time, it seeks the shortest iteration);
  *  - the read-ahead: when each step's reads are queued. By steps (step
  *    s+N's at step s), or by time: after training iterations 1 and 3,
  *    from their measured step times and read bandwidth, each step's reads
@@ -43,9 +44,12 @@ typedef enum {
   NTO_WINDOW_FIXED,  /* window: 0 all resident, N >= 1 */
   NTO_WINDOW_BUDGET, /* all resident if that fits the budget, else the
                         largest N whose region + workspace fits */
-  NTO_WINDOW_AUTO,   /* start at N = 1, adapt after every iteration, up to
+  NTO_WINDOW_AUTO,   /* adapt N after every iteration (autowin.h), up to
                         the largest N within the budget (none: the largest
-                        N that needs less than everything resident) */
+                        N that needs less than everything resident); from
+                        N = 1, or, under a given budget (not the memory
+                        limit) with read-ahead by time, from that largest
+                        N for the shortest iteration */
 } nto_window_mode;
 
 /* When the engine reads a step's tensors (see above). AUTO: TIME under a

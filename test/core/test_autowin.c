@@ -7,7 +7,9 @@
  * marginal stall (a noisy machine) but grows by a quarter for two in a
  * row, judges an iteration that primed a new window only by a far stall,
  * and probes below a good window at the window that stalled last, less
- * often after every probe that stalled again.
+ * often after every probe that stalled again. Budgeted (read-ahead by time
+ * under a memory budget): it starts at max, halves only while stalling
+ * and faster, settles on the fastest and measures max again once calm.
  */
 #include "autowin.h"
 
@@ -324,6 +326,95 @@ static void test_grows_again_when_disk_slows(void **state) {
   assert_true(converge(&c, &slow, 20, 16) > 0);
 }
 
+/* Budgeted (read-ahead by time under a memory budget): one steady
+ * iteration at window n with iteration time t, stalling 15% or 9% (below
+ * 2 targets: not a stall there), after
+ * the priming iteration a change of window brings (never judged, not even
+ * for a far stall). Returns the next window. */
+static int budgeted_step(nto_autowin *c, double t, int stalls) {
+  int n = c->n;
+  nto_autowin_sample s = {n, t, (stalls ? 0.15 : 0.09) * t, 0.5 * t, t};
+  return nto_autowin_next(c, &s);
+}
+
+static int budgeted_primed(nto_autowin *c) {
+  nto_autowin_sample p = {c->n, 100.0, 40.0, 90.0, 0.0};
+  return nto_autowin_next(c, &p);
+}
+
+/* Budgeted: N starts at max and stays there while it does not stall by
+ * more than 2 targets (9%: noise),
+ * whatever primed iterations show. */
+static void test_budgeted_stays_at_max(void **state) {
+  (void)state;
+  nto_autowin c;
+  nto_autowin_init(&c, 1, 12);
+  nto_autowin_budgeted(&c);
+  assert_int_equal(c.n, 12);
+  assert_int_equal(budgeted_primed(&c), 12);
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(budgeted_step(&c, 200.0, 0), 12);
+}
+
+/* Budgeted, every window stalling: N halves while each halving is
+ * faster (12: 200, 6: 180, 3: 170 ms), goes back to the fastest when one
+ * is not (1: 190 ms) and stays there, stalling. */
+static void test_budgeted_halves_while_faster(void **state) {
+  (void)state;
+  nto_autowin c;
+  nto_autowin_init(&c, 1, 12);
+  nto_autowin_budgeted(&c);
+  const int path[] = {12, 6, 3, 1, 3};
+  for (int k = 0; k < 4; k++) {
+    assert_int_equal(c.n, path[k]);
+    assert_int_equal(budgeted_primed(&c), path[k]);
+    int n = c.n;
+    double t = n == 12 ? 200.0 : n == 6 ? 180.0 : n == 3 ? 170.0 : 190.0;
+    assert_int_equal(budgeted_step(&c, t, 1), path[k + 1]);
+  }
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(budgeted_step(&c, 170.0, 1), 3);
+}
+
+/* Budgeted: a halving faster by less than NTO_AUTOWIN_TIE_BUDGETED
+ * (200 -> 196 ms) does not pay: back to the larger window, which then
+ * stays although it stalls; 190 ms (5% faster) pays. */
+static void test_budgeted_tie_goes_to_larger(void **state) {
+  (void)state;
+  for (int pays = 0; pays < 2; pays++) {
+    nto_autowin c;
+    nto_autowin_init(&c, 1, 12);
+    nto_autowin_budgeted(&c);
+    assert_int_equal(budgeted_step(&c, 200.0, 1), 6);
+    assert_int_equal(budgeted_step(&c, pays ? 190.0 : 196.0, !pays),
+                     pays ? 6 : 12);
+    for (int i = 0; i < 20; i++)
+      assert_int_equal(budgeted_step(&c, 200.0, 1), pays ? 6 : 12);
+  }
+}
+
+/* Budgeted, settled below max: after NTO_AUTOWIN_REPROBE steady
+ * iterations in a row without a stall (one stall restarts the count), N
+ * goes back to max and measures again; there, without a stall, it
+ * stays. */
+static void test_budgeted_measures_again(void **state) {
+  (void)state;
+  nto_autowin c;
+  nto_autowin_init(&c, 1, 12);
+  nto_autowin_budgeted(&c);
+  assert_int_equal(budgeted_step(&c, 200.0, 1), 6);
+  assert_int_equal(budgeted_step(&c, 150.0, 0), 6); /* faster, settled */
+  for (int i = 0; i < NTO_AUTOWIN_REPROBE - 1; i++)
+    assert_int_equal(budgeted_step(&c, 150.0, 0), 6);
+  assert_int_equal(budgeted_step(&c, 150.0, 1), 6); /* a stall: anew */
+  for (int i = 0; i < NTO_AUTOWIN_REPROBE - 1; i++)
+    assert_int_equal(budgeted_step(&c, 150.0, 0), 6);
+  assert_int_equal(budgeted_step(&c, 150.0, 0), 12);
+  assert_int_equal(budgeted_primed(&c), 12);
+  for (int i = 0; i < 20; i++)
+    assert_int_equal(budgeted_step(&c, 140.0, 0), 12);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_finds_smallest_window),
@@ -336,6 +427,10 @@ int main(void) {
       cmocka_unit_test(test_settles_on_fastest),
       cmocka_unit_test(test_settle_ties_go_to_larger),
       cmocka_unit_test(test_grows_again_when_disk_slows),
+      cmocka_unit_test(test_budgeted_stays_at_max),
+      cmocka_unit_test(test_budgeted_halves_while_faster),
+      cmocka_unit_test(test_budgeted_tie_goes_to_larger),
+      cmocka_unit_test(test_budgeted_measures_again),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
