@@ -64,14 +64,13 @@
  * the next, steady iteration is judged. Only steady iterations' times are
  * compared across windows.
  *
- *
  * Under a memory budget the user gave (the tuner's choice: not the limit
  * the process lives under, which bounds it but is not memory to fill)
  * with read-ahead by time (`budgeted`, nto_autowin_budgeted) the goal is
- * the shortest iteration instead: the
- * frontier is fitted into what the budget leaves beside the window's
- * region, so a smaller window saves no peak memory; it only trades
- * keeping (a larger window moves fewer bytes) for read-ahead room. N
+ * the shortest iteration instead: the frontier is fitted into what the
+ * budget leaves beside the window's region, so a smaller window saves no
+ * peak memory; it only trades keeping (a larger window moves fewer
+ * bytes) for read-ahead room. N
  * starts at max and stays there while it does not stall by more than 2
  * targets (a halving costs two primings and moves more bytes, and a
  * shared machine's noise alone moves the stall by a few percent; ResNet-18

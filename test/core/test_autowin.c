@@ -327,24 +327,23 @@ static void test_grows_again_when_disk_slows(void **state) {
 }
 
 /* Budgeted (read-ahead by time under a memory budget): one steady
- * iteration at window n with iteration time t, stalling 15% or 9% (below
- * 2 targets: not a stall there), after
- * the priming iteration a change of window brings (never judged, not even
- * for a far stall). Returns the next window. */
+ * iteration at the current window with iteration time t, stalling 15% or
+ * 9% (below 2 targets: not a stall there). Returns the next window. */
 static int budgeted_step(nto_autowin *c, double t, int stalls) {
   int n = c->n;
   nto_autowin_sample s = {n, t, (stalls ? 0.15 : 0.09) * t, 0.5 * t, t};
   return nto_autowin_next(c, &s);
 }
 
+/* An iteration that primed a new window (full_ms 0), stalling 40%: never
+ * judged, not even for a far stall. Returns the next window. */
 static int budgeted_primed(nto_autowin *c) {
   nto_autowin_sample p = {c->n, 100.0, 40.0, 90.0, 0.0};
   return nto_autowin_next(c, &p);
 }
 
 /* Budgeted: N starts at max and stays there while it does not stall by
- * more than 2 targets (9%: noise),
- * whatever primed iterations show. */
+ * more than 2 targets (9%: noise), whatever primed iterations show. */
 static void test_budgeted_stays_at_max(void **state) {
   (void)state;
   nto_autowin c;
