@@ -100,6 +100,7 @@ def plain_module(mg, g, W):
             self.mods = nn.ModuleDict()
             self.pads = {}
             self.named = {}  # the builder's weight name -> parameter
+            self.transposed = set()  # names whose parameter is W^T
             for i, n in enumerate(g.nodes):
                 key = "n%d" % i
                 if n.type == "conv2d":
@@ -157,7 +158,8 @@ def plain_module(mg, g, W):
                         if b is not None:
                             m.bias.copy_(b)
                     self.mods[key] = m
-                    self.named[n.name + ".weight"] = m.weight  # transposed
+                    self.named[n.name + ".weight"] = m.weight
+                    self.transposed.add(n.name + ".weight")
                     if b is not None:
                         self.named[n.name + ".bias"] = m.bias
 
@@ -269,9 +271,7 @@ def check_module(ini):
                 sys.exit("torch-module: %s has a gradient in one model only"
                          % nm)
             continue
-        b = q.grad.t() if q.grad.dim() == 2 and nm.endswith(".weight") \
-            and g.nodes[[n.name for n in g.nodes].index(
-                nm.rsplit(".", 1)[0])].type == "fully_connected" else q.grad
+        b = q.grad.t() if nm in m.transposed else q.grad
         d = float((a - b.reshape(a.shape)).abs().max())
         worst = max(worst, d / (1e-4 * float(a.abs().max()) + 1e-5))
         checked += 1
