@@ -121,6 +121,7 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   nto_tuner_opts tu = tuner_opts(o);
   to.recompute_conv = nto_tuner_recompute_convs(&tu, o->recompute);
   to.recompute_segments = o->recompute == NTO_RECOMPUTE_SEGMENTS;
+  to.segments_max = o->segments_max;
   int rc = nto_graph_build(&m->g, m->conf, batch, err);
   if (rc == 0 && o->freeze_until)
     rc = nto_graph_freeze(&m->g, m->conf, o->freeze_until, err);
@@ -360,10 +361,13 @@ static size_t window1_need(const nto_config *c, const nto_model_opts *opts,
  * model: again with the convolutions' outputs kept (a twin is content the
  * window must hold or write, which can raise window 1's region:
  * MobileNetV2 224 b10 149.3 instead of 137.9 MiB), then with segments
- * (whose twins replace more kept outputs than they add: 103.4 MiB). On
- * failure the message of the attempt whose window 1 needs the least (not
- * looked for with BUILD_FIT). *used: the recompute setting that built the
- * model; *refused as create_as's. */
+ * (whose twins replace more kept outputs than they add: 103.4 MiB), all of
+ * them: the fewest the budget takes (tensors.h segments_max) compute less
+ * but leave less room for keeping, and wrote 32% more per iteration for 2%
+ * less time (results.md, "Recomputed segments"). On failure the message
+ * of the attempt whose window 1 needs the least (not looked for with
+ * BUILD_FIT). *used: the recompute setting that built the model; *refused
+ * as create_as's. */
 static int create_fit(nto_model **out, const nto_config *c,
                       const nto_model_opts *opts, build_kind kind,
                       nto_recompute *used, int *refused, nto_err *err) {
@@ -828,6 +832,10 @@ int nto_model_backward(const nto_model *m, int i) { return m->tt.bwd[i]; }
 
 int nto_model_recomputed_convs(const nto_model *m) {
   return nto_tensors_recomputed_convs(&m->tt);
+}
+
+int nto_model_segment_convs(const nto_model *m, int *candidates) {
+  return nto_tensors_segment_convs(&m->tt, candidates);
 }
 
 int nto_model_convs_kept(const nto_model *m) { return m->convs_kept; }

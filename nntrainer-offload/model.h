@@ -68,6 +68,9 @@ typedef struct nto_model_opts {
                                             default (0): right after
                                             their B step */
   nto_recompute recompute;      /* default (0): auto (tensors.h) */
+  int segments_max;             /* with recompute segments: at most this
+                                   many segment convolutions, in
+                                   tensors.h's order; 0: all */
   const char *freeze_until;     /* NULL, or freeze the layers up to and
                                    including this one (graph.h
                                    nto_graph_freeze) */
@@ -318,6 +321,10 @@ int nto_model_recomputed(const nto_model *m, int i);
 int nto_model_backward(const nto_model *m, int i);
 /* Convolutions whose outputs are recomputed in backward. */
 int nto_model_recomputed_convs(const nto_model *m);
+/* Segment convolutions recomputed (tensors.h nto_tensors_segment_convs:
+ * 0 unless recompute segments), and into *candidates (may be NULL) how
+ * many segments would recompute without a limit (segments_max). */
+int nto_model_segment_convs(const nto_model *m, int *candidates);
 /* 1 when recompute auto kept the convolutions' outputs that it would
  * recompute, because with them recomputed the memory budget refused the
  * model (see nto_model_create). */

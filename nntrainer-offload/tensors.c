@@ -81,6 +81,15 @@ int nto_tensors_recomputed_convs(const nto_tensors *tt) {
   return n;
 }
 
+int nto_tensors_segment_convs(const nto_tensors *tt, int *candidates) {
+  int n = 0;
+  for (int i = 0; i < tt->L; i++)
+    n += tt->seg_conv[i];
+  if (candidates)
+    *candidates = tt->seg_candidates;
+  return n;
+}
+
 /* Append a tensor descriptor; returns its index or -1. */
 static int add_tensor(nto_tensors *tt, const char *layer, const char *what,
                       nto_shape shape, nto_role role, int owner) {
@@ -373,16 +382,15 @@ static int replay_depth(const nto_tensors *tt, int t) {
 
 /* May convolution i's output be recomputed (nto_recompute)? A replay of
  * at most NTO_RECOMPUTE_MACS multiply-adds per output element (any, with
- * recompute_segments), from one input that its own backward reads (kept
- * anyway) and that is not recomputed itself (with recompute_segments: or
- * made again by at most SEGMENT_CONVS - 1 convolutions' replays from a
- * kept tensor, replay_depth); nothing saved; an output
- * the loss does not read, read by one layer, not a view, whose backward
- * reads it (so that it is kept from forward to backward unless
- * recomputed). */
-static int conv_recomputable(const nto_tensors *tt, int i) {
+ * seg), from one input that its own backward reads (kept anyway) and that
+ * is not recomputed itself (with seg: or made again by at most
+ * SEGMENT_CONVS - 1 convolutions' replays from a kept tensor,
+ * replay_depth); nothing saved; an output the loss does not read, read by
+ * one layer, not a view, whose backward reads it (so that it is kept from
+ * forward to backward unless recomputed). seg: the rules of
+ * recompute_segments. */
+static int conv_recomputable(const nto_tensors *tt, int i, int seg) {
   const nto_layer *l = &tt->g->layers[i];
-  int seg = tt->o.recompute_segments;
   if (!tt->bwd[i] || !l->ops->replay || l->replay_macs <= 0 ||
       (!seg && l->replay_macs > NTO_RECOMPUTE_MACS) || l->n_in != 1 ||
       l->n_saved || !l->bwd_needs_input || l->out_is_input ||
@@ -421,31 +429,37 @@ static void need_by(nto_tensors *tt, int i, int r) {
     need_by(tt, o, r);
 }
 
-/* Decide which outputs are recomputed, in layer order so that a producer
- * is decided before its consumers, and add their twins. The R steps a
- * twin is made from run before its own (need_by; steps.c puts R steps at
- * one B step in layer order). Returns 0 or -1 when out of memory. */
-static int add_recomputed(nto_tensors *tt) {
-  tt->n_re = tt->n;
-  tt->re_t = malloc((size_t)tt->n_re * sizeof *tt->re_t);
-  tt->re_at = malloc((size_t)tt->L * sizeof *tt->re_at);
-  tt->re_again = malloc((size_t)tt->L * sizeof *tt->re_again);
-  tt->re_conv = calloc((size_t)tt->L, 1);
-  if (!tt->re_t || !tt->re_at || !tt->re_again || !tt->re_conv)
-    return -1;
+/* Decide which outputs are recomputed (re_t[t] = the layer that decided
+ * it, which reads as "has a twin" (>= 0) until add_recomputed puts the
+ * twin's index there; re_conv, re_at, re_again), in layer order so that a
+ * producer is decided before
+ * its consumers. The R steps a twin is made from run before its own
+ * (need_by; steps.c puts R steps at one B step in layer order). With
+ * recompute_segments, a segment convolution (one recomputable only by
+ * the rules of segments: a replay above NTO_RECOMPUTE_MACS, from a twin,
+ * or further from its reader than NTO_RECOMPUTE_SPAN) is recomputed where
+ * allow is NULL or allow[i]; candidate (when not NULL) gets 1 at each,
+ * chosen (when not NULL) 1 at each recomputed. */
+static void decide_recomputed(nto_tensors *tt, const unsigned char *allow,
+                              unsigned char *candidate,
+                              unsigned char *chosen) {
+  int seg = tt->o.recompute_segments;
   for (int t = 0; t < tt->n_re; t++)
     tt->re_t[t] = -1;
   for (int i = 0; i < tt->L; i++) {
     tt->re_at[i] = tt->re_again[i] = -1;
-    int is_conv = tt->o.recompute_conv && conv_recomputable(tt, i);
+    tt->re_conv[i] = 0;
+    int is_conv = tt->o.recompute_conv && conv_recomputable(tt, i, seg);
+    if (is_conv && seg && !conv_recomputable(tt, i, 0)) {
+      if (candidate)
+        candidate[i] = 1;
+      is_conv = !allow || allow[i];
+      if (chosen)
+        chosen[i] = (unsigned char)is_conv;
+    }
     if (!is_conv && !(tt->o.recompute_act && recomputable(tt, i)))
       continue;
-    const nto_layer *a = &tt->g->layers[i];
-    int t = add_tensor(tt, a->name, "out.recomputed", a->out_shape,
-                       NTO_ROLE_ACTIVATION, i);
-    if (t < 0)
-      return -1;
-    tt->re_t[tt->out_t[i]] = t;
+    tt->re_t[tt->out_t[i]] = i;
     tt->re_conv[i] = (unsigned char)is_conv;
     need_by(tt, i, first_bwd_reader(tt, i, i));
   }
@@ -453,7 +467,7 @@ static int add_recomputed(nto_tensors *tt) {
    * before the readers of its own activation: again before its own reader
    * (ResNet-18: the stem, whose twin block 1's first convolution needs, is
    * otherwise held or written through that block's backward) */
-  for (int i = 0; tt->o.recompute_segments && i < tt->L; i++) {
+  for (int i = 0; seg && i < tt->L; i++) {
     const nto_layer *l = &tt->g->layers[i];
     if (!tt->re_conv[i] || l->replay_macs > NTO_RECOMPUTE_MACS ||
         replay_depth(tt, replay_input(tt, i)) > 0)
@@ -467,6 +481,71 @@ static int add_recomputed(nto_tensors *tt) {
     }
     if (tt->re_at[i] > natural)
       tt->re_again[i] = own;
+  }
+}
+
+/* Segment convolutions in the order they are chosen (segments_max): does
+ * layer a come before layer b? The fewest multiply-adds per output element
+ * first (the most bytes of activation not kept per operation replayed),
+ * then the larger output, then the earlier layer. */
+static int ranks_before(const nto_tensors *tt, int a, int b) {
+  const nto_layer *la = &tt->g->layers[a], *lb = &tt->g->layers[b];
+  if (la->replay_macs != lb->replay_macs)
+    return la->replay_macs < lb->replay_macs;
+  size_t na = nto_shape_numel(la->out_shape), nb = nto_shape_numel(lb->out_shape);
+  return na != nb ? na > nb : a < b;
+}
+
+/* Decide which outputs are recomputed (decide_recomputed; with
+ * segments_max, the first segments_max segment convolutions of the
+ * ranking) and add their twins, in layer order. Returns 0 or -1 when out
+ * of memory. */
+static int add_recomputed(nto_tensors *tt) {
+  tt->n_re = tt->n;
+  tt->re_t = malloc((size_t)tt->n_re * sizeof *tt->re_t);
+  tt->re_at = malloc((size_t)tt->L * sizeof *tt->re_at);
+  tt->re_again = malloc((size_t)tt->L * sizeof *tt->re_again);
+  tt->re_conv = calloc((size_t)tt->L, 1);
+  tt->seg_conv = calloc((size_t)tt->L, 1);
+  if (!tt->re_t || !tt->re_at || !tt->re_again || !tt->re_conv ||
+      !tt->seg_conv)
+    return -1;
+  decide_recomputed(tt, NULL, tt->seg_conv, NULL);
+  for (int i = 0; i < tt->L; i++)
+    tt->seg_candidates += tt->seg_conv[i];
+  if (tt->o.segments_max > 0 && tt->o.segments_max < tt->seg_candidates) {
+    int *order = malloc((size_t)tt->seg_candidates * sizeof *order), n = 0;
+    unsigned char *allow = calloc((size_t)tt->L, 1);
+    if (!order || !allow) {
+      free(order);
+      free(allow);
+      return -1;
+    }
+    for (int i = 0; i < tt->L; i++) { /* insertion into the ranking */
+      if (!tt->seg_conv[i])
+        continue;
+      int k = n++;
+      for (; k > 0 && ranks_before(tt, i, order[k - 1]); k--)
+        order[k] = order[k - 1];
+      order[k] = i;
+    }
+    for (int k = 0; k < tt->o.segments_max; k++)
+      allow[order[k]] = 1;
+    free(order);
+    memset(tt->seg_conv, 0, (size_t)tt->L);
+    decide_recomputed(tt, allow, NULL, tt->seg_conv);
+    free(allow);
+  }
+  for (int i = 0; i < tt->L; i++) {
+    int t = tt->out_t[i];
+    if (tt->re_t[t] != i) /* kept, or a view of a layer's output */
+      continue;
+    const nto_layer *a = &tt->g->layers[i];
+    int twin = add_tensor(tt, a->name, "out.recomputed", a->out_shape,
+                          NTO_ROLE_ACTIVATION, i);
+    if (twin < 0)
+      return -1;
+    tt->re_t[t] = twin;
   }
   return 0;
 }
@@ -514,6 +593,7 @@ void nto_tensors_free(nto_tensors *tt) {
   free(tt->re_again);
   free(tt->re_at);
   free(tt->re_conv);
+  free(tt->seg_conv);
   free(tt->bwd);
   free(tt->t);
   memset(tt, 0, sizeof *tt);

@@ -131,6 +131,12 @@ typedef struct nto_tensors_opts {
                                   convolution again from the block's
                                   input), where storage is slower than the
                                   replay */
+  int segments_max;            /* with recompute_segments: at most this
+                                  many segment convolutions (those only
+                                  its rules recompute), the fewest
+                                  multiply-adds per output element first,
+                                  then the larger output, then the earlier
+                                  layer; 0: all of them */
   int compute_input_grad;      /* also dL/d(input batch) (tests) */
   int fused;                   /* the loss gradient is the last layer's
                                   input gradient (loss.h) */
@@ -173,6 +179,11 @@ typedef struct nto_tensors {
   int *re_t, n_re;
   int *re_at, *re_again;
   unsigned char *re_conv;
+  /* seg_conv[i]: convolution i is recomputed as a segment convolution
+   * (o.segments_max); seg_candidates: how many there are without that
+   * limit. */
+  unsigned char *seg_conv;
+  int seg_candidates;
   nto_tensors_opts o;
 } nto_tensors;
 
@@ -223,6 +234,10 @@ int nto_tensors_add_state(nto_tensors *tt, int i, int j, int k, int q);
 /* Recomputed outputs: layer i's (1/0), and the convolutions'. */
 int nto_tensors_recomputed(const nto_tensors *tt, int i);
 int nto_tensors_recomputed_convs(const nto_tensors *tt);
+/* Segment convolutions recomputed (tensors_opts segments_max), and how many
+ * recompute_segments would recompute without a limit (*candidates, may
+ * be NULL). */
+int nto_tensors_segment_convs(const nto_tensors *tt, int *candidates);
 
 /* Is tensor t persistent (a weight or optimizer state)? */
 static inline int nto_tensor_persistent(const nto_tensor *t) {

@@ -483,6 +483,46 @@ static void test_recompute_segments(void **state) {
   }
 }
 
+/* segments_max (tensors.h): MobileNetV2 224's 18 segment convolutions are
+ * its 17 depthwise convolutions (9 multiply-adds per output) and last_conv
+ * (320); the first 3 in tensors.h's order are the depthwise ones with the
+ * largest outputs: block3_dw (144x56x56), block1_dw (32x112x112) and
+ * block2_dw (96x56x56), in that order. Every limit recomputes that many,
+ * each plan's twins are written before they are read, and last_conv is
+ * the last. (What they hold: test/cli/test_segments.sh.) */
+static void test_segments_max(void **state) {
+  (void)state;
+  nto_config c;
+  nto_err err = {0};
+  assert_int_equal(nto_config_load(&c, "res/mobilenetv2.ini", &err), 0);
+  nto_model *m = NULL;
+  nto_model_opts o = {
+      .plan_only = 1, .batch = 2, .recompute = NTO_RECOMPUTE_SEGMENTS};
+  int all = 0;
+  assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+  assert_int_equal(nto_model_segment_convs(m, &all), 18);
+  assert_int_equal(all, 18);
+  nto_model_free(m);
+  const char *first[] = {"block3_dw", "block1_dw", "block2_dw"};
+  for (int k = 1; k <= 18; k += k < 3 ? 1 : 5) {
+    o.segments_max = k;
+    assert_int_equal(nto_model_create(&m, &c, &o, &err), 0);
+    assert_int_equal(nto_model_segment_convs(m, &all), k);
+    assert_int_equal(all, 18);
+    const nto_graph *g = nto_model_graph(m);
+    for (int r = 0; r < k && r < 3; r++)
+      for (int i = 0; i < g->n_layers; i++)
+        if (!strcmp(g->layers[i].name, first[r]))
+          assert_true(nto_model_recomputed(m, i));
+    for (int i = 0; i < g->n_layers; i++)
+      if (!strcmp(g->layers[i].name, "last_conv"))
+        assert_int_equal(nto_model_recomputed(m, i), k == 18);
+    check_twins(m);
+    nto_model_free(m);
+  }
+  nto_config_free(&c);
+}
+
 /* recompute auto's choice of segments (nto_model_segments_estimate,
  * nto_segments_min_flops): MobileNetV2 (32x32, batch 16, window 1) moves
  * fewer bytes with segments and computes more, so at an SD card's
@@ -1191,6 +1231,7 @@ int main(void) {
       cmocka_unit_test(test_recompute_uses),
       cmocka_unit_test(test_recompute_conv_uses),
       cmocka_unit_test(test_recompute_segments),
+      cmocka_unit_test(test_segments_max),
       cmocka_unit_test(test_segments_estimate),
       cmocka_unit_test(test_grad_in_place),
       cmocka_unit_test(test_frozen_prefix_uses),
