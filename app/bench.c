@@ -92,7 +92,8 @@ static const char usage[] =
     "                        (default 1,2,4,auto,all); a suffix @SIZE\n"
     "                        (N@64M, auto@96M) gives that run its own\n"
     "                        --memory-budget; +MODE before it (4+off,\n"
-    "                        all+off, 1+off@54M) its own --recompute;\n"
+    "                        all+off, 1+off@54M, 1+segments:3) its own\n"
+    "                        --recompute;\n"
     "                        budget@SIZE: train --memory-budget SIZE\n"
     "                        alone (the window it fits)\n"
     "  --iterations K        measured iterations per run (default 5)\n"
@@ -116,7 +117,8 @@ static const char usage[] =
     "                        (passed to train; for tests)\n"
     "  --io uring|psync      I/O backend (default: io_uring where allowed)\n"
     "  --memory-budget SIZE  passed to train (runs without @SIZE)\n"
-    "  --recompute MODE      auto, cheap, segments or off: passed to train\n"
+    "  --recompute MODE      auto, cheap, segments, segments:N or off:\n"
+    "                        passed to train\n"
     "                        (runs without +MODE)\n"
     "  --optimizer-state V   passed to train as --optimizer-state V\n"
     "  --updates after|spread  passed to train\n"
@@ -160,7 +162,7 @@ typedef struct bench_opts {
 typedef struct report {
   char model[256], io[32];
   char window[LABEL_MAX]; /* "all" or the number of steps */
-  char recompute[16];     /* train --recompute: auto, on, ... */
+  char recompute[24];     /* train --recompute: auto, segments:3, ... */
   int direct;
   double batch, iterations, warmup, measured;
   double peak_rss, resident_peak; /* bytes */
@@ -174,6 +176,8 @@ typedef struct report {
   double *step_ms; /* n_step_ms, malloc'd; NULL all resident */
   long n_step_ms;
   double recomputed_convs; /* convolutions whose outputs were recomputed */
+  double segment_convs;    /* segment convolutions recomputed (fewer than
+                              all with --recompute segments:N) */
   int convs_kept;          /* recompute auto kept them (the budget) */
   int segments;            /* segment recomputation (given or auto's) */
   double region_floor_ms;  /* floor.h, computed by bench; 0: none */
@@ -202,13 +206,18 @@ typedef struct bandwidth {
  * (region floors). */
 typedef struct floor_plan {
   nto_recompute recompute;
-  nto_model *m; /* NULL: not built yet */
+  int segments_max; /* model.h: 0 all */
+  nto_model *m;     /* NULL: not built yet */
 } floor_plan;
+
+/* Floor plans one bench builds at most: a recompute setting each, and
+ * segments with each count segments:N gave. */
+#define FLOOR_PLANS 8
 
 typedef struct bench {
   bench_opts o;
   nto_config conf;     /* the model's INI, loaded once */
-  floor_plan plans[5]; /* one per recompute setting */
+  floor_plan plans[FLOOR_PLANS];
   int n_plans;
   char cmdline[4096];
   char tmp[PATH_MAX]; /* "" until created */
@@ -293,7 +302,8 @@ static int parse_windows(bench_opts *o) {
     tok[len] = '\0';
     if (!valid_label(tok)) {
       cli_error("option --windows: expected N, auto, all or budget@SIZE "
-                "(then an optional +auto, +cheap, +segments or +off; N and "
+                "(then an optional +auto, +cheap, +segments, +segments:N or "
+                "+off; N and "
                 "auto then an optional @SIZE), got '%s' in '%s'",
                 tok, o->windows);
       return -1;
@@ -457,8 +467,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     return -1;
   if (o->recompute &&
       cli_recompute_word(o->recompute, strlen(o->recompute)) < 0) {
-    cli_error("option --recompute: expected auto, cheap, segments or off, got "
-              "'%s'",
+    cli_error("option --recompute: expected auto, cheap, segments, "
+              "segments:N or off, got '%s'",
               o->recompute);
     return -1;
   }
@@ -862,6 +872,7 @@ static int read_report(const char *path, report *r, nto_err *err) {
       {"step_ms", F_ARRAY, &r->step_ms,
        offsetof(report, n_step_ms) - offsetof(report, step_ms), 0},
       {"recomputed_convolutions", F_NUM, &r->recomputed_convs, 0, 0},
+      {"segment_convolutions", F_NUM, &r->segment_convs, 0, 0},
       {"convolutions_kept", F_BOOL, &r->convs_kept, 0, 0},
       {"recompute_segments", F_BOOL, &r->segments, 0, 0},
       {"iterations_per_epoch", F_NUM, &r->per_epoch, 0, 0},
@@ -1116,7 +1127,7 @@ static void print_segments(const bench *b) {
   int first = 1;
   for (int i = 0; i < b->o.n; i++) {
     const config *k = &b->cfg[i];
-    if (!k->ok || !k->r.segments || !strcmp(k->r.recompute, "segments"))
+    if (!k->ok || !k->r.segments || !strncmp(k->r.recompute, "segments", 8))
       continue;
     printf("%s %s", first ? "\nrecompute: segments, auto's choice, in" : ",",
            k->label);
@@ -1262,6 +1273,7 @@ static void json_config(FILE *f, const config *c, int rounds, double tbw) {
   if (!c->ok) {
     fprintf(f, ", \"status\": \"failed\", \"window\": null, "
                "\"recompute\": null, \"recompute_segments\": null, "
+               "\"segment_convolutions\": null, "
                "\"peak_rss_mib\": null, \"resident_peak_mib\": null, "
                "\"iteration_ms_median\": null, \"iteration_ms_p90\": null, "
                "\"stall_ms_per_iteration\": null, "
@@ -1283,6 +1295,7 @@ static void json_config(FILE *f, const config *c, int rounds, double tbw) {
   fprintf(f, ", \"recompute\": ");
   cli_json_string(f, r->recompute);
   fprintf(f, ", \"recompute_segments\": %s", r->segments ? "true" : "false");
+  fprintf(f, ", \"segment_convolutions\": %.0f", r->segment_convs);
   fprintf(f,
           ", \"peak_rss_mib\": %.3f, \"resident_peak_mib\": %.3f, "
           "\"iteration_ms_median\": %.3f, \"iteration_ms_p90\": %.3f, "
@@ -1451,17 +1464,24 @@ static nto_model *floor_model(bench *b, const report *r) {
                      : r->segments                ? NTO_RECOMPUTE_SEGMENTS
                      : r->convs_kept              ? NTO_RECOMPUTE_ACTIVATIONS
                                                   : NTO_RECOMPUTE_CHEAP;
+  int seg_max = rc == NTO_RECOMPUTE_SEGMENTS ? (int)r->segment_convs : 0;
   for (int i = 0; i < b->n_plans; i++)
-    if (b->plans[i].recompute == rc)
+    if (b->plans[i].recompute == rc && b->plans[i].segments_max == seg_max)
       return b->plans[i].m;
+  if (b->n_plans == FLOOR_PLANS) {
+    cli_error("bench: no region floor: more than %d plans", FLOOR_PLANS);
+    return NULL;
+  }
   floor_plan *fp = &b->plans[b->n_plans++];
   nto_model_opts o = {.batch = (int)r->batch,
                       .plan_only = 1,
                       .window_mode = NTO_WINDOW_AUTO,
                       .recompute = rc,
+                      .segments_max = seg_max,
                       .freeze_until = b->o.freeze_until};
   nto_err err = {0};
   fp->recompute = rc;
+  fp->segments_max = seg_max;
   if (nto_model_create(&fp->m, &b->conf, &o, &err) != 0)
     cli_error("bench: no region floor: %s", err.msg);
   return fp->m;

@@ -89,7 +89,24 @@ int cli_int(const char *opt, const char *v, long min, long max, long *out) {
   return 0;
 }
 
+/* "segments:N" with N a number of segment convolutions from 1 to
+ * CLI_SEGMENTS_MAX: N, else 0. */
+#define CLI_SEGMENTS_MAX 1000000
+static long segments_count(const char *p, size_t n) {
+  if (n < 10 || strncmp(p, "segments:", 9) != 0 || n > 9 + 7)
+    return 0;
+  long v = 0;
+  for (size_t i = 9; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9')
+      return 0;
+    v = v * 10 + (p[i] - '0');
+  }
+  return v >= 1 && v <= CLI_SEGMENTS_MAX ? v : 0;
+}
+
 int cli_recompute_word(const char *p, size_t n) {
+  if (segments_count(p, n) > 0)
+    return NTO_RECOMPUTE_SEGMENTS;
   if (n == 4 && !strncmp(p, "auto", 4))
     return NTO_RECOMPUTE_AUTO;
   if (n == 3 && !strncmp(p, "off", 3))
@@ -101,14 +118,17 @@ int cli_recompute_word(const char *p, size_t n) {
   return -1;
 }
 
-int cli_recompute(const char *v, nto_recompute *out) {
+int cli_recompute(const char *v, nto_recompute *out, int *segments_max) {
   int k = v ? cli_recompute_word(v, strlen(v)) : NTO_RECOMPUTE_AUTO;
   if (k < 0) {
-    cli_error("--recompute: expected auto, cheap, segments or off, got '%s'",
-              v);
+    cli_error("--recompute: expected auto, cheap, segments, segments:N (N "
+              "from 1 to %d) or off, got '%s'",
+              CLI_SEGMENTS_MAX, v);
     return -1;
   }
   *out = (nto_recompute)k;
+  if (segments_max)
+    *segments_max = v ? (int)segments_count(v, strlen(v)) : 0;
   return 0;
 }
 

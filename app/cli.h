@@ -18,10 +18,12 @@ enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
  * naming the option and returns -1 on failure. */
 int cli_int(const char *opt, const char *v, long min, long max, long *out);
 
-/* --recompute auto|off (NULL: auto) -> *out (tensors.h nto_recompute).
- * Returns 0, or -1 after printing an error naming the option and the
- * value. */
-int cli_recompute(const char *v, nto_recompute *out);
+/* --recompute auto|cheap|segments|segments:N|off (NULL: auto) -> *out
+ * (tensors.h nto_recompute) and *segments_max (may be NULL): N for
+ * segments:N (only the N segment convolutions first in tensors.h's order:
+ * the most activation bytes per replayed operation), else 0. Returns 0,
+ * or -1 after printing an error naming the option and the value. */
+int cli_recompute(const char *v, nto_recompute *out, int *segments_max);
 
 /* --updates after|spread (NULL: after) -> *out (steps.h). Returns 0, or
  * -1 after printing an error naming the option and the value. */
@@ -36,8 +38,8 @@ int cli_optimizer_state(const char *v, nto_opt_conf *o);
  * A static string. */
 const char *cli_state_note(const nto_opt_conf *o);
 
-/* The recompute mode the n bytes at p name ("auto", "off"), or -1; prints
- * nothing (bench checks its labels' +MODE). */
+/* The recompute mode the n bytes at p name ("auto", "off", "segments:3"),
+ * or -1; prints nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);
 
 /* A memory budget v (K/M/G, bare: bytes) -> *out bytes. A bare number

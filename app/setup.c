@@ -199,7 +199,7 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   nto_offload_opts *oo = &mo->offload;
   const char *what, *w = window_setting(r, &what);
   if (budget_setting(r, mo) != 0 ||
-      cli_recompute(o->recompute, &mo->recompute) ||
+      cli_recompute(o->recompute, &mo->recompute, &mo->segments_max) ||
       cli_update_placement(o->updates, &mo->update_placement))
     return -1;
   /* budgets and limits bound the whole process: beyond its RSS when the

@@ -11,7 +11,8 @@
 static const char usage[] =
     "usage: nntrainer-offload summary MODEL.ini [--batch-size B] [--threads "
     "T]\n"
-    "                                 [--recompute auto|cheap|segments|off]\n"
+    "                                 [--recompute "
+    "auto|cheap|segments|segments:N|off]\n"
     "                                 [--freeze-until LAYER]\n"
     "                                 [--data DIR|synthetic] [--epochs E]\n"
     "                                 [--iterations K] [--flash-endurance "
@@ -38,7 +39,7 @@ static const char usage[] =
     "                   as for train: the layers up to LAYER frozen\n"
     "  --threads T      compute threads train will use, for the estimated\n"
     "                   peak RSS (default: online CPUs)\n"
-    "  --recompute auto|cheap|segments|off\n"
+    "  --recompute auto|cheap|segments|segments:N|off\n"
     "                   as for train (default auto: the table and the\n"
     "                   all-resident memory with activations recomputed,\n"
     "                   the offloading lines with cheap convolutions'\n"
@@ -69,6 +70,7 @@ typedef struct summary_opts {
   size_t budget;          /* its bytes */
   long batch, threads, epochs, iterations;
   nto_recompute recompute;
+  int segments_max; /* --recompute segments:N: N, else 0 */
   double tbw;   /* --flash-endurance, else SETUP_FLASH_TBW */
   train_opts d; /* the training set: --data, --train-samples, --classes,
                    --valid-split (setup_open_data) */
@@ -272,7 +274,7 @@ static int parse_opts(int argc, char **argv, summary_opts *o) {
         cli_error("option --recompute needs a value");
         return -1;
       }
-      if (cli_recompute(v, &o->recompute) != 0)
+      if (cli_recompute(v, &o->recompute, &o->segments_max) != 0)
         return -1;
     } else if (a[0] == '-') {
       cli_error("summary: unknown option '%s'", a);
@@ -393,6 +395,7 @@ int cmd_summary(int argc, char **argv) {
   nto_model_opts o = {.batch = (int)so.batch,
                       .plan_only = 1,
                       .recompute = so.recompute,
+                      .segments_max = so.segments_max,
                       .freeze_until = so.freeze};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one

@@ -93,7 +93,7 @@ assert num(bw["write_mib_s"]) and bw["write_mib_s"] > 0, bw
 assert bw["block_bytes"] == 1048576 and bw["depth"] == 16, bw
 assert isinstance(bw["direct"], bool), bw
 keys = {"config", "status", "window", "recompute", "recompute_segments",
-        "peak_rss_mib", "resident_peak_mib",
+        "segment_convolutions", "peak_rss_mib", "resident_peak_mib",
         "iteration_ms_median", "iteration_ms_p90", "stall_ms_per_iteration",
         "read_mib_per_iteration", "written_mib_per_iteration", "iterations_per_epoch",
         "written_mib_per_epoch", "epoch_endurance_fraction", "floor_ms",
@@ -171,7 +171,7 @@ expect rounds_many 2 "rounds" -- "$exe" bench "$net" --rounds 17
 
 expect bad_list 2 "option --windows" -- "$exe" bench "$net" --windows 1,x
 expect empty_entry 2 "option --windows" -- "$exe" bench "$net" --windows 1,,all
-expect no_prefetch 2 "optional +auto, +cheap, +segments or +off" -- "$exe" bench "$net" --windows 1:time
+expect no_prefetch 2 "optional +auto, +cheap, +segments, +segments:N or +off" -- "$exe" bench "$net" --windows 1:time
 expect unknown_option 2 "unknown option '--bogus'" -- "$exe" bench "$net" --bogus
 expect bad_iterations 2 "option --iterations" -- "$exe" bench "$net" --iterations 0
 expect no_model 2 "missing MODEL.ini" -- "$exe" bench
@@ -214,9 +214,9 @@ fi
 # no `all` in the list (all+off is another label): no smallest-within line
 grep -q "^smallest peak RSS" "$tmp/out" &&
   fail no_smallest "a smallest-within line without all in the list" "$tmp/out" || pass
-expect bad_recompute_label 2 "+auto, +cheap, +segments or +off" -- "$exe" bench "$net" --windows 1+on
+expect bad_recompute_label 2 "+auto, +cheap, +segments, +segments:N or +off" -- "$exe" bench "$net" --windows 1+on
 expect all_recompute_budget 2 "option --windows" -- "$exe" bench "$net" --windows all+off@64M
-expect bad_recompute 2 "option --recompute: expected auto, cheap, segments or off" -- \
+expect bad_recompute 2 "option --recompute: expected auto, cheap, segments, segments:N or off" -- \
   "$exe" bench "$net" --recompute sometimes
 expect bad_budget 2 "option --windows" -- "$exe" bench "$net" --windows 1@lots
 

@@ -138,7 +138,7 @@ expect frozen_bn_bad 2 "--frozen-bn: expected running or batch, got 'maybe'" \
 printf '[Model]\nfrozen_bn_statistics = often\n[in]\ntype=input\ninput_shape=1:4:4\n' >"$tmp/fbn.ini"
 expect frozen_bn_key 2 "fbn.ini: \[model\] key 'frozen_bn_statistics': expected running or batch, got 'often'" \
   -- "$exe" summary "$tmp/fbn.ini"
-expect recompute_bad 2 "--recompute: expected auto, cheap, segments or off, got 'maybe'" -- \
+expect recompute_bad 2 "--recompute: expected auto, cheap, segments, segments:N (N from 1 to 1000000) or off, got 'maybe'" -- \
   "$exe" train res/resnet18.ini --recompute maybe
 # Optimizer state formats: the option, the INI key, and what they store
 expect opt_state_bad 2 "--optimizer-state: expected fp32, bf16 or int8, got 'int4'" -- \

@@ -7,7 +7,9 @@
 # - summary --recompute segments plans fewer bytes written than auto for
 #   MobileNetV2 (32x32, b16) at window 1; a budget that MobileNetV2 224
 #   b10 fits only with segments fits with auto (its fallback to them) and
-#   is refused with --recompute cheap;
+#   is refused with --recompute cheap; --recompute segments:3 (the
+#   depthwise convolutions at 112x112 and 56x56) plans that model's window
+#   1 in the same tensors as every segment, segments:2 in more;
 # - under a 45/25 MB/s blkio throttle of the swap disk
 #   (bench/slow_storage.sh: root and cgroup v1 blkio, else it says
 #   "skipped: ..." and so does this part; skipped too under an emulated
@@ -37,6 +39,20 @@ expect train_auto 0 "" -- "$exe" train $net $common --window 1 \
   --report-json "$tmp/auto.json"
 check segments_more_convs [ "$(json_value recomputed_convolutions "$tmp/seg.json")" -gt \
   "$(json_value recomputed_convolutions "$tmp/auto.json")" ]
+
+# segments:N: MobileNetV2 224 b10's window 1 holds 103.4 MiB of tensors
+# with all 18 segment convolutions and with the first 3, 149.3 with 2
+tensors() { # summary's window 1 MiB of tensors with recompute $1
+  "$exe" summary res/mobilenetv2.ini --batch-size 10 --recompute "$1" |
+    sed -n 's/^  window 1: \([0-9.]*\) MiB of tensors.*/\1/p'
+}
+t_all=$(tensors segments)
+t3=$(tensors segments:3)
+t2=$(tensors segments:2)
+check segments_n_same [ "${t3:-x}" = "${t_all:-y}" ]
+check segments_n_fewer awk -v a="$t_all" -v b="$t2" 'BEGIN { exit !(a > 0 && b > a) }'
+expect segments_n_bad 2 "expected auto, cheap, segments, segments:N (N from 1 to 1000000) or off, got 'segments:0'" -- \
+  "$exe" summary res/mobilenetv2.ini --recompute segments:0
 
 mb=res/mobilenetv2_32.ini
 written() { # summary's window 1 MiB written with recompute $1
