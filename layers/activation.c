@@ -79,6 +79,16 @@ static int act_plan(nto_layer *l, nto_err *err) {
   return 0;
 }
 
+/* ops.narrow: `channels` channels (NTO_NARROW_CHANNELS), every kind but
+ * softmax (which reads a sample's values together). */
+static int act_narrow(nto_layer *l, int mode, int channels) {
+  const act_priv *p = l->priv;
+  if (mode != NTO_NARROW_CHANNELS || p->kind == ACT_SOFTMAX)
+    return NTO_EINVAL;
+  l->in_shape[0].c = channels;
+  return 0;
+}
+
 /* Logistic function without overflow: for x < 0 use e^x / (1 + e^x). */
 static float sigmoidf(float x) {
   if (x >= 0.0f)
@@ -264,4 +274,5 @@ const nto_layer_ops nto_activation_layer = {
     .replay = act_forward, /* a pure function of the input; in place is
                               fine (each element reads only itself; the
                               model replays only elementwise kinds) */
+    .narrow = act_narrow,
 };

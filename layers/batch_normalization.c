@@ -434,6 +434,16 @@ static void bn_backward(nto_layer *l, const nto_bwd *b) {
   nto_parallel_for((size_t)p->nf, 1, 0, bn_backward_range, &j);
 }
 
+/* ops.narrow: `channels` channels of an (N, C, H, W) input
+ * (NTO_NARROW_CHANNELS; the statistics are per channel). */
+static int bn_narrow(nto_layer *l, int mode, int channels) {
+  nto_shape in = l->in_shape[0];
+  if (mode != NTO_NARROW_CHANNELS || (in.c == 1 && in.h == 1))
+    return NTO_EINVAL;
+  l->in_shape[0].c = channels;
+  return 0;
+}
+
 const nto_layer_ops nto_batch_normalization_layer = {
     .type = "batch_normalization",
     .priv_size = sizeof(bn_priv),
@@ -445,4 +455,5 @@ const nto_layer_ops nto_batch_normalization_layer = {
     .forward = bn_forward,
     .backward = bn_backward,
     .replay = bn_replay,
+    .narrow = bn_narrow,
 };

@@ -206,6 +206,9 @@ typedef struct conv_priv {
   nto_init_kind winit, binit;
   int disable_bias;
   nto_regularizer reg; /* the weight's */
+  int depthwise;       /* a depthwise convolution narrowed to channels
+                          (conv_narrow): the depthwise path even for one
+                          channel, as the whole layer computes it */
   /* set by plan */
   conv_geom g;
   int path;  /* PATH_* */
@@ -575,7 +578,7 @@ too_large:
 static int plan_path(nto_layer *l, const int pad[4], nto_err *err) {
   conv_priv *p = l->priv;
   const conv_geom *g = &p->g;
-  if (g->groups == g->c && g->c > 1)
+  if ((g->groups == g->c && g->c > 1) || p->depthwise)
     p->path = PATH_DEPTHWISE;
   else if (g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
            pad[0] == 0 && pad[1] == 0 && pad[2] == 0 && pad[3] == 0)
@@ -1633,6 +1636,25 @@ static void conv_backward_weight_rows(nto_layer *l, const nto_bwd *b, int j,
   rows_reg_grad(l, b, j, r0, r1, dst);
 }
 
+/* ops.narrow: a block of `channels` filters of a convolution without
+ * groups (NTO_NARROW_OUTPUT), or `channels` channels of a depthwise one
+ * (one filter per input channel: NTO_NARROW_CHANNELS). */
+static int conv_narrow(nto_layer *l, int mode, int channels) {
+  conv_priv *p = l->priv;
+  if (mode == NTO_NARROW_OUTPUT && p->groups == 1) {
+    p->filters = channels;
+    return 0;
+  }
+  if (mode == NTO_NARROW_CHANNELS && p->groups > 1 &&
+      p->groups == l->in_shape[0].c && p->filters == p->groups) {
+    p->filters = p->groups = channels;
+    p->depthwise = 1;
+    l->in_shape[0].c = channels;
+    return 0;
+  }
+  return NTO_EINVAL;
+}
+
 const nto_layer_ops nto_conv2d_layer = {
     .type = "conv2d",
     .priv_size = sizeof(conv_priv),
@@ -1647,4 +1669,5 @@ const nto_layer_ops nto_conv2d_layer = {
     .weight_row = conv_weight_row,
     .weight_rows_cache = conv_weight_rows_cache,
     .backward_weight_rows = conv_backward_weight_rows,
+    .narrow = conv_narrow,
 };

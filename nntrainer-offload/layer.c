@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int nto_layer_add_weight(nto_layer *l, const char *name, nto_shape shape,
@@ -32,6 +33,74 @@ int nto_layer_add_saved(nto_layer *l, const char *name, nto_shape shape) {
   s->shape = shape;
   s->tensor = -1;
   return l->n_saved++;
+}
+
+/* Element offset of channel c0's block in a tensor of `whole` elements
+ * holding `channels` blocks of `part` / (c1 - c0) elements each (part: the
+ * narrowed tensor's elements); SIZE_MAX when the tensor does not divide
+ * so. */
+static size_t block_offset(size_t whole, size_t part, int channels, int c0,
+                           int c1) {
+  size_t n = (size_t)(c1 - c0);
+  if (part % n != 0 || (part / n) * (size_t)channels != whole)
+    return (size_t)-1;
+  return (size_t)c0 * (part / n);
+}
+
+int nto_layer_narrow(const nto_layer *l, int mode, int c0, int c1,
+                     nto_layer *out, size_t w_off[NTO_MAX_WEIGHTS],
+                     size_t s_off[NTO_MAX_SAVED], nto_err *err) {
+  int channels = l->out_shape.c;
+  memset(out, 0, sizeof *out);
+  if (!l->ops->narrow || c0 < 0 || c1 <= c0 || c1 > channels)
+    return nto_err_set(err, NTO_EINVAL,
+                       "layer '%s' (%s): cannot compute channels %d-%d alone",
+                       l->name, l->ops->type, c0, c1 - 1);
+  *out = *l;
+  out->priv = malloc(l->ops->priv_size ? l->ops->priv_size : 1);
+  if (!out->priv)
+    return nto_err_set(err, NTO_ENOMEM, "out of memory");
+  memcpy(out->priv, l->priv, l->ops->priv_size);
+  int rc = l->ops->narrow(out, mode, c1 - c0);
+  if (rc != 0) {
+    nto_layer_narrow_free(out);
+    return nto_err_set(err, NTO_EINVAL,
+                       "layer '%s' (%s): cannot compute a group of its "
+                       "channels alone",
+                       l->name, l->ops->type);
+  }
+  if ((rc = out->ops->plan(out, err)) != 0) {
+    nto_layer_narrow_free(out);
+    return rc;
+  }
+  rc = out->n_w != l->n_w || out->n_saved != l->n_saved ||
+       out->out_shape.c != c1 - c0;
+  for (int j = 0; !rc && j < l->n_w; j++) {
+    w_off[j] = block_offset(nto_shape_numel(l->w[j].shape),
+                            nto_shape_numel(out->w[j].shape), channels, c0, c1);
+    rc = w_off[j] == (size_t)-1;
+    out->w[j].tensor = l->w[j].tensor;
+  }
+  for (int k = 0; !rc && k < l->n_saved; k++) {
+    s_off[k] =
+        block_offset(nto_shape_numel(l->saved[k].shape),
+                     nto_shape_numel(out->saved[k].shape), channels, c0, c1);
+    rc = s_off[k] == (size_t)-1;
+    out->saved[k].tensor = l->saved[k].tensor;
+  }
+  if (rc) {
+    nto_layer_narrow_free(out);
+    return nto_err_set(err, NTO_EINVAL,
+                       "layer '%s' (%s): its weights are not blocks per "
+                       "output channel",
+                       l->name, l->ops->type);
+  }
+  return 0;
+}
+
+void nto_layer_narrow_free(nto_layer *out) {
+  free(out->priv);
+  out->priv = NULL;
 }
 
 int nto_layer_no_keys(nto_layer *l, const char *key, const char *value,

@@ -155,7 +155,24 @@ typedef struct nto_layer_ops {
   size_t (*weight_rows_cache)(const nto_layer *l, int j);
   void (*backward_weight_rows)(nto_layer *l, const nto_bwd *b, int j, int r0,
                                int r1, float *dst, float *cache, int fill);
+  /*
+   * Optional (NULL: never narrowed). For channel groups (tensors.h): make
+   * l, a copy of a planned layer, compute `channels` of its output channels
+   * only, by setting what its plan derives the channel count from (a
+   * convolution's filters, an input shape's c); the caller plans it again
+   * (nto_layer_narrow). NTO_NARROW_OUTPUT: the output channels alone, from
+   * the whole input (a convolution without groups: a block of its
+   * filters); NTO_NARROW_CHANNELS: input and output channels alike, for a
+   * layer whose output channel c reads input channel c alone (batch
+   * normalization over (N, H, W), an element-wise activation, a depthwise
+   * convolution). Returns 0, or NTO_EINVAL when this layer cannot be
+   * narrowed that way.
+   */
+  int (*narrow)(nto_layer *l, int mode, int channels);
 } nto_layer_ops;
+
+/* Modes of nto_layer_ops.narrow. */
+enum { NTO_NARROW_OUTPUT = 1, NTO_NARROW_CHANNELS = 2 };
 
 struct nto_layer {
   char name[NTO_NAME_MAX]; /* INI section name (as written) */
@@ -260,6 +277,24 @@ void nto_layer_reg_grad(const nto_layer *l, int j, const float *w, float *dw,
  * weights, saved tensors, workspace, bwd_needs_* flags, out_is_input,
  * bwd_in_place, out_kind and replay_macs. */
 void nto_layer_plan_reset(nto_layer *l);
+
+/*
+ * A copy of planned layer l that computes its output channels [c0, c1)
+ * only (ops.narrow with `mode`, then plan), into *out, for the steps of
+ * one channel group (tensors.h): its weights and saved tensors are
+ * windows of l's, starting w_off[j] and s_off[k] elements into l's weight
+ * j and saved tensor k (each of which must hold per-output-channel blocks
+ * in channel order: a convolution's filters, a vector per channel). Its
+ * tensor indices are l's. out->priv is a copy of l's, owned by *out
+ * (nto_layer_narrow_free). Returns 0; NTO_EINVAL naming the layer when it
+ * cannot be narrowed so (no ops.narrow, or its weights or saved tensors
+ * are not per-channel blocks); NTO_ENOMEM; or plan's error. Model-building
+ * thread.
+ */
+int nto_layer_narrow(const nto_layer *l, int mode, int c0, int c1,
+                     nto_layer *out, size_t w_off[NTO_MAX_WEIGHTS],
+                     size_t s_off[NTO_MAX_SAVED], nto_err *err);
+void nto_layer_narrow_free(nto_layer *out);
 
 /* set_prop of a layer type without keys: always NTO_ENOKEY. */
 int nto_layer_no_keys(nto_layer *l, const char *key, const char *value,
