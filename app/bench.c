@@ -7,9 +7,10 @@
  *   train MODEL --window CFG --iterations W+K --warmup W --eval-samples 0
  *         --data synthetic --report-json TMP/CFG.json --save TMP/CFG.bin
  * (plus --batch-size, --freeze-until, --swap-dir, --io, --memory-budget,
- * --recompute, --optimizer-state, --updates, --no-direct, --allow-tmpfs-swap and
- * --flash-endurance when given), one configuration after the other,
- * so that each has its own peak RSS (the kernel's VmHWM is per process). With
+ * --recompute, --optimizer-state, --updates, --channel-groups, --no-direct,
+ * --allow-tmpfs-swap and --flash-endurance when given), one configuration
+ * after the other, so that each has its own peak RSS (the kernel's VmHWM is
+ * per process). With
  * --rounds R the list runs R times, configurations interleaved (round 1: every
  * configuration, then round 2, ...), so that a slow spell of a shared machine
  * hits every configuration alike; each figure is the median over the rounds
@@ -122,6 +123,9 @@ static const char usage[] =
     "                        (runs without +MODE)\n"
     "  --optimizer-state V   passed to train as --optimizer-state V\n"
     "  --updates after|spread  passed to train\n"
+    "  --channel-groups off|SIZE  passed to train (every run, all resident\n"
+    "                        too: the same results only with the same\n"
+    "                        setting)\n"
     "  --no-direct           swap through the page cache (passed to train)\n"
     "  --flash-endurance TBW the swap device's rated endurance, for the\n"
     "                        flash wear per epoch "
@@ -146,6 +150,8 @@ typedef struct bench_opts {
   const char *endurance;                          /* NULL: not given */
   const char *optimizer_state;                    /* NULL: not given */
   const char *updates;                            /* NULL: not given */
+  const char *groups;                             /* NULL: not given */
+  size_t group_bytes;                             /* its bytes, 0: off */
   const char *profile_name;                       /* NULL: not given */
   const board_profile *profile;                   /* of profile_name */
   long iterations, warmup, batch;                 /* batch 0: the INI's */
@@ -359,12 +365,13 @@ static const char **string_opt(bench_opts *o, const char *a, const char **name,
                                       "--optimizer-state",
                                       "--profile",
                                       "--updates",
+                                      "--channel-groups",
                                       NULL};
   const char **dst[] = {&o->windows,      &o->data,      &o->csv,
                         &o->json,         &o->plot,      &o->swap_dir,
                         &o->io,           &o->budget,    &o->recompute,
                         &o->freeze_until, &o->endurance, &o->optimizer_state,
-                        &o->profile_name, &o->updates};
+                        &o->profile_name, &o->updates,   &o->groups};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -472,6 +479,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
               o->recompute);
     return -1;
   }
+  if (cli_channel_groups(o->groups, &o->group_bytes) != 0)
+    return -1;
   if (o->endurance &&
       setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw) != 0)
     return -1;
@@ -711,6 +720,8 @@ static int run_child(const bench *b, config *c, int k) {
     ARG("--optimizer-state"), ARG(o->optimizer_state);
   if (o->updates)
     ARG("--updates"), ARG(o->updates);
+  if (o->groups)
+    ARG("--channel-groups"), ARG(o->groups);
   args[n] = NULL;
 #undef ARG
   nto_err err = {0};
@@ -1478,6 +1489,7 @@ static nto_model *floor_model(bench *b, const report *r) {
                       .window_mode = NTO_WINDOW_AUTO,
                       .recompute = rc,
                       .segments_max = seg_max,
+                      .group_bytes = b->o.group_bytes,
                       .freeze_until = b->o.freeze_until};
   nto_err err = {0};
   fp->recompute = rc;

@@ -199,6 +199,20 @@ int cli_budget(const char *what, const char *v, size_t *out) {
   return 0;
 }
 
+int cli_channel_groups(const char *v, size_t *out) {
+  nto_err e = {0};
+  *out = 0;
+  if (!v || !strcmp(v, "off"))
+    return 0;
+  if (nto_parse_size(v, out, &e) != 0 || *out < 1024) {
+    cli_error("--channel-groups: expected off or a size of at least 1K "
+              "(suffixes K, M, G), got '%s'",
+              v);
+    return -1;
+  }
+  return 0;
+}
+
 int cli_io(const char *v, nto_io_kind *out) {
   if (!strcmp(v, "uring") || !strcmp(v, "io_uring"))
     *out = NTO_IO_URING;

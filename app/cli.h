@@ -42,6 +42,11 @@ const char *cli_state_note(const nto_opt_conf *o);
  * or -1; prints nothing (bench checks its labels' +MODE). */
 int cli_recompute_word(const char *p, size_t n);
 
+/* --channel-groups off|SIZE (NULL: off) -> *out: 0, or SIZE in bytes
+ * (model.h group_bytes; K, M, G suffixes, at least 1 KiB). Returns 0, or -1
+ * after a usage error. */
+int cli_channel_groups(const char *v, size_t *out);
+
 /* A memory budget v (K/M/G, bare: bytes) -> *out bytes. A bare number
  * below 1 MiB is refused with "did you mean vM?". Returns 0, or -1 after
  * printing an error naming what (the option or INI key) and v. */

@@ -333,6 +333,9 @@ static void json_config(FILE *f, const run *r, const metrics *mx) {
                                                               : "false");
   fprintf(f, "  \"recomputed_convolutions\": %d,\n",
           nto_model_recomputed_convs(r->m));
+  int grouped, chains = nto_model_chains(r->m, &grouped);
+  fprintf(f, "  \"channel_group_chains\": %d,\n", chains);
+  fprintf(f, "  \"channel_group_layers\": %d,\n", grouped);
   int seg_all, seg = nto_model_segment_convs(r->m, &seg_all);
   fprintf(f, "  \"segment_convolutions\": %d,\n", seg);
   fprintf(f, "  \"segment_candidates\": %d,\n", seg_all);

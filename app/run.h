@@ -32,6 +32,7 @@ typedef struct train_opts {
   const char *recompute;    /* --recompute auto|off, NULL: auto */
   const char *opt_state;    /* --optimizer-state, NULL: the INI's */
   const char *updates;      /* --updates after|spread, NULL: after */
+  const char *groups;       /* --channel-groups off|SIZE, NULL: off */
   const char *freeze_until; /* --freeze-until LAYER, NULL: none */
   const char *frozen_bn;    /* --frozen-bn running|batch, NULL: the INI's */
   const char *report_json;  /* NULL: off */
@@ -76,6 +77,7 @@ typedef struct run {
   int offload;             /* the model offloads */
   const char *window_mode; /* "fixed", "auto", "budget" or "all" */
   size_t budget;           /* bytes, 0: none */
+  size_t group_bytes;      /* --channel-groups, 0: off */
   char budget_src[256];    /* where the budget came from (errors) */
   char limit_src[256];     /* without a budget: the memory limit, named */
   /* the loop */

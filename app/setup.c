@@ -200,8 +200,10 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   const char *what, *w = window_setting(r, &what);
   if (budget_setting(r, mo) != 0 ||
       cli_recompute(o->recompute, &mo->recompute, &mo->segments_max) ||
-      cli_update_placement(o->updates, &mo->update_placement))
+      cli_update_placement(o->updates, &mo->update_placement) ||
+      cli_channel_groups(o->groups, &mo->group_bytes))
     return -1;
+  r->group_bytes = mo->group_bytes;
   /* budgets and limits bound the whole process: beyond its RSS when the
    * plans are built, it holds the BLAS buffers of each compute thread */
   mo->process_extra = (size_t)nto_parallel_threads() * SETUP_BLAS_THREAD_BYTES;

@@ -19,6 +19,7 @@ static const char usage[] =
     "TBW]\n"
     "                                 [--optimizer-state fp32|bf16|int8]\n"
     "                                 [--memory-budget SIZE]\n"
+    "                                 [--channel-groups off|SIZE]\n"
     "\n"
     "Options take their value as --name VALUE or --name=VALUE.\n"
     "\n"
@@ -60,7 +61,11 @@ static const char usage[] =
     "  --memory-budget SIZE\n"
     "                   also what train plans within this budget on the\n"
     "                   whole process: the window it picks, its estimated\n"
-    "                   peak RSS and swap traffic, or the refusal\n";
+    "                   peak RSS and swap traffic, or the refusal\n"
+    "  --channel-groups off|SIZE\n"
+    "                   as for train: runs of layers that keep channels\n"
+    "                   apart computed by groups of channels of at most\n"
+    "                   about SIZE (default off)\n";
 
 /* summary's options. */
 typedef struct summary_opts {
@@ -68,6 +73,8 @@ typedef struct summary_opts {
   const char *opt_state; /* --optimizer-state, NULL: the INI's */
   const char *budget_arg; /* --memory-budget as given, NULL: none */
   size_t budget;          /* its bytes */
+  const char *groups_arg; /* --channel-groups as given, NULL: off */
+  size_t group_bytes;     /* its bytes, 0: off */
   long batch, threads, epochs, iterations;
   nto_recompute recompute;
   int segments_max; /* --recompute segments:N: N, else 0 */
@@ -97,6 +104,29 @@ static size_t saved_bytes(const nto_model *m, int i) {
       if (!nto_model_recomputed(m, l->in[k]))
         b += nto_shape_bytes(g->layers[l->in[k]].out_shape);
   return b;
+}
+
+/* The chains of channel groups (--channel-groups): "FIRST .. LAST in G
+ * groups" each. */
+static void print_chains(const nto_model *m, size_t group_bytes) {
+  const nto_graph *g = nto_model_graph(m);
+  int layers, n = nto_model_chains(m, &layers);
+  char a[32];
+  if (!n)
+    return;
+  printf("channel groups (at most about %s each): %d run%s of layers, %d "
+         "layers\n",
+         nto_format_bytes(group_bytes, a, sizeof a), n, n == 1 ? "" : "s",
+         layers);
+  for (int i = 0; i < g->n_layers; i++) {
+    int role, G = nto_model_groups(m, i, &role), e = i;
+    if (role != 'P')
+      continue;
+    while (nto_model_groups(m, e, &role) > 1 && role != 'E')
+      e++;
+    printf("  %s .. %s in %d groups\n", g->layers[i].name, g->layers[e].name,
+           G);
+  }
 }
 
 static void print_table(const nto_model *m) {
@@ -213,10 +243,10 @@ static const char **string_opt(summary_opts *o, const char *a,
   static const char *const names[] = {
       "--freeze-until",    "--data",            "--classes",
       "--valid-split",     "--flash-endurance", "--optimizer-state",
-      "--memory-budget",   NULL};
+      "--memory-budget",   "--channel-groups",  NULL};
   const char **dst[] = {&o->freeze,        &o->d.data,    &o->d.classes,
                         &o->d.valid_split, &o->endurance, &o->opt_state,
-                        &o->budget_arg};
+                        &o->budget_arg,    &o->groups_arg};
   for (int i = 0; names[i]; i++)
     if ((*m = cli_opt_match(a, names[i])) != 0) {
       *name = names[i];
@@ -289,6 +319,8 @@ static int parse_opts(int argc, char **argv, summary_opts *o) {
   o->d.model = o->path;
   if (o->budget_arg &&
       cli_budget("--memory-budget", o->budget_arg, &o->budget) != 0)
+    return -1;
+  if (cli_channel_groups(o->groups_arg, &o->group_bytes) != 0)
     return -1;
   return o->endurance
              ? setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw)
@@ -396,6 +428,7 @@ int cmd_summary(int argc, char **argv) {
                       .plan_only = 1,
                       .recompute = so.recompute,
                       .segments_max = so.segments_max,
+                      .group_bytes = so.group_bytes,
                       .freeze_until = so.freeze};
   int status = CLI_USAGE; /* an unreadable or invalid model file */
   /* the workspace has a slot per compute thread where kernels need one
@@ -418,6 +451,7 @@ int cmd_summary(int argc, char **argv) {
   char a[32], b[32], d[32], e[32], f[32], why[NTO_ERR_MSG_MAX] = "";
   printf("\ntotal: %d layers, %zu trainable parameters\n",
          nto_model_graph(m)->n_layers, nto_model_param_count(m));
+  print_chains(m, so.group_bytes);
   printf("planned memory (all resident): %s = weights %s + optimizer state "
          "%s%s + activations/gradients %s + workspace %s\n",
          nto_format_bytes(p.total, a, sizeof a),

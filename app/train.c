@@ -101,6 +101,14 @@ static const char usage[] =
     "                        chunks) right after their backward step\n"
     "                        (default), or spread over the rest of the\n"
     "                        backward pass; the same results\n"
+    "  --channel-groups off|SIZE  off (default), or compute each run of\n"
+    "                        layers that keeps channels apart (a 1x1\n"
+    "                        expansion, batch normalization, ReLU6, a\n"
+    "                        depthwise convolution) in groups of channels\n"
+    "                        whose outputs hold at most about SIZE, so that\n"
+    "                        a window holds less than one such layer;\n"
+    "                        the same results at every window, within\n"
+    "                        rounding of off\n"
     "  --optimizer-state fp32|bf16|int8  how momentum and Adam's moments\n"
     "                        are stored, in RAM and swap: fp32 (default,\n"
     "                        exact), bf16 or block-wise int8 (half or a\n"
@@ -158,6 +166,7 @@ static const setup_opt train_opts_table[] = {
     SETUP_OPT("--recompute", recompute, 's', 0, 0),
     SETUP_OPT("--optimizer-state", opt_state, 's', 0, 0),
     SETUP_OPT("--updates", updates, 's', 0, 0),
+    SETUP_OPT("--channel-groups", groups, 's', 0, 0),
     SETUP_OPT("--freeze-until", freeze_until, 's', 0, 0),
     SETUP_OPT("--frozen-bn", frozen_bn, 's', 0, 0),
     SETUP_OPT("--init-weights", init_weights, 's', 0, 0),
@@ -477,8 +486,9 @@ static int model_ckpt_state(nto_model *m, nto_ckpt_state *s,
 static int write_checkpoint(run *r, nto_err *err) {
   if (!r->o.checkpoint || r->ckpt_it == r->n_steps)
     return 0;
-  nto_ckpt_value v[8];
+  nto_ckpt_value v[9];
   int n = 0;
+  nto_ckpt_set(&v[n++], "train.channel_groups", (uint64_t)r->group_bytes);
   nto_ckpt_set(&v[n++], "loop.epoch", (uint64_t)r->epoch);
   nto_ckpt_set(&v[n++], "loop.iter_in_epoch", (uint64_t)r->ie);
   nto_ckpt_set(&v[n++], "loop.loss_sum", dbits(r->loss_sum));
@@ -578,9 +588,24 @@ static int loop_values(run *r, long it, const nto_ckpt_value *v, int n,
   return rc;
 }
 
+/* "off", or a --channel-groups size as "20M" / "1536K" / bytes. */
+static const char *groups_text(uint64_t b, char *buf, size_t len) {
+  if (!b)
+    snprintf(buf, len, "off");
+  else if (b % (1u << 20) == 0)
+    snprintf(buf, len, "%" PRIu64 "M", b >> 20);
+  else if (b % 1024 == 0)
+    snprintf(buf, len, "%" PRIu64 "K", b >> 10);
+  else
+    snprintf(buf, len, "%" PRIu64, b);
+  return buf;
+}
+
 /* --resume: restore the model, the data position and the loop's state.
- * Returns 0 or the checkpoint's error (NTO_ECONFIG: another model). */
+ * Returns 0 or the checkpoint's error (NTO_ECONFIG: another model, or
+ * other channel groups). */
 static int resume(run *r, nto_err *err) {
+  char a[32], b[32];
   nto_ckpt_value v[32];
   int n = 0;
   nto_ckpt_state st;
@@ -600,6 +625,14 @@ static int resume(run *r, nto_err *err) {
                          "checkpoint %s has no value %s: it was not written "
                          "by train",
                          r->o.resume, need[i]);
+  uint64_t groups = nto_ckpt_get(v, n, "train.channel_groups", 0);
+  if (groups != r->group_bytes) /* other steps: other rounding */
+    return nto_err_set(err, NTO_ECONFIG,
+                       "checkpoint %s was written with --channel-groups %s, "
+                       "this run has %s: the runs would round differently; "
+                       "resume with the checkpoint's",
+                       r->o.resume, groups_text(groups, a, sizeof a),
+                       groups_text(r->group_bytes, b, sizeof b));
   if ((rc = loop_values(r, st.iteration, v, n, err)) != 0)
     return rc;
   r->it0 = r->n_steps = nto_model_iteration(r->m);
@@ -1095,6 +1128,14 @@ static void print_setup(run *r) {
   printf("data: %s\n", nto_dataset_describe(r->train));
   if (r->test)
     printf("test: %s\n", nto_dataset_describe(r->test));
+  int grouped, chains = nto_model_chains(r->m, &grouped);
+  size_t gb = 0;
+  char a[32];
+  if (chains && cli_channel_groups(r->o.groups, &gb) == 0)
+    printf("channel groups: %d run%s of layers (%d layers) computed by "
+           "groups of channels of at most about %s each\n",
+           chains, chains == 1 ? "" : "s", grouped,
+           nto_format_bytes(gb, a, sizeof a));
   print_plan(r);
   if (r->o.resume)
     printf("resumed from %s at iteration %ld (epoch %ld, iteration %ld of "

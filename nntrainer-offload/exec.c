@@ -24,38 +24,78 @@ static nto_layer *layer(const nto_exec *e, int i) {
   return &e->tt->g->layers[i];
 }
 
-/* The forward arguments of layer i (its inputs, weights, saved tensors,
- * the workspace) writing into out; in an R step (`replay`) the inputs are
+/* Layer i as its step of group g runs it: the narrowed copy of a chain
+ * layer (tensors.h channel groups), else the layer; *x its windows into
+ * the weights and saved tensors (NULL: whole). */
+static nto_layer *glayer(const nto_exec *e, int i, int g,
+                         const nto_group_layer **x) {
+  *x = nto_tensors_glayer(e->tt, i, g);
+  return *x ? (nto_layer *)&(*x)->l : layer(e, i);
+}
+
+/* Data of weight j of layer l (as glayer gave it: x its windows). */
+static float *W(const nto_exec *e, const nto_layer *l, const nto_group_layer *x,
+                int j) {
+  return T(e, l->w[j].tensor) + (x ? x->w_off[j] : 0);
+}
+
+/* Data of saved tensor k of layer l (as glayer gave it). */
+static float *SV(const nto_exec *e, const nto_layer *l,
+                 const nto_group_layer *x, int k) {
+  float *d = T(e, l->saved[k].tensor);
+  return d && x ? d + x->s_off[k] : d;
+}
+
+/* Channels [c0, c1) of `whole` (n, c, hw floats, shape s) from (to = 0)
+ * or into (to = 1) `part` (n, c1 - c0, hw). */
+static void copy_group(float *whole, float *part, nto_shape s, int c0, int c1,
+                       int to) {
+  size_t hw = (size_t)s.h * s.w, cg = (size_t)(c1 - c0);
+  for (int i = 0; i < s.n; i++) {
+    float *a = whole + ((size_t)i * s.c + c0) * hw, *b = part + i * cg * hw;
+    memcpy(to ? a : b, to ? b : a, cg * hw * sizeof(float));
+  }
+}
+
+/* The forward arguments of layer l (layer i, or its copy for group g: x
+ * its windows) writing into out; in an R step (`replay`) the inputs are
  * the tensors backward reads for them (their twins). */
-static nto_fwd fwd_args(const nto_exec *e, int i, float *out, int training,
+static nto_fwd fwd_args(const nto_exec *e, int i, int g, const nto_layer *l,
+                        const nto_group_layer *x, float *out, int training,
                         int replay) {
   const nto_tensors *tt = e->tt;
-  const nto_layer *l = layer(e, i);
   nto_fwd f = {0};
   for (int k = 0; k < l->n_in; k++) {
-    int t = tt->out_t[l->in[k]];
+    int t = nto_tensors_gin(tt, i, k, g);
     f.in[k] = T(e, replay ? nto_tensors_bwd(tt, t) : t);
   }
   f.out = out;
   for (int j = 0; j < l->n_w; j++)
-    f.w[j] = T(e, l->w[j].tensor);
+    f.w[j] = W(e, l, x, j);
   for (int k = 0; k < l->n_saved; k++)
-    f.saved[k] = T(e, l->saved[k].tensor);
+    f.saved[k] = SV(e, l, x, k);
   f.ws = e->ws;
   f.training = training;
   f.rng = e->rng;
   return f;
 }
 
-/* F_i: run layer i's forward. */
-static void forward_step(const nto_exec *e, int i, const float *x,
+/* F_i of group g: run layer i's forward (a chain's end: its group into a
+ * tensor of its own, then into its place in the whole output). */
+static void forward_step(const nto_exec *e, int i, int g, const float *x,
                          int training) {
-  nto_layer *l = layer(e, i);
-  float *out = T(e, e->tt->out_t[i]);
+  const nto_tensors *tt = e->tt;
+  const nto_group_layer *gx;
+  nto_layer *l = glayer(e, i, g, &gx);
+  int end = nto_tensors_chain(tt, i) == 'E';
+  float *out = T(e, end ? tt->gscratch[i] : nto_tensors_gout(tt, i, g));
   if (nto_is_input(l))
     memcpy(out, x, nto_shape_bytes(l->out_shape));
-  nto_fwd f = fwd_args(e, i, out, training, 0);
+  nto_fwd f = fwd_args(e, i, g, l, gx, out, training, 0);
   l->ops->forward(l, &f);
+  if (end)
+    copy_group(T(e, tt->out_t[i]), out, layer(e, i)->out_shape, gx->c0, gx->c1,
+               1);
 }
 
 /* dL/d(out of layer i): the sum of its consumer edges' gradients, summed
@@ -123,15 +163,33 @@ static void update_chunk(const nto_exec *e, int i, int j, int k, double lr,
                  update, key);
 }
 
-/* B_i: backward of layer i and the optimizer update of its weights that
- * have a single update chunk (the others get U steps). */
-static void backward_step(const nto_exec *e, int i, double lr, long update) {
+/* B_i of group g: backward of layer i (or of its copy for the group) and
+ * the optimizer update of its weights that have a single update chunk
+ * (the others get U steps), with the layer's last group (0). A chain's end
+ * gathers its whole output gradient with its first group (G-1) and takes
+ * each group's share of it; a chain producer adds its groups' input
+ * gradients after the first into the whole. */
+static void backward_step(const nto_exec *e, int i, int g, double lr,
+                          long update) {
   const nto_tensors *tt = e->tt;
-  nto_layer *l = layer(e, i);
+  const nto_group_layer *gx;
+  nto_layer *l = glayer(e, i, g, &gx);
+  int r = nto_tensors_chain(tt, i), G = nto_tensors_groups(tt, i);
   if (!tt->bwd[i]) /* nothing needs dL/d(output) (the last layer's step
                        may still run the loss: loss_step) */
     return;
-  const float *dout = gather_dout(e, i);
+  const float *dout;
+  if (r == 'P' || r == 'I') {
+    dout = T(e, nto_tensors_gdout(tt, i, g));
+  } else if (r == 'E') {
+    float *whole =
+        g == G - 1 ? (float *)gather_dout(e, i) : T(e, nto_tensors_dout(tt, i));
+    float *part = T(e, nto_tensors_gdout(tt, i, g));
+    copy_group(whole, part, layer(e, i)->out_shape, gx->c0, gx->c1, 0);
+    dout = part;
+  } else {
+    dout = gather_dout(e, i);
+  }
   if (nto_is_input(l)) {
     memcpy(e->input_grad, dout, nto_shape_bytes(l->out_shape));
     return;
@@ -139,47 +197,67 @@ static void backward_step(const nto_exec *e, int i, double lr, long update) {
   nto_bwd b = {0};
   for (int k = 0; k < l->n_in; k++) {
     b.in[k] = l->bwd_needs_input
-                  ? T(e, nto_tensors_bwd(tt, tt->out_t[l->in[k]]))
+                  ? T(e, nto_tensors_bwd(tt, nto_tensors_gin(tt, i, k, g)))
                   : NULL;
-    b.din[k] = T(e, tt->edge_t[i][k]);
+    b.din[k] = T(e, nto_tensors_gedge(tt, i, k, g));
   }
-  b.out = l->bwd_needs_output ? T(e, nto_tensors_bwd(tt, tt->out_t[i])) : NULL;
+  if (l->bwd_needs_output && r == 'E') { /* its group of the whole */
+    float *o = T(e, tt->gscratch[i]);
+    copy_group(T(e, tt->out_t[i]), o, layer(e, i)->out_shape, gx->c0, gx->c1,
+               0);
+    b.out = o;
+  } else if (l->bwd_needs_output) {
+    b.out = T(e, nto_tensors_bwd(tt, nto_tensors_gout(tt, i, g)));
+  }
   b.dout = dout;
   for (int j = 0; j < l->n_w; j++) {
-    b.w[j] = T(e, l->w[j].tensor);
-    b.dw[j] = T(e, tt->pgrad_t[i][j]);
+    b.w[j] = W(e, l, gx, j);
+    b.dw[j] = tt->pgrad_t[i][j] >= 0
+                  ? T(e, tt->pgrad_t[i][j]) + (gx ? gx->w_off[j] : 0)
+                  : NULL;
   }
   for (int k = 0; k < l->n_saved; k++)
-    b.saved[k] = T(e, l->saved[k].tensor);
+    b.saved[k] = SV(e, l, gx, k);
   b.ws = e->ws;
   l->ops->backward(l, &b);
-  for (int j = 0; j < l->n_w; j++) {
+  if (r == 'P' && g != G - 1 && b.din[0]) { /* the whole += this group's */
+    float *d = T(e, tt->edge_t[i][0]);
+    size_t n = nto_shape_numel(l->in_shape[0]);
+    for (size_t q = 0; q < n; q++)
+      d[q] += b.din[0][q];
+  }
+  if (g != 0)
+    return;
+  const nto_layer *whole = layer(e, i);
+  for (int j = 0; j < whole->n_w; j++) {
     if (tt->pgrad_t[i][j] < 0)
       continue;
     if (e->hook)
-      e->hook(e->hook_user, l, j, b.dw[j], nto_shape_numel(l->w[j].shape));
+      e->hook(e->hook_user, whole, j, T(e, tt->pgrad_t[i][j]),
+              nto_shape_numel(whole->w[j].shape));
     if (tt->n_chunk[i][j] == 1)
       update_chunk(e, i, j, 0, lr, update);
   }
 }
 
-/* R step: layer a's output again, into its twin, bit for bit the
- * forward's (layer.h replay): a convolution's replay from its input; for
- * an activation, its input layer's replay (batch normalization from its
- * input, or that input's twin, and the mean and inv_std its forward
+/* R step of group g: layer a's output again, into its twin, bit for bit
+ * the forward's (layer.h replay): a convolution's replay from its input;
+ * for an activation, its input layer's replay (batch normalization from
+ * its input, or that input's twin, and the mean and inv_std its forward
  * saved), then the activation's, in place. */
-static void recompute_step(const nto_exec *e, int a) {
+static void recompute_step(const nto_exec *e, int a, int g) {
   const nto_tensors *tt = e->tt;
-  nto_layer *al = layer(e, a);
-  int p = tt->re_conv[a] ? a : al->in[0];
-  nto_layer *pl = layer(e, p);
-  float *out = T(e, tt->re_t[tt->out_t[a]]);
-  nto_fwd f = fwd_args(e, p, out, 1, 1);
+  const nto_group_layer *ax, *px;
+  nto_layer *al = glayer(e, a, g, &ax);
+  int p = tt->re_conv[a] ? a : layer(e, a)->in[0];
+  nto_layer *pl = glayer(e, p, g, &px);
+  float *out = T(e, tt->re_t[nto_tensors_gout(tt, a, g)]);
+  nto_fwd f = fwd_args(e, p, g, pl, px, out, 1, 1);
   pl->ops->replay(pl, &f);
   if (tt->re_conv[a])
     return;
-  nto_fwd g = {.in = {out}, .out = out, .ws = e->ws, .training = 1};
-  al->ops->replay(al, &g);
+  nto_fwd h = {.in = {out}, .out = out, .ws = e->ws, .training = 1};
+  al->ops->replay(al, &h);
 }
 
 /* The loss on the last forward; writes its gradient when grad != 0. */
@@ -215,19 +293,19 @@ static int run_step(const nto_exec *e, int pass, int s, const float *x,
                     const float *y, int valid, double lr, long update,
                     nto_step_stats *st, nto_err *err) {
   int L = e->tt->L;
-  if (s < L) {
-    forward_step(e, s, x, pass == NTO_PASS_TRAIN);
-    if (pass == NTO_PASS_EVAL && s == L - 1)
+  const nto_step *d = &e->st->v[s];
+  if (d->kind == 'F') {
+    forward_step(e, d->layer, d->group, x, pass == NTO_PASS_TRAIN);
+    if (pass == NTO_PASS_EVAL && d->layer == L - 1)
       return loss_step(e, y, valid, 0, update, st, err);
     return 0;
   }
-  const nto_step *d = &e->st->v[s];
   if (d->kind == 'U') {
     update_chunk(e, d->layer, d->w, d->chunk, lr, update);
     return 0;
   }
   if (d->kind == 'R') {
-    recompute_step(e, d->layer);
+    recompute_step(e, d->layer, d->group);
     return 0;
   }
   if (d->layer == L - 1) {
@@ -235,7 +313,7 @@ static int run_step(const nto_exec *e, int pass, int s, const float *x,
     if (rc != 0 || e->tt->o.fused)
       return rc;
   }
-  backward_step(e, d->layer, lr, update);
+  backward_step(e, d->layer, d->group, lr, update);
   return 0;
 }
 

@@ -122,6 +122,7 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
   to.recompute_conv = nto_tuner_recompute_convs(&tu, o->recompute);
   to.recompute_segments = o->recompute == NTO_RECOMPUTE_SEGMENTS;
   to.segments_max = o->segments_max;
+  to.group_bytes = o->group_bytes;
   int rc = nto_graph_build(&m->g, m->conf, batch, err);
   if (rc == 0 && o->freeze_until)
     rc = nto_graph_freeze(&m->g, m->conf, o->freeze_until, err);
@@ -143,8 +144,12 @@ static int build_plan(nto_model *m, const nto_model_opts *o, nto_err *err) {
     rc = nto_arena_bytes(&m->st.plan[NTO_PASS_TRAIN], &m->tt, &m->arena_bytes,
                          err);
   for (int i = 0; rc == 0 && i < m->g.n_layers; i++)
-    if (m->g.layers[i].ws_bytes > m->ws_bytes)
-      m->ws_bytes = m->g.layers[i].ws_bytes;
+    for (int g = 0; g < nto_tensors_groups(&m->tt, i); g++) {
+      const nto_group_layer *x = nto_tensors_glayer(&m->tt, i, g);
+      size_t ws = x ? x->l.ws_bytes : m->g.layers[i].ws_bytes;
+      if (ws > m->ws_bytes)
+        m->ws_bytes = ws;
+    }
   return rc;
 }
 
@@ -274,9 +279,12 @@ static double train_flop(const nto_model *m) {
   double f = 0;
   for (int i = 0; i < m->g.n_layers; i++)
     f += 6.0 * conv_macs(&m->g.layers[i]);
-  for (int s = 0; s < m->st.n; s++)
-    if (m->st.v[s].kind == 'R' && m->tt.re_conv[m->st.v[s].layer])
-      f += 2.0 * conv_macs(&m->g.layers[m->st.v[s].layer]);
+  for (int s = 0; s < m->st.n; s++) {
+    const nto_step *d = &m->st.v[s];
+    const nto_group_layer *x = nto_tensors_glayer(&m->tt, d->layer, d->group);
+    if (d->kind == 'R' && m->tt.re_conv[d->layer])
+      f += 2.0 * conv_macs(x ? &x->l : &m->g.layers[d->layer]);
+  }
   return f;
 }
 
@@ -836,6 +844,16 @@ int nto_model_recomputed_convs(const nto_model *m) {
 
 int nto_model_segment_convs(const nto_model *m, int *candidates) {
   return nto_tensors_segment_convs(&m->tt, candidates);
+}
+
+int nto_model_chains(const nto_model *m, int *layers) {
+  return nto_tensors_chains(&m->tt, layers);
+}
+
+int nto_model_groups(const nto_model *m, int i, int *role) {
+  if (role)
+    *role = nto_tensors_chain(&m->tt, i);
+  return nto_tensors_groups(&m->tt, i);
 }
 
 int nto_model_convs_kept(const nto_model *m) { return m->convs_kept; }

@@ -71,6 +71,10 @@ typedef struct nto_model_opts {
   int segments_max;             /* with recompute segments: at most this
                                    many segment convolutions, in
                                    tensors.h's order; 0: all */
+  size_t group_bytes;           /* channel groups (tensors.h): chains whose
+                                   outputs are larger run in groups of
+                                   channels of at most about this many
+                                   bytes each; 0: none */
   const char *freeze_until;     /* NULL, or freeze the layers up to and
                                    including this one (graph.h
                                    nto_graph_freeze) */
@@ -325,6 +329,12 @@ int nto_model_recomputed_convs(const nto_model *m);
  * 0 unless recompute segments), and into *candidates (may be NULL) how
  * many segments would recompute without a limit (segments_max). */
 int nto_model_segment_convs(const nto_model *m, int *candidates);
+/* Chains of channel groups (tensors.h; 0 without group_bytes), and into
+ * *layers (may be NULL) how many layers they hold. */
+int nto_model_chains(const nto_model *m, int *layers);
+/* Channel groups of layer i's steps (1: not in a chain), and into *role
+ * (may be NULL) its role: 'P', 'I', 'E' or 0 (tensors.h). */
+int nto_model_groups(const nto_model *m, int i, int *role);
 /* 1 when recompute auto kept the convolutions' outputs that it would
  * recompute, because with them recomputed the memory budget refused the
  * model (see nto_model_create). */

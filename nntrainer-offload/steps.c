@@ -21,28 +21,37 @@ static void use(builder *b, int pass, int s, int t, int mode) {
     b->oom = 1;
 }
 
-/* F_i: the layer's input(s), output, weights (training also writes the
- * running statistics, the weights without gradient) and saved tensors. In
- * an inference pass the loss is computed in F_{L-1}. */
-static void forward_uses(builder *b, int pass, int i) {
+/* F_i (of group g, F step s): the layer's input(s), output, weights
+ * (training also writes the running statistics, the weights without
+ * gradient) and saved tensors. In an inference pass the loss is computed
+ * in F_{L-1}. A chain's end writes its group through a tensor of its own
+ * into its whole output; group steps after the first write their share
+ * of the saved tensors and of the end's output beside the others'. */
+static void forward_uses(builder *b, int pass, int s, int i, int g) {
   const nto_tensors *tt = b->tt;
   const nto_layer *l = &tt->g->layers[i];
-  int train = pass == NTO_PASS_TRAIN;
-  if (!l->out_is_input) /* a view writes nothing: its input is its output */
-    use(b, pass, i, tt->out_t[i], NTO_USE_WRITE);
+  int train = pass == NTO_PASS_TRAIN, r = nto_tensors_chain(tt, i);
+  int share = g > 0 ? NTO_USE_RW : NTO_USE_WRITE;
+  if (r == 'E') {
+    use(b, pass, s, tt->gscratch[i], NTO_USE_WRITE);
+    use(b, pass, s, tt->out_t[i], share);
+  } else if (!l->out_is_input) { /* a view writes nothing: its input is its
+                                    output */
+    use(b, pass, s, nto_tensors_gout(tt, i, g), NTO_USE_WRITE);
+  }
   for (int k = 0; k < l->n_in; k++)
-    use(b, pass, i, tt->out_t[l->in[k]], NTO_USE_READ);
+    use(b, pass, s, nto_tensors_gin(tt, i, k, g), NTO_USE_READ);
   /* a training forward updates running statistics; a frozen layer writes
    * no weight, unless its batch normalization keeps batch statistics */
   int stats = train && (l->trainable || l->frozen_batch_stats);
   for (int j = 0; j < l->n_w; j++)
-    use(b, pass, i, l->w[j].tensor,
+    use(b, pass, s, l->w[j].tensor,
         NTO_USE_READ | (stats && !l->w[j].trainable ? NTO_USE_WRITE : 0));
   for (int k = 0; k < l->n_saved; k++)
     if (l->saved[k].tensor >= 0) /* none without a backward */
-      use(b, pass, i, l->saved[k].tensor, NTO_USE_WRITE);
+      use(b, pass, s, l->saved[k].tensor, share);
   if (!train && i == tt->L - 1)
-    use(b, pass, i, tt->out_t[tt->o.logits_layer], NTO_USE_READ);
+    use(b, pass, s, tt->out_t[tt->o.logits_layer], NTO_USE_READ);
 }
 
 /* dL/d(out of layer i) is gathered in B_i from its consumers' edges (the
@@ -59,16 +68,19 @@ static void gather_uses(builder *b, int i, int s) {
         c == 0 ? NTO_USE_RW : NTO_USE_READ);
 }
 
-/* B_i's weights: read, and with a fused update (one chunk, whole
- * gradient) written with their gradient and optimizer state. */
-static void weight_uses(builder *b, int i, int s) {
+/* B_i's weights (of group g of G): read, and with a fused update (one
+ * chunk, whole gradient) written with their gradient and optimizer state
+ * in the last B step of the layer (group 0); the gradient is written in
+ * shares, from group G-1 down. */
+static void weight_uses(builder *b, int i, int s, int g) {
   const nto_tensors *tt = b->tt;
   const nto_layer *l = &tt->g->layers[i];
-  int P = NTO_PASS_TRAIN;
+  int P = NTO_PASS_TRAIN, first = g == nto_tensors_groups(tt, i) - 1;
   for (int j = 0; j < l->n_w; j++) {
-    int fused = tt->pgrad_t[i][j] >= 0 && tt->n_chunk[i][j] == 1;
+    int fused = tt->pgrad_t[i][j] >= 0 && tt->n_chunk[i][j] == 1 && g == 0;
     use(b, P, s, l->w[j].tensor, NTO_USE_READ | (fused ? NTO_USE_WRITE : 0));
-    use(b, P, s, tt->pgrad_t[i][j], fused ? NTO_USE_RW : NTO_USE_WRITE);
+    use(b, P, s, tt->pgrad_t[i][j],
+        fused || !first ? NTO_USE_RW : NTO_USE_WRITE);
     if (fused) {
       use(b, P, s, tt->state_t[i][j][0], NTO_USE_RW);
       use(b, P, s, tt->state_t[i][j][1], NTO_USE_RW);
@@ -76,12 +88,17 @@ static void weight_uses(builder *b, int i, int s) {
   }
 }
 
-/* B_i: the loss (for the last layer), the gradient gathering, backward
- * and the fused optimizer update. */
-static void backward_uses(builder *b, int i) {
+/* B_i of group g (step s): the loss (for the last layer), the gradient
+ * gathering, backward and the fused optimizer update. A chain's end
+ * gathers its whole output gradient in its first B step (group G-1) and
+ * copies each group's share into that group's tensor; a chain producer's
+ * B steps after the first write a partial input gradient and add it to
+ * the whole. */
+static void backward_uses(builder *b, int s, int i, int g) {
   const nto_tensors *tt = b->tt;
   const nto_layer *l = &tt->g->layers[i];
-  int s = b->st->b_step[i], L = tt->L, P = NTO_PASS_TRAIN;
+  int L = tt->L, P = NTO_PASS_TRAIN, r = nto_tensors_chain(tt, i);
+  int first = g == nto_tensors_groups(tt, i) - 1;
   if (i == L - 1) {
     use(b, P, s, tt->out_t[tt->o.logits_layer], NTO_USE_READ);
     use(b, P, s, tt->out_t[L - 1], NTO_USE_READ);
@@ -92,19 +109,36 @@ static void backward_uses(builder *b, int i) {
   }
   if (!tt->bwd[i])
     return; /* the loss alone, or the input layer's empty step */
-  gather_uses(b, i, s);
+  if (r == 'P' || r == 'I') {
+    use(b, P, s, nto_tensors_gdout(tt, i, g), NTO_USE_READ);
+  } else if (r == 'E') {
+    if (first)
+      gather_uses(b, i, s);
+    else
+      use(b, P, s, nto_tensors_dout(tt, i), NTO_USE_READ);
+    use(b, P, s, nto_tensors_gdout(tt, i, g), NTO_USE_WRITE);
+  } else {
+    gather_uses(b, i, s);
+  }
   if (nto_is_input(l))
     return;
   for (int k = 0; k < l->n_in; k++) {
     if (l->bwd_needs_input)
-      use(b, P, s, nto_tensors_bwd(tt, tt->out_t[l->in[k]]), NTO_USE_READ);
-    use(b, P, s, tt->edge_t[i][k], NTO_USE_WRITE);
+      use(b, P, s, nto_tensors_bwd(tt, nto_tensors_gin(tt, i, k, g)),
+          NTO_USE_READ);
+    use(b, P, s, nto_tensors_gedge(tt, i, k, g), NTO_USE_WRITE);
+    if (r == 'P' && !first && tt->edge_t[i][k] >= 0)
+      use(b, P, s, tt->edge_t[i][k], NTO_USE_RW); /* += the partial */
   }
-  if (l->bwd_needs_output)
-    use(b, P, s, nto_tensors_bwd(tt, tt->out_t[i]), NTO_USE_READ);
+  if (l->bwd_needs_output && r == 'E') { /* its group, copied out */
+    use(b, P, s, tt->out_t[i], NTO_USE_READ);
+    use(b, P, s, tt->gscratch[i], NTO_USE_WRITE);
+  } else if (l->bwd_needs_output) {
+    use(b, P, s, nto_tensors_bwd(tt, nto_tensors_gout(tt, i, g)), NTO_USE_READ);
+  }
   for (int k = 0; k < l->n_saved; k++)
     use(b, P, s, l->saved[k].tensor, NTO_USE_READ);
-  weight_uses(b, i, s);
+  weight_uses(b, i, s, g);
 }
 
 /* U step s computing weight j's gradient rows of chunk k: from what B_i's
@@ -158,19 +192,21 @@ static const nto_layer *replayed(const nto_tensors *tt, int a) {
                         : &tt->g->layers[tt->g->layers[a].in[0]];
 }
 
-/* R step s: convolution a's output is recomputed from its input and
- * weights; activation a's from its input layer's (batch normalization's)
- * input (or that input's twin), weights and saved tensors. */
-static void recompute_uses(builder *b, int s, int a) {
+/* R step s (group g): convolution a's output is recomputed from its
+ * input and weights; activation a's from its input layer's (batch
+ * normalization's) input (or that input's twin), weights and saved
+ * tensors. */
+static void recompute_uses(builder *b, int s, int a, int g) {
   const nto_tensors *tt = b->tt;
   const nto_layer *p = replayed(tt, a);
-  int P = NTO_PASS_TRAIN;
-  use(b, P, s, nto_tensors_bwd(tt, tt->out_t[p->in[0]]), NTO_USE_READ);
+  int P = NTO_PASS_TRAIN, pi = (int)(p - tt->g->layers);
+  use(b, P, s, nto_tensors_bwd(tt, nto_tensors_gin(tt, pi, 0, g)),
+      NTO_USE_READ);
   for (int j = 0; j < p->n_w; j++)
     use(b, P, s, p->w[j].tensor, NTO_USE_READ);
   for (int k = 0; k < p->n_saved; k++)
     use(b, P, s, p->saved[k].tensor, NTO_USE_READ);
-  use(b, P, s, tt->re_t[tt->out_t[a]], NTO_USE_WRITE);
+  use(b, P, s, tt->re_t[nto_tensors_gout(tt, a, g)], NTO_USE_WRITE);
 }
 
 /* Does layer i get a B step? Where the gradient is needed, at the last
@@ -186,47 +222,89 @@ static int has_u_steps(const nto_tensors *tt, int i, int j) {
   return nto_tensors_updated(tt, i, j) && tt->n_chunk[i][j] > 1;
 }
 
-/* The training pass's step table (see steps.h). Returns 0 or -1 when out
- * of memory. */
+/* Append the R steps due before layer i's B step of group g (steps.h):
+ * in layer order, those of grouped layers for group g, the others with
+ * the first group (G-1) of a chain, or once for an ungrouped layer. */
+static void r_steps(nto_steps *st, const nto_tensors *tt, int i, int g,
+                    int *s) {
+  int first = g == nto_tensors_groups(tt, i) - 1;
+  for (int a = 0; a < tt->L; a++) /* producers first (tensors.c) */
+    for (int twice = 0; twice < 2; twice++) {
+      if ((twice ? tt->re_again[a] : tt->re_at[a]) != i)
+        continue;
+      if (nto_tensors_groups(tt, a) > 1)
+        st->v[(*s)++] = (nto_step){'R', a, -1, -1, g};
+      else if (first)
+        st->v[(*s)++] = (nto_step){'R', a, -1, -1, 0};
+    }
+}
+
+/* The training pass's step table (see steps.h). Returns 0, -1 when out
+ * of memory, -2 when an R step of a chain layer is due outside its chain
+ * (a programming error: tensors.c keeps them inside). */
 static int order_steps(nto_steps *st, const nto_tensors *tt,
                        nto_update_placement place) {
-  int L = tt->L, n = L;
+  int L = tt->L, n = 0;
   for (int i = 0; i < L; i++) {
-    n += has_b_step(tt, i) + (tt->re_at[i] >= 0) + (tt->re_again[i] >= 0);
+    int G = nto_tensors_groups(tt, i);
+    n += G *
+         (1 + has_b_step(tt, i) + (tt->re_at[i] >= 0) + (tt->re_again[i] >= 0));
     for (int j = 0; j < tt->g->layers[i].n_w; j++)
       n += has_u_steps(tt, i, j) ? tt->n_chunk[i][j] : 0;
+    for (int w = 0; G > 1 && w < 2; w++) { /* due inside its chain */
+      int at = w ? tt->re_again[i] : tt->re_at[i], e = i;
+      while (nto_tensors_chain(tt, e) != 'E')
+        e++;
+      if (at >= 0 && (at < i || at > e))
+        return -2;
+    }
   }
-  st->v = malloc((size_t)n * sizeof *st->v);
+  st->v = malloc((size_t)(n ? n : 1) * sizeof *st->v);
   st->b_step = malloc((size_t)L * sizeof *st->b_step);
   if (!st->v || !st->b_step)
     return -1;
   /* the U steps not yet placed, in order: q[q0..q1) */
-  nto_step *q = malloc((size_t)n * sizeof *q);
+  nto_step *q = malloc((size_t)(n ? n : 1) * sizeof *q);
   if (!q)
     return -1;
   int s = 0, q0 = 0, q1 = 0, b_left = 0;
-  for (int i = 0; i < L; i++) {
-    st->v[s++] = (nto_step){'F', i, -1, -1};
-    b_left += has_b_step(tt, i);
+  for (int i = 0; i < L; i++) { /* F, a chain group-major */
+    int G = nto_tensors_groups(tt, i), e = i;
+    while (G > 1 && nto_tensors_chain(tt, e) != 'E')
+      e++;
+    for (int g = 0; g < G; g++)
+      for (int x = i; x <= e; x++)
+        st->v[s++] = (nto_step){'F', x, -1, -1, g};
+    for (int x = i; x <= e; x++)
+      b_left += has_b_step(tt, x) * G;
+    i = e;
   }
-  for (int i = L - 1; i >= 0; i--) {
-    for (int a = 0; a < L; a++) /* producers first (tensors.c) */
-      if (tt->re_at[a] == i || tt->re_again[a] == i)
-        st->v[s++] = (nto_step){'R', a, -1, -1};
-    st->b_step[i] = -1;
-    if (!has_b_step(tt, i))
-      continue;
-    st->b_step[i] = s;
-    st->v[s++] = (nto_step){'B', i, -1, -1};
-    for (int j = 0; j < tt->g->layers[i].n_w; j++)
-      for (int k = 0; has_u_steps(tt, i, j) && k < tt->n_chunk[i][j]; k++)
-        q[q1++] = (nto_step){'U', i, j, k};
-    int take = q1 - q0; /* AFTER, and the last B step: all */
-    if (place == NTO_UPDATES_SPREAD && b_left > 1)
-      take = (take + b_left - 1) / b_left;
-    b_left--;
-    while (take-- > 0)
-      st->v[s++] = q[q0++];
+  st->n_fwd = s;
+  for (int i = L - 1; i >= 0; i--) { /* R, B, U; a chain by group */
+    int G = nto_tensors_groups(tt, i), p = i;
+    while (G > 1 && nto_tensors_chain(tt, p) != 'P')
+      p--;
+    for (int x = p; x <= i; x++)
+      st->b_step[x] = -1;
+    for (int g = G - 1; g >= 0; g--)
+      for (int x = i; x >= p; x--) {
+        r_steps(st, tt, x, g, &s);
+        if (!has_b_step(tt, x))
+          continue;
+        if (g == G - 1)
+          st->b_step[x] = s;
+        st->v[s++] = (nto_step){'B', x, -1, -1, g};
+        for (int j = 0; j < tt->g->layers[x].n_w; j++)
+          for (int k = 0; has_u_steps(tt, x, j) && k < tt->n_chunk[x][j]; k++)
+            q[q1++] = (nto_step){'U', x, j, k, 0};
+        int take = q1 - q0; /* AFTER, and the last B step: all */
+        if (place == NTO_UPDATES_SPREAD && b_left > 1)
+          take = (take + b_left - 1) / b_left;
+        b_left--;
+        while (take-- > 0)
+          st->v[s++] = q[q0++];
+      }
+    i = p;
   }
   free(q);
   st->n = s;
@@ -252,8 +330,8 @@ static int init_plans(nto_steps *st, const nto_tensors *tt, nto_plan *fb,
     rc = nto_plan_init(&st->plan[NTO_PASS_TRAIN], st->n, tt->n, bytes, pers,
                        err);
   if (rc == 0)
-    rc =
-        nto_plan_init(&st->plan[NTO_PASS_EVAL], tt->L, tt->n, bytes, pers, err);
+    rc = nto_plan_init(&st->plan[NTO_PASS_EVAL], st->n_fwd, tt->n, bytes, pers,
+                       err);
   free(bytes);
   free(pers);
   return rc;
@@ -261,16 +339,91 @@ static int init_plans(nto_steps *st, const nto_tensors *tt, nto_plan *fb,
 
 /* The F, R and B uses into b->train (and the inference uses when eval). */
 static void pass_uses(builder *b, int eval) {
-  for (int i = 0; i < b->tt->L; i++) {
-    forward_uses(b, NTO_PASS_TRAIN, i);
-    if (b->st->b_step[i] >= 0)
-      backward_uses(b, i);
-    if (eval)
-      forward_uses(b, NTO_PASS_EVAL, i);
+  for (int s = 0; s < b->st->n; s++) {
+    const nto_step *d = &b->st->v[s];
+    if (d->kind == 'F') {
+      forward_uses(b, NTO_PASS_TRAIN, s, d->layer, d->group);
+      if (eval)
+        forward_uses(b, NTO_PASS_EVAL, s, d->layer, d->group);
+    } else if (d->kind == 'B') {
+      backward_uses(b, s, d->layer, d->group);
+    } else if (d->kind == 'R') {
+      recompute_uses(b, s, d->layer, d->group);
+    }
   }
-  for (int s = 0; s < b->st->n; s++)
-    if (b->st->v[s].kind == 'R')
-      recompute_uses(b, s, b->st->v[s].layer);
+}
+
+/* Steps [s0, s1] of pass `pass` (fb: their uses) hold every tensor two
+ * of them use from its first use to its last: a chain's run of group steps
+ * (forward, or backward with its R steps) keeps the tensors all its groups
+ * share (the producer's input, the end's whole output and its gradient,
+ * the producer's input gradient, the layers' weights and saved tensors)
+ * resident between them, so that a small window does not write and read
+ * them again for each group. first, last: -1 per tensor (restored). */
+static void hold_run(builder *b, const nto_plan *fb, int pass, int s0, int s1,
+                     int *first, int *last) {
+  for (int s = s0; s <= s1; s++)
+    for (int k = fb->step_first[s]; k < fb->step_first[s + 1]; k++) {
+      int t = fb->step_t[k];
+      if (first[t] < 0)
+        first[t] = s;
+      last[t] = s;
+    }
+  for (int s = s0; s <= s1; s++)
+    for (int k = fb->step_first[s]; k < fb->step_first[s + 1]; k++) {
+      int t = fb->step_t[k];
+      if (first[t] != s)
+        continue; /* each tensor once, from its first step */
+      for (int h = first[t] + 1; h < last[t]; h++)
+        use(b, pass, h, t, NTO_USE_HOLD); /* merged where h uses t */
+    }
+  for (int s = s0; s <= s1; s++)
+    for (int k = fb->step_first[s]; k < fb->step_first[s + 1]; k++)
+      first[fb->step_t[k]] = last[fb->step_t[k]] = -1;
+}
+
+/* The holds of every chain's forward run (training and inference) and
+ * backward run (training): hold_run. */
+static int chain_holds(builder *b, const nto_plan *fb) {
+  const nto_tensors *tt = b->tt;
+  const nto_steps *st = b->st;
+  if (!tt->chain)
+    return 0;
+  int *first = malloc((size_t)tt->n * sizeof *first);
+  int *last = malloc((size_t)tt->n * sizeof *last);
+  if (!first || !last) {
+    free(first);
+    free(last);
+    return -1;
+  }
+  for (int t = 0; t < tt->n; t++)
+    first[t] = last[t] = -1;
+  for (int p = 0; p < tt->L; p++) {
+    if (tt->chain[p] != 'P')
+      continue;
+    int e = p;
+    while (tt->chain[e] != 'E')
+      e++;
+    int f0 = -1, f1 = -1, b0 = -1, b1 = -1;
+    for (int s = 0; s < st->n; s++) {
+      const nto_step *d = &st->v[s];
+      if (d->layer < p || d->layer > e || (d->kind != 'F' && d->kind != 'B'))
+        continue;
+      int *lo = d->kind == 'F' ? &f0 : &b0, *hi = d->kind == 'F' ? &f1 : &b1;
+      if (*lo < 0)
+        *lo = s;
+      *hi = s;
+    }
+    while (b0 > 0 && st->v[b0 - 1].kind == 'R') /* the first group's R steps */
+      b0--;
+    hold_run(b, fb, NTO_PASS_TRAIN, f0, f1, first, last);
+    hold_run(b, fb, NTO_PASS_EVAL, f0, f1, first, last);
+    if (b0 >= 0)
+      hold_run(b, fb, NTO_PASS_TRAIN, b0, b1, first, last);
+  }
+  free(first);
+  free(last);
+  return 0;
 }
 
 /* The training and inference plans. */
@@ -290,6 +443,8 @@ static int build_plans(nto_steps *st, const nto_tensors *tt, nto_err *err) {
     for (int s = 0; s < st->n; s++)
       if (st->v[s].kind == 'U')
         update_uses(&b, &fb, s, st->v[s].layer, st->v[s].w, st->v[s].chunk);
+    if (chain_holds(&b, &fb) != 0)
+      b.oom = 1;
   }
   nto_plan_free(&fb);
   if (rc == 0 && b.oom)
@@ -304,7 +459,12 @@ static int build_plans(nto_steps *st, const nto_tensors *tt, nto_err *err) {
 int nto_steps_build(nto_steps *st, const nto_tensors *tt,
                     nto_update_placement place, nto_err *err) {
   memset(st, 0, sizeof *st);
-  if (order_steps(st, tt, place) != 0)
+  int rc = order_steps(st, tt, place);
+  if (rc == -2)
+    return nto_err_set(err, NTO_EINVAL,
+                       "steps: a recomputation in a chain of channel groups "
+                       "is due outside it");
+  if (rc != 0)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   return build_plans(st, tt, err);
 }
@@ -322,9 +482,13 @@ const char *nto_steps_name(const nto_steps *st, const nto_tensors *tt, int pass,
   (void)pass; /* the inference pass's steps are the training pass's first */
   const nto_step *d = &st->v[s];
   const nto_layer *l = &tt->g->layers[d->layer];
+  int G = nto_tensors_groups(tt, d->layer);
   if (d->kind == 'U')
     snprintf(buf, len, "U%d %s %s %d/%d", d->layer, l->name, l->w[d->w].name,
              d->chunk + 1, tt->n_chunk[d->layer][d->w]);
+  else if (G > 1)
+    snprintf(buf, len, "%c%d %s %d/%d", d->kind, d->layer, l->name,
+             d->group + 1, G);
   else
     snprintf(buf, len, "%c%d %s", d->kind, d->layer, l->name);
   return buf;

@@ -17,6 +17,14 @@
  *
  * Inference pass (L steps): F_0 .. F_{L-1}, the loss in F_{L-1}.
  *
+ * Channel groups (tensors.h): the layers of a chain P .. E run one step
+ * per group, F group-major (F_P^0 .. F_E^0, F_P^1 ..), B from the last
+ * group down (B_E^{G-1} .. B_P^{G-1}, B_E^{G-2} ..), each group's R steps
+ * before its B steps as above; an R step of a layer outside the chain
+ * due at one of its B steps runs before the first group's. So a pass has
+ * more steps than layers; the inference pass is the training pass's F
+ * steps (n_fwd).
+ *
  * Where U steps go (nto_update_placement): right after B_i (AFTER), or
  * spread over the rest of the backward pass (SPREAD): after each B step
  * the pending U steps (in order, those of B_i and earlier ones) are cut to
@@ -48,6 +56,7 @@ typedef struct nto_step {
   char kind; /* 'F', 'B', 'U' or 'R' */
   int layer; /* F, B, U: the layer; R: the layer whose output is recomputed */
   int w, chunk; /* U: weight index and chunk; else -1 */
+  int group;    /* F, B, R: the channel group (tensors.h), 0 ungrouped */
 } nto_step;
 
 typedef enum {
@@ -58,7 +67,8 @@ typedef enum {
 typedef struct nto_steps {
   nto_step *v;      /* the training pass's steps */
   int n;            /* S */
-  int *b_step;      /* per layer: index of B_i */
+  int n_fwd;        /* its F steps, v[0 .. n_fwd): the inference pass */
+  int *b_step;      /* per layer: index of B_i (of its first group, G-1) */
   nto_plan plan[2]; /* NTO_PASS_TRAIN, NTO_PASS_EVAL */
 } nto_steps;
 
@@ -78,7 +88,8 @@ static inline int nto_steps_count(const nto_steps *st, int pass) {
   return st->plan[pass].n_steps;
 }
 
-/* Step s's name, e.g. "F3 conv1", "B3 conv1" or "U7 fc weight 2/3",
+/* Step s's name, e.g. "F3 conv1", "B3 conv1", "F9 expand 2/3" (group 2
+ * of 3) or "U7 fc weight 2/3",
  * written into buf (the inference pass's step s is F_s); returns buf. */
 const char *nto_steps_name(const nto_steps *st, const nto_tensors *tt, int pass,
                            int s, char *buf, size_t len);

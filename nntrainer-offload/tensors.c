@@ -32,6 +32,177 @@ static int mark_backward(nto_tensors *tt) {
   return 0;
 }
 
+/* Channel bounds of group g of G over C channels: [g C / G, (g+1) C / G). */
+static int group_c0(int C, int G, int g) { return (int)((long)g * C / G); }
+
+/* May layer i be in a chain (tensors.h, channel groups)? One input, an
+ * output that is not a view, read by the next layer alone (with
+ * next_only: P and I) and not by the loss; weights of one update chunk without
+ * a regularizer term (a group's share of ||w|| is not a share of the loss). */
+static int chain_layer(const nto_tensors *tt, int i, int next_only) {
+  const nto_layer *l = &tt->g->layers[i];
+  if (!l->ops->narrow || l->n_in != 1 || l->out_is_input || i >= tt->L - 1 ||
+      i == tt->o.logits_layer || nto_is_input(l))
+    return 0;
+  for (int j = 0; j < l->n_w; j++)
+    if (l->w[j].l2 > 0 || nto_shape_numel(l->w[j].shape) > tt->chunk_elems)
+      return 0;
+  return !next_only ||
+         (tt->g->n_consumers[i] == 1 && tt->g->consumers[i][0].layer == i + 1 &&
+          tt->g->layers[i + 1].n_in == 1);
+}
+
+/* Free the narrowed copies of layer i. */
+static void free_glayers(nto_tensors *tt, int i) {
+  if (!tt->gl || !tt->gl[i])
+    return;
+  for (int g = 0; g < tt->groups[i]; g++)
+    nto_layer_narrow_free(&tt->gl[i][g].l);
+  free(tt->gl[i]);
+  tt->gl[i] = NULL;
+}
+
+/* Layers p..e narrowed to G groups into tt->gl (p with
+ * NTO_NARROW_OUTPUT, the others NTO_NARROW_CHANNELS). Returns 1, 0 when
+ * one of them cannot be narrowed so (nothing kept), -1 when out of
+ * memory. */
+static int narrow_chain(nto_tensors *tt, int p, int e, int G) {
+  int C = tt->g->layers[p].out_shape.c;
+  for (int i = p; i <= e; i++) {
+    tt->groups[i] = G;
+    if (!(tt->gl[i] = calloc((size_t)G, sizeof *tt->gl[i])))
+      return -1;
+    for (int g = 0; g < G; g++) {
+      nto_group_layer *x = &tt->gl[i][g];
+      nto_err err = {0};
+      x->c0 = group_c0(C, G, g);
+      x->c1 = group_c0(C, G, g + 1);
+      int rc = nto_layer_narrow(
+          &tt->g->layers[i], i == p ? NTO_NARROW_OUTPUT : NTO_NARROW_CHANNELS,
+          x->c0, x->c1, &x->l, x->w_off, x->s_off, &err);
+      if (rc != 0) {
+        for (int k = p; k <= i; k++) {
+          if (k == i) /* the copies before g only */
+            tt->groups[k] = g;
+          free_glayers(tt, k);
+          tt->groups[k] = 1;
+        }
+        return rc == NTO_ENOMEM ? -1 : 0;
+      }
+    }
+  }
+  return 1;
+}
+
+/* Can layer i be narrowed with `mode` (a trial narrowing, discarded)? */
+static int narrows(const nto_tensors *tt, int i, int mode) {
+  const nto_layer *l = &tt->g->layers[i];
+  nto_layer n;
+  size_t w_off[NTO_MAX_WEIGHTS], s_off[NTO_MAX_SAVED];
+  nto_err err = {0};
+  if (l->out_shape.c < 2 ||
+      nto_layer_narrow(l, mode, 0, 1, &n, w_off, s_off, &err) != 0)
+    return 0;
+  nto_layer_narrow_free(&n);
+  return 1;
+}
+
+/* The chains of channel groups (tensors.h), with group_bytes: from each
+ * producer whose output is larger, the per-channel layers after it while
+ * their input is larger (the last of them, E, may have an output of any
+ * size and several consumers). Returns 0 or -1 when out of memory. */
+static int find_chains(nto_tensors *tt) {
+  size_t limit = tt->o.group_bytes;
+  if (!limit)
+    return 0;
+  tt->groups = malloc((size_t)tt->L * sizeof *tt->groups);
+  tt->chain = calloc((size_t)tt->L, 1);
+  tt->gl = calloc((size_t)tt->L, sizeof *tt->gl);
+  if (!tt->groups || !tt->chain || !tt->gl)
+    return -1;
+  for (int i = 0; i < tt->L; i++)
+    tt->groups[i] = 1;
+  const nto_layer *L = tt->g->layers;
+  for (int p = 0; p < tt->L; p++) {
+    int C = L[p].out_shape.c;
+    if (nto_shape_bytes(L[p].out_shape) <= limit || !chain_layer(tt, p, 1) ||
+        !narrows(tt, p, NTO_NARROW_OUTPUT))
+      continue;
+    int e = p; /* the chain: p .. e; e + 1 reads e alone (chain_layer) */
+    while (nto_shape_bytes(L[e].out_shape) > limit &&
+           chain_layer(tt, e + 1, 0) && L[e + 1].out_shape.c == C &&
+           narrows(tt, e + 1, NTO_NARROW_CHANNELS)) {
+      e++;
+      if (!chain_layer(tt, e, 1))
+        break;
+    }
+    if (e == p)
+      continue;
+    size_t big = 0; /* the largest grouped output: p .. e-1 */
+    for (int i = p; i < e; i++)
+      if (nto_shape_bytes(L[i].out_shape) > big)
+        big = nto_shape_bytes(L[i].out_shape);
+    size_t G = (big + limit - 1) / limit;
+    if (G > (size_t)C)
+      G = (size_t)C;
+    int rc = narrow_chain(tt, p, e, (int)G);
+    if (rc < 0)
+      return -1;
+    if (rc == 0)
+      continue;
+    tt->chain[p] = 'P';
+    for (int i = p + 1; i < e; i++)
+      tt->chain[i] = 'I';
+    tt->chain[e] = 'E';
+    p = e;
+  }
+  return 0;
+}
+
+int nto_tensors_chains(const nto_tensors *tt, int *layers) {
+  int n = 0, k = 0;
+  for (int i = 0; tt->chain && i < tt->L; i++) {
+    n += tt->chain[i] == 'P';
+    k += tt->chain[i] != 0;
+  }
+  if (layers)
+    *layers = k;
+  return n;
+}
+
+const nto_group_layer *nto_tensors_glayer(const nto_tensors *tt, int i, int g) {
+  return tt->gl && tt->gl[i] ? &tt->gl[i][g] : NULL;
+}
+
+int nto_tensors_gout(const nto_tensors *tt, int i, int g) {
+  int r = nto_tensors_chain(tt, i);
+  return r == 'P' || r == 'I' ? tt->gout[i][g] : tt->out_t[i];
+}
+
+int nto_tensors_gin(const nto_tensors *tt, int i, int k, int g) {
+  int r = nto_tensors_chain(tt, i);
+  return r == 'I' || r == 'E' ? tt->gout[tt->g->layers[i].in[0]][g]
+                              : tt->out_t[tt->g->layers[i].in[k]];
+}
+
+int nto_tensors_gedge(const nto_tensors *tt, int i, int k, int g) {
+  int r = nto_tensors_chain(tt, i);
+  if (r == 'I' || r == 'E')
+    return tt->gedge[i] ? tt->gedge[i][g] : -1;
+  if (r == 'P' && g != tt->groups[i] - 1 && tt->edge_t[i][0] >= 0)
+    return tt->gpart[i];
+  return tt->edge_t[i][k];
+}
+
+int nto_tensors_gdout(const nto_tensors *tt, int i, int g) {
+  int r = nto_tensors_chain(tt, i);
+  if (r == 'P' || r == 'I')
+    return tt->gedge[i + 1] ? tt->gedge[i + 1][g] : -1;
+  if (r == 'E')
+    return tt->gdout[i] ? tt->gdout[i][g] : -1;
+  return nto_tensors_dout(tt, i);
+}
+
 int nto_tensors_updated(const nto_tensors *tt, int i, int j) {
   return tt->pgrad_t[i][j] >= 0 || tt->dw_first[i][j] >= 0;
 }
@@ -251,16 +422,99 @@ static int add_weight(nto_tensors *tt, int i, int j) {
   return tt->pgrad_t[i][j] < 0 ? -1 : 0;
 }
 
+/* Shape s with c channels. */
+static nto_shape with_c(nto_shape s, int c) {
+  s.c = c;
+  return s;
+}
+
+/* G tensors "<what>.g<k>" of layer i, group k of shape s's channels, into
+ * a new array *out. Returns 0 or -1. */
+static int add_groups(nto_tensors *tt, int i, const char *what, nto_shape s,
+                      nto_role role, int **out) {
+  const nto_layer *l = &tt->g->layers[i];
+  int G = tt->groups[i];
+  if (!(*out = malloc((size_t)G * sizeof **out)))
+    return -1;
+  for (int k = 0; k < G; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "%s.g%d", what, k);
+    int c = group_c0(s.c, G, k + 1) - group_c0(s.c, G, k);
+    if (((*out)[k] = add_tensor(tt, l->name, name, with_c(s, c), role, i)) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The tensors of chain layer i (channel groups) that differ from an
+ * ungrouped layer's: a producer's or an interior layer's output per group,
+ * an interior layer's or the end's input gradient per group (EDGE_IN_PLACE
+ * where computed in place), the end's group of output and group douts, a
+ * producer's partial input gradient. Returns 0 or -1. */
+static int add_chain_layer(nto_tensors *tt, int i) {
+  nto_layer *l = &tt->g->layers[i];
+  int r = tt->chain[i], G = tt->groups[i];
+  if (r == 'P' || r == 'I') {
+    if (add_groups(tt, i, "out", l->out_shape, NTO_ROLE_ACTIVATION,
+                   &tt->gout[i]) != 0)
+      return -1;
+    tt->out_t[i] = tt->gout[i][0];
+  }
+  if (r == 'E') {
+    int c = group_c0(l->out_shape.c, G, 1); /* the largest group: the first */
+    for (int k = 1; k < G; k++)
+      if (group_c0(l->out_shape.c, G, k + 1) - group_c0(l->out_shape.c, G, k) >
+          c)
+        c = group_c0(l->out_shape.c, G, k + 1) - group_c0(l->out_shape.c, G, k);
+    tt->gscratch[i] =
+        add_tensor(tt, l->name, "out.group", with_c(l->out_shape, c),
+                   NTO_ROLE_ACTIVATION, i);
+    if (tt->gscratch[i] < 0)
+      return -1;
+    if (tt->bwd[i] && add_groups(tt, i, "grad_out", l->out_shape, NTO_ROLE_GRAD,
+                                 &tt->gdout[i]) != 0)
+      return -1;
+  }
+  if (r == 'P' && needs_grad(tt, l->in[0]) && G > 1) {
+    tt->gpart[i] = add_tensor(tt, l->name, "grad_in0.part", l->in_shape[0],
+                              NTO_ROLE_GRAD, i);
+    if (tt->gpart[i] < 0)
+      return -1;
+  }
+  if ((r == 'I' || r == 'E') && needs_grad(tt, l->in[0])) {
+    if (grad_in_place(tt, i)) {
+      if (!(tt->gedge[i] = malloc((size_t)G * sizeof(int))))
+        return -1;
+      for (int k = 0; k < G; k++)
+        tt->gedge[i][k] = EDGE_IN_PLACE;
+    } else if (add_groups(tt, i, "grad_in0", l->in_shape[0], NTO_ROLE_GRAD,
+                          &tt->gedge[i]) != 0) {
+      return -1;
+    }
+    tt->edge_t[i][0] = tt->gedge[i][0];
+  }
+  return 0;
+}
+
 /* Layer i's output, weights, saved tensors and input-gradient edges. */
 static int add_layer(nto_tensors *tt, int i) {
   nto_layer *l = &tt->g->layers[i];
-  /* a view (flatten, multiout) shares its input's tensor */
+  int r = nto_tensors_chain(tt, i);
+  /* a view (flatten, multiout) shares its input's tensor; a chain
+   * producer's or interior layer's output is one tensor per group */
   tt->out_t[i] = l->out_is_input ? tt->out_t[l->in[0]]
-                                 : add_tensor(tt, l->name, "out", l->out_shape,
-                                              NTO_ROLE_ACTIVATION, i);
+                 : r == 'P' || r == 'I'
+                     ? 0
+                     : add_tensor(tt, l->name, "out", l->out_shape,
+                                  NTO_ROLE_ACTIVATION, i);
   tt->edge_t[i] = malloc((size_t)(l->n_in ? l->n_in : 1) * sizeof(int));
   if (tt->out_t[i] < 0 || !tt->edge_t[i])
     return -1;
+  if (r) {
+    tt->edge_t[i][0] = -1;
+    if (add_chain_layer(tt, i) != 0)
+      return -1;
+  }
   for (int j = 0; j < l->n_w; j++)
     if (add_weight(tt, i, j) != 0)
       return -1;
@@ -271,7 +525,7 @@ static int add_layer(nto_tensors *tt, int i) {
                            NTO_ROLE_ACTIVATION, i)) < 0)
       return -1;
   }
-  for (int k = 0; k < l->n_in; k++) {
+  for (int k = 0; k < l->n_in && r != 'I' && r != 'E'; k++) {
     char what[32];
     snprintf(what, sizeof what, "grad_in%d", k);
     tt->edge_t[i][k] =
@@ -299,16 +553,45 @@ static int add_layers(nto_tensors *tt) {
   if (!tt->out_t || !tt->edge_t || !tt->pgrad_t || !tt->state_t ||
       !tt->n_chunk || !tt->dw_first || !tt->dw_row || !tt->dw_cache)
     return -1;
+  if (tt->chain) {
+    tt->gout = calloc((size_t)L, sizeof *tt->gout);
+    tt->gedge = calloc((size_t)L, sizeof *tt->gedge);
+    tt->gdout = calloc((size_t)L, sizeof *tt->gdout);
+    tt->gpart = malloc((size_t)L * sizeof *tt->gpart);
+    tt->gscratch = malloc((size_t)L * sizeof *tt->gscratch);
+    if (!tt->gout || !tt->gedge || !tt->gdout || !tt->gpart || !tt->gscratch)
+      return -1;
+    for (int i = 0; i < L; i++)
+      tt->gpart[i] = tt->gscratch[i] = -1;
+  }
   for (int i = 0; i < L; i++)
     if (add_layer(tt, i) != 0)
       return -1;
+  /* the narrowed copies (made before the table) share their layer's
+   * weights and saved tensors */
+  for (int i = 0; tt->gl && i < L; i++)
+    for (int g = 0; tt->gl[i] && g < tt->groups[i]; g++) {
+      nto_layer *c = &tt->gl[i][g].l;
+      for (int j = 0; j < c->n_w; j++)
+        c->w[j].tensor = tt->g->layers[i].w[j].tensor;
+      for (int k = 0; k < c->n_saved; k++)
+        c->saved[k].tensor = tt->g->layers[i].saved[k].tensor;
+    }
   /* an in-place input gradient is the tensor of the output's gradient:
-   * the first consumer's edge (nto_tensors_dout). From the last layer
-   * down, so that a chain of such layers (batch normalization,
-   * activation) shares one tensor. */
-  for (int i = L - 1; i >= 0; i--)
-    if (tt->g->layers[i].n_in > 0 && tt->edge_t[i][0] == EDGE_IN_PLACE)
+   * the first consumer's edge (nto_tensors_dout), or per group
+   * (nto_tensors_gdout). From the last layer down, so that a chain of such
+   * layers (batch normalization, activation) shares one tensor. */
+  for (int i = L - 1; i >= 0; i--) {
+    int r = nto_tensors_chain(tt, i);
+    if ((r == 'I' || r == 'E') && tt->gedge[i]) {
+      for (int g = 0; g < tt->groups[i]; g++)
+        if (tt->gedge[i][g] == EDGE_IN_PLACE)
+          tt->gedge[i][g] = nto_tensors_gdout(tt, i, g);
+      tt->edge_t[i][0] = tt->gedge[i][0];
+    } else if (tt->g->layers[i].n_in > 0 && tt->edge_t[i][0] == EDGE_IN_PLACE) {
       tt->edge_t[i][0] = nto_tensors_dout(tt, i);
+    }
+  }
   return 0;
 }
 
@@ -341,6 +624,7 @@ static int loss_reads(const nto_tensors *tt, int t) {
 static int recomputable(const nto_tensors *tt, int i) {
   const nto_layer *a = &tt->g->layers[i];
   if (!tt->bwd[i] || !a->ops->replay || a->replay_macs || a->n_in != 1 ||
+      nto_tensors_chain(tt, i) == 'E' || /* whole output, group steps */
       a->n_w || a->n_saved || a->out_is_input || a->out_kind != NTO_OUT_PLAIN ||
       loss_reads(tt, tt->out_t[i]))
     return 0;
@@ -393,9 +677,9 @@ static int conv_recomputable(const nto_tensors *tt, int i, int seg) {
   const nto_layer *l = &tt->g->layers[i];
   if (!tt->bwd[i] || !l->ops->replay || l->replay_macs <= 0 ||
       (!seg && l->replay_macs > NTO_RECOMPUTE_MACS) || l->n_in != 1 ||
-      l->n_saved || !l->bwd_needs_input || l->out_is_input ||
-      l->out_kind != NTO_OUT_PLAIN || loss_reads(tt, tt->out_t[i]) ||
-      tt->g->n_consumers[i] != 1)
+      nto_tensors_chain(tt, i) == 'E' || l->n_saved || !l->bwd_needs_input ||
+      l->out_is_input || l->out_kind != NTO_OUT_PLAIN ||
+      loss_reads(tt, tt->out_t[i]) || tt->g->n_consumers[i] != 1)
     return 0;
   int xt = tt->out_t[l->in[0]];
   if (tt->re_t[xt] >= 0 && !(seg && replay_depth(tt, xt) + 1 <= SEGMENT_CONVS))
@@ -541,11 +825,20 @@ static int add_recomputed(nto_tensors *tt) {
     if (tt->re_t[t] != i) /* kept, or a view of a layer's output */
       continue;
     const nto_layer *a = &tt->g->layers[i];
-    int twin = add_tensor(tt, a->name, "out.recomputed", a->out_shape,
-                          NTO_ROLE_ACTIVATION, i);
-    if (twin < 0)
-      return -1;
-    tt->re_t[t] = twin;
+    for (int g = 0; g < nto_tensors_groups(tt, i); g++) { /* per group */
+      char what[32];
+      int G = nto_tensors_groups(tt, i), C = a->out_shape.c;
+      if (G > 1)
+        snprintf(what, sizeof what, "out.recomputed.g%d", g);
+      nto_shape sh = G > 1 ? with_c(a->out_shape,
+                                    group_c0(C, G, g + 1) - group_c0(C, G, g))
+                           : a->out_shape;
+      int twin = add_tensor(tt, a->name, G > 1 ? what : "out.recomputed", sh,
+                            NTO_ROLE_ACTIVATION, i);
+      if (twin < 0)
+        return -1;
+      tt->re_t[nto_tensors_gout(tt, i, g)] = twin;
+    }
   }
   return 0;
 }
@@ -561,7 +854,8 @@ int nto_tensors_build(nto_tensors *tt, nto_graph *g, const nto_tensors_opts *o,
       (o->update_chunk ? o->update_chunk : NTO_UPDATE_CHUNK) / sizeof(float);
   if (tt->chunk_elems == 0)
     tt->chunk_elems = 1;
-  if (mark_backward(tt) != 0 || add_layers(tt) != 0 || add_recomputed(tt) != 0)
+  if (mark_backward(tt) != 0 || find_chains(tt) != 0 || add_layers(tt) != 0 ||
+      add_recomputed(tt) != 0)
     return nto_err_set(err, NTO_ENOMEM, "out of memory");
   if (!o->fused) {
     const nto_layer *last = &g->layers[tt->L - 1];
@@ -594,6 +888,24 @@ void nto_tensors_free(nto_tensors *tt) {
   free(tt->re_at);
   free(tt->re_conv);
   free(tt->seg_conv);
+  for (int i = 0; i < tt->L; i++) {
+    if (tt->gl)
+      free_glayers(tt, i);
+    if (tt->gout)
+      free(tt->gout[i]);
+    if (tt->gedge)
+      free(tt->gedge[i]);
+    if (tt->gdout)
+      free(tt->gdout[i]);
+  }
+  free(tt->gl);
+  free(tt->gout);
+  free(tt->gedge);
+  free(tt->gdout);
+  free(tt->gpart);
+  free(tt->gscratch);
+  free(tt->groups);
+  free(tt->chain);
   free(tt->bwd);
   free(tt->t);
   memset(tt, 0, sizeof *tt);

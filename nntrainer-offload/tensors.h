@@ -25,6 +25,33 @@
  * again instead of keeping gets a twin tensor that an R step (steps.h)
  * writes right before its first backward reader, which reads the twin.
  *
+ * Channel groups (nto_tensors_opts.group_bytes). A run of layers whose
+ * outputs are large and whose arithmetic keeps channels apart is computed
+ * group by group of channels, so that a step holds one group's share of
+ * those outputs instead of all of them: a chain is a convolution without
+ * groups (its producer, P), which computes a group of its filters from
+ * its whole input, followed by per-channel layers (batch normalization,
+ * an element-wise activation, a depthwise convolution: layer.h narrow),
+ * each the single consumer of the one before. The chain ends (E) at the
+ * first per-channel layer whose output is no larger than group_bytes (a
+ * stride-2 depthwise convolution), or the last one before a layer that is
+ * not per-channel. Each of its layers runs as one step per group (layer.h
+ * nto_layer_narrow), group-major: F_P^0 .. F_E^0, F_P^1 .. F_E^1, ...;
+ * backward from the last group down: B_E^{G-1} .. B_P^{G-1}, ... B_P^0.
+ * The outputs of P and of the layers between (I) are one tensor per group
+ * (their gradients too); E writes its group into its whole output, which
+ * the layers after it read as usual (E's output is never recomputed); B_E
+ * takes its group's share of the whole output gradient. P's input
+ * gradient sums the groups' shares: the first (G-1) into the input
+ * gradient, each other into a partial tensor added to it. A chain layer's
+ * weights stay whole; its group steps read and write their channels'
+ * blocks; the update runs in the last of its B steps (group 0). Results
+ * are the same at every window (the steps are a property of the model and
+ * batch); they differ from the ungrouped model by rounding (P's GEMMs have
+ * other shapes, P's input gradient is a sum of G GEMMs), where batch
+ * normalization, activations and depthwise convolutions are bit for bit
+ * the same per channel (test_narrow).
+ *
  * Frozen layers (layer.h trainable). A layer trains when it has a weight
  * it updates. Backward runs only where dL/d(output) is needed: at layers
  * that train and at every layer on a path from one to the loss. Below the
@@ -137,6 +164,10 @@ typedef struct nto_tensors_opts {
                                   multiply-adds per output element first,
                                   then the larger output, then the earlier
                                   layer; 0: all of them */
+  size_t group_bytes;          /* channel groups: chains whose outputs
+                                  are larger are computed in G groups, G
+                                  the largest of those outputs' bytes over
+                                  this, rounded up; 0: none */
   int compute_input_grad;      /* also dL/d(input batch) (tests) */
   int fused;                   /* the loss gradient is the last layer's
                                   input gradient (loss.h) */
@@ -184,8 +215,29 @@ typedef struct nto_tensors {
    * limit. */
   unsigned char *seg_conv;
   int seg_candidates;
+  /* Channel groups: groups[i] the groups of layer i's steps (1: whole),
+   * chain[i] its role ('P', 'I', 'E', 0: none); gl[i][g] its narrowed
+   * copy for group g; gout[i][g] (P, I) the output tensor of group g (and
+   * out_t[i] = gout[i][0]); gedge[i][g] (I, E) the tensor of group g of
+   * dL/d(its input); gdout[i][g] (E) group g of dL/d(its output), as its
+   * B step copies it from the whole; gpart[i] (P) the partial input
+   * gradient (-1: none); gscratch[i] (E) a group of its output. NULL
+   * arrays where no layer is grouped. */
+  int *groups;
+  char *chain;
+  struct nto_group_layer **gl;
+  int **gout, **gedge, **gdout;
+  int *gpart, *gscratch;
   nto_tensors_opts o;
 } nto_tensors;
+
+/* Layer i narrowed to group g: channels [c0, c1) of its output, its
+ * weights' and saved tensors' windows (layer.h nto_layer_narrow). */
+typedef struct nto_group_layer {
+  nto_layer l;
+  int c0, c1;
+  size_t w_off[NTO_MAX_WEIGHTS], s_off[NTO_MAX_SAVED];
+} nto_group_layer;
 
 /*
  * Build the table of graph g (borrowed; must outlive tt) with options o.
@@ -238,6 +290,33 @@ int nto_tensors_recomputed_convs(const nto_tensors *tt);
  * recompute_segments would recompute without a limit (*candidates, may
  * be NULL). */
 int nto_tensors_segment_convs(const nto_tensors *tt, int *candidates);
+
+/* Channel groups of layer i's steps (1: not in a chain). */
+static inline int nto_tensors_groups(const nto_tensors *tt, int i) {
+  return tt->groups ? tt->groups[i] : 1;
+}
+/* Role of layer i in a chain: 'P', 'I', 'E', or 0. */
+static inline int nto_tensors_chain(const nto_tensors *tt, int i) {
+  return tt->chain ? tt->chain[i] : 0;
+}
+/* Layer i's narrowed copy for group g (NULL: not grouped). */
+const nto_group_layer *nto_tensors_glayer(const nto_tensors *tt, int i, int g);
+/* The tensor layer i's step of group g writes its output into: the group's
+ * own (P, I), else the whole output (out_t). */
+int nto_tensors_gout(const nto_tensors *tt, int i, int g);
+/* The tensor layer i's step of group g reads as input k: the group's
+ * output of the chain layer before it (I, E), else the whole input. */
+int nto_tensors_gin(const nto_tensors *tt, int i, int k, int g);
+/* The tensor layer i's B step of group g writes dL/d(input k) into (-1:
+ * none): the group's (I, E); for P the input gradient itself in the first
+ * B step (group G-1) and the partial tensor in the others; else edge_t. */
+int nto_tensors_gedge(const nto_tensors *tt, int i, int k, int g);
+/* The tensor holding group g of dL/d(out of layer i) as its B step of
+ * group g reads it: the chain layer after it's group edge (P, I), the
+ * group's copy (E), else nto_tensors_dout. */
+int nto_tensors_gdout(const nto_tensors *tt, int i, int g);
+/* Chains (channel groups) and their layers. */
+int nto_tensors_chains(const nto_tensors *tt, int *layers);
 
 /* Is tensor t persistent (a weight or optimizer state)? */
 static inline int nto_tensor_persistent(const nto_tensor *t) {

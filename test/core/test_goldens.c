@@ -119,6 +119,9 @@ static void hook(void *user, const nto_layer *l, int j, const float *grad,
     }
 }
 
+/* Channel groups (model.h group_bytes) of the next runs: 0 none. */
+static size_t group_bytes;
+
 /* input_grad: ask for dL/d(input) and compare it (else the backward pass
  * may stop at the first trainable layer). */
 static void run_net_with(const char *net, int input_grad) {
@@ -130,9 +133,14 @@ static void run_net_with(const char *net, int input_grad) {
   nto_err err = {0};
   if (nto_config_load(&g.c, ini, &err) != 0)
     fail_msg("%s", err.msg);
-  nto_model_opts o = {.batch = 4, .seed = 1, .compute_input_grad = input_grad};
+  nto_model_opts o = {.batch = 4,
+                      .seed = 1,
+                      .compute_input_grad = input_grad,
+                      .group_bytes = group_bytes};
   if (nto_model_create(&g.m, &g.c, &o, &err) != 0)
     fail_msg("%s", err.msg);
+  if (group_bytes && nto_model_chains(g.m, NULL) == 0)
+    fail_msg("%s: no chain of channel groups at %zu bytes", net, group_bytes);
   assert_int_equal(nto_model_weights(g.m, &g.w, &g.nw, &err), 0);
   g.grads = calloc((size_t)g.nw, sizeof *g.grads);
 
@@ -243,6 +251,20 @@ static void test_l2_net(void **s) {
   run_net("l2_net");
 }
 
+/* Channel groups (tensors.h) in every net with a convolution followed by
+ * batch normalization: the same criteria against PyTorch, with outputs
+ * split into groups of at most 1 KiB (2 to 16 groups at batch 4). */
+static void test_channel_groups(void **s) {
+  (void)s;
+  group_bytes = 1024;
+  run_net("lenet");
+  run_net("tiny_resnet");
+  run_net("mobile_block");
+  run_net_with("frozen_backbone", 1);
+  run_net_with("frozen_batch_stats", 0);
+  group_bytes = 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp),
@@ -253,6 +275,7 @@ int main(void) {
       cmocka_unit_test(test_frozen_backbone),
       cmocka_unit_test(test_frozen_batch_stats),
       cmocka_unit_test(test_l2_net),
+      cmocka_unit_test(test_channel_groups),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

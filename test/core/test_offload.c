@@ -161,6 +161,7 @@ static int *ragged_frontier(int S, int n) {
  * nto_model_recomputed_convs and nto_model_recompute of the last
  * run_faulted's model. */
 static int last_room_declined, last_convs_kept, last_recomputed_convs;
+static int last_chains;
 static nto_recompute last_recompute;
 
 /* Train nc->steps steps and evaluate once with the model options o; swap
@@ -218,6 +219,7 @@ static void run_faulted(const net_case *nc, nto_model_opts o, const char *dir,
   last_convs_kept = nto_model_convs_kept(ss.m);
   last_recomputed_convs = nto_model_recomputed_convs(ss.m);
   last_recompute = nto_model_recompute(ss.m);
+  last_chains = nto_model_chains(ss.m, NULL);
   session_close(&ss);
 }
 
@@ -1904,6 +1906,40 @@ static void test_segments_nets(void **state) {
   tmpdir_remove(dir);
 }
 
+/* Channel groups (tensors.h): MobileNetV2's expansion chains (1x1
+ * convolution, batch normalization, ReLU6, depthwise convolution) run in
+ * groups of channels with the same bits at every window and both
+ * backends, with recompute auto and segments; against the ungrouped model
+ * they differ by rounding only. */
+static void test_channel_groups(void **state) {
+  (void)state;
+  const net_case nc = {"res/mobilenetv2_32.ini", 2, 2, 0};
+  /* 128 KiB: 16 chains in 2 to 9 groups at batch 2, ending at a depthwise
+   * convolution (stride 2), a batch normalization or an activation */
+  const size_t group = 128 << 10;
+  check_net_opts(&nc, (nto_model_opts){.group_bytes = group});
+  assert_int_equal(last_chains, 16);
+  if (!quick())
+    check_net_opts(&nc, (nto_model_opts){.group_bytes = group,
+                                         .recompute = NTO_RECOMPUTE_SEGMENTS});
+  /* the first forward (before any update) is the ungrouped one's up to
+   * rounding (1.7e-6 of the loss, through 50 layers); gradients:
+   * test_goldens against PyTorch */
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "groups"), 0);
+  result whole = {0}, grouped = {0};
+  run_with(&nc, (nto_model_opts){0}, dir, NULL, &whole, NULL);
+  assert_int_equal(last_chains, 0);
+  run_with(&nc, (nto_model_opts){.group_bytes = group}, dir, NULL, &grouped,
+           NULL);
+  assert_true(fabs(grouped.loss[0] - whole.loss[0]) <=
+              1e-5 * fabs(whole.loss[0]));
+  result_free(&whole);
+  result_free(&grouped);
+  assert_int_equal(dir_entries(dir), 0);
+  tmpdir_remove(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_nets),
@@ -1935,6 +1971,7 @@ int main(void) {
       cmocka_unit_test(test_resnet18),
       cmocka_unit_test(test_mobilenetv2),
       cmocka_unit_test(test_segments_nets),
+      cmocka_unit_test(test_channel_groups),
       cmocka_unit_test(test_recompute_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
