@@ -44,8 +44,8 @@ static const char usage[] =
     "  --memory-budget SIZE  bound on resident tensors + workspace of the\n"
     "                        forward pass; alone: the largest window that\n"
     "                        fits\n"
-    "  --swap-dir DIR, --allow-tmpfs-swap, --io uring|psync, --no-direct\n"
-    "                        as for train\n"
+    "  --swap-dir DIR, --allow-tmpfs-swap, --io uring|psync, --no-direct,\n"
+    "  --channel-groups off|SIZE   as for train\n"
     "  --report-json FILE    the figures as JSON too\n"
     "  --seed S              synthetic data's seed (default 1)\n";
 

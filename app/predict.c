@@ -44,8 +44,8 @@ static const char usage[] =
     "  --batch-size B        inputs per forward pass (default: the INI's,\n"
     "                        at most the number of images)\n"
     "  --threads T, --window N|auto|all, --memory-budget SIZE,\n"
-    "  --swap-dir DIR, --allow-tmpfs-swap, --io uring|psync, --no-direct\n"
-    "                        as for evaluate\n";
+    "  --swap-dir DIR, --allow-tmpfs-swap, --io uring|psync, --no-direct,\n"
+    "  --channel-groups off|SIZE   as for evaluate\n";
 
 static const setup_opt predict_opts[] = {
     SETUP_INFERENCE_OPTS,

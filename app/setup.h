@@ -120,6 +120,7 @@ int setup_swap_dir(const char *opt, const char *swap_path, const char *model,
       SETUP_OPT("--allow-tmpfs-swap", allow_ram_swap, 'f', 0, 0),              \
       SETUP_OPT("--io", io, 's', 0, 0),                                        \
       SETUP_OPT("--no-direct", no_direct, 'f', 0, 0),                          \
+      SETUP_OPT("--channel-groups", groups, 's', 0, 0),                        \
       SETUP_OPT("--batch-size", batch, 'i', 1, 1L << 20),                      \
       SETUP_OPT("--threads", threads, 'i', 1, 256),                            \
       SETUP_OPT("--seed", seed, 'i', 0, 1L << 40)

@@ -9,6 +9,7 @@
 # - a checkpoint taken with --channel-groups resumes, at window 1, to the
 #   weights of the uninterrupted run, and is refused without the option
 #   (the steps would round differently);
+# - evaluate takes the option too (the forward pass by groups);
 # - a bad value is a usage error naming the option, for train, summary and
 #   bench.
 # usage: test_channel_groups.sh PATH/TO/nntrainer-offload   (run from the
@@ -31,6 +32,8 @@ expect train_groups_1 0 "^channel groups: " -- "$exe" train $net $common \
   --window 1 --save "$tmp/w1.bin" --report-json "$tmp/w1.json"
 check groups_same_weights cmp -s "$tmp/all.bin" "$tmp/w1.bin"
 check groups_report [ "$(json_value channel_group_chains "$tmp/w1.json")" -ge 1 ]
+expect evaluate_groups 0 "accuracy" -- "$exe" evaluate $net --weights "$tmp/all.bin" \
+  --data synthetic --eval-samples 64 --window 1 --swap-dir "$tmp" --channel-groups 1K
 "$exe" train $net --batch-size 4 --iterations 1 --data synthetic \
   --eval-samples 0 --window all >"$tmp/off.out" 2>&1
 check groups_off_silent sh -c "! grep -q '^channel groups' '$tmp/off.out'"
