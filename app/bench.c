@@ -1598,6 +1598,10 @@ static int read_model(bench *b) {
     return -1;
   }
   cli_config_warnings(c);
+  /* the runs read the INI's channel_groups themselves; the floor plans too */
+  if (cli_channel_groups(setup_channel_groups(b->o.groups, c),
+                         &b->o.group_bytes) != 0)
+    return -1;
   setup_swap sw; /* the runs choose it alike (they inherit $TMPDIR) */
   if (setup_swap_dir(b->o.swap_dir, c->model.swap_path, b->o.model,
                      b->o.allow_ram_swap, &sw, &err) != 0) {

@@ -193,6 +193,10 @@ static int budget_setting(run *r, nto_model_opts *mo) {
   return 0;
 }
 
+const char *setup_channel_groups(const char *arg, const nto_config *c) {
+  return arg ? arg : c->model.channel_groups[0] ? c->model.channel_groups : NULL;
+}
+
 int setup_memory_opts(run *r, nto_model_opts *mo) {
   const train_opts *o = &r->o;
   const nto_model_conf *mc = &r->c.model;
@@ -201,7 +205,8 @@ int setup_memory_opts(run *r, nto_model_opts *mo) {
   if (budget_setting(r, mo) != 0 ||
       cli_recompute(o->recompute, &mo->recompute, &mo->segments_max) ||
       cli_update_placement(o->updates, &mo->update_placement) ||
-      cli_channel_groups(o->groups, &mo->group_bytes))
+      cli_channel_groups(setup_channel_groups(o->groups, &r->c),
+                         &mo->group_bytes))
     return -1;
   r->group_bytes = mo->group_bytes;
   /* budgets and limits bound the whole process: beyond its RSS when the

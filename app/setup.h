@@ -36,6 +36,10 @@ int setup_open_data(const train_opts *o, const nto_config *c, nto_shape in,
                     int k, nto_dataset **train, nto_dataset **test,
                     nto_err *err);
 
+/* The channel groups setting: --channel-groups as given (arg), else the
+ * INI's [Model] channel_groups, else NULL (off); for cli_channel_groups. */
+const char *setup_channel_groups(const char *arg, const nto_config *c);
+
 /* One option of a command: where its value goes in train_opts. */
 typedef struct setup_opt {
   const char *name; /* "--weights" */

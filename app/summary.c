@@ -73,8 +73,8 @@ typedef struct summary_opts {
   const char *opt_state; /* --optimizer-state, NULL: the INI's */
   const char *budget_arg; /* --memory-budget as given, NULL: none */
   size_t budget;          /* its bytes */
-  const char *groups_arg; /* --channel-groups as given, NULL: off */
-  size_t group_bytes;     /* its bytes, 0: off */
+  const char *groups_arg; /* --channel-groups as given, NULL: the INI's */
+  size_t group_bytes;     /* its bytes (or the INI's), 0: off */
   long batch, threads, epochs, iterations;
   nto_recompute recompute;
   int segments_max; /* --recompute segments:N: N, else 0 */
@@ -320,8 +320,6 @@ static int parse_opts(int argc, char **argv, summary_opts *o) {
   if (o->budget_arg &&
       cli_budget("--memory-budget", o->budget_arg, &o->budget) != 0)
     return -1;
-  if (cli_channel_groups(o->groups_arg, &o->group_bytes) != 0)
-    return -1;
   return o->endurance
              ? setup_flash_endurance("--flash-endurance", o->endurance, &o->tbw)
              : 0;
@@ -420,7 +418,9 @@ int cmd_summary(int argc, char **argv) {
   int rc = nto_config_load(&c, so.path, &err);
   if (rc == 0)
     cli_config_warnings(&c);
-  if (rc == 0 && cli_optimizer_state(so.opt_state, &c.opt) != 0) {
+  if (rc == 0 && (cli_optimizer_state(so.opt_state, &c.opt) != 0 ||
+                  cli_channel_groups(setup_channel_groups(so.groups_arg, &c),
+                                     &so.group_bytes) != 0)) {
     nto_config_free(&c);
     return CLI_USAGE;
   }

@@ -1131,7 +1131,8 @@ static void print_setup(run *r) {
   int grouped, chains = nto_model_chains(r->m, &grouped);
   size_t gb = 0;
   char a[32];
-  if (chains && cli_channel_groups(r->o.groups, &gb) == 0)
+  if (chains &&
+      cli_channel_groups(setup_channel_groups(r->o.groups, &r->c), &gb) == 0)
     printf("channel groups: %d run%s of layers (%d layers) computed by "
            "groups of channels of at most about %s each\n",
            chains, chains == 1 ? "" : "s", grouped,

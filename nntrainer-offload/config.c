@@ -875,6 +875,7 @@ static const char *const model_keys[] = {"type",
                                          "fsu_lookahead",
                                          "fsu_path",
                                          "memory_budget",
+                                         "channel_groups",
                                          "frozen_bn_statistics",
                                          "continue_train",
                                          "save_best_path",
@@ -895,6 +896,7 @@ enum {
   MK_FSU_LOOKAHEAD,
   MK_FSU_PATH,
   MK_BUDGET,
+  MK_GROUPS,
   MK_FROZEN_BN,
   MK_CONTINUE,
   MK_SAVE_BEST,
@@ -1065,6 +1067,19 @@ static int parse_model(loader *L, const char *sec, nto_model_conf *m,
       else
         rc = set_str(L, sec, k, v, m->memory_budget, sizeof m->memory_budget,
                      err);
+      break;
+    }
+    case MK_GROUPS: {
+      size_t bytes = 0;
+      if (!nto_streq(v, "off") &&
+          (nto_parse_size(v, &bytes, err) != 0 || bytes < 1024))
+        rc = nto_err_set(err, NTO_ECONFIG,
+                         "%s: [%s] key '%s': expected off or a size of at "
+                         "least 1K (suffixes K, M, G), got '%s'",
+                         L->file, sec, k, v);
+      else
+        rc = set_str(L, sec, k, v, m->channel_groups,
+                     sizeof m->channel_groups, err);
       break;
     }
     case MK_FROZEN_BN:

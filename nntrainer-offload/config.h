@@ -93,6 +93,8 @@ typedef struct nto_model_conf {
   char swap_path[NTO_CONF_STR]; /* "" if absent; relative: joined to the
                                    INI's directory */
   char memory_budget[32];       /* "" if absent; e.g. "64M" */
+  char channel_groups[32];      /* "" if absent; "off" or a size, e.g.
+                                   "20M" (train --channel-groups) */
   int frozen_bn_batch; /* frozen_bn_statistics = batch (1) or running (0,
                           default): what frozen batch normalization
                           normalizes with in training (layer.h) */

@@ -10,6 +10,8 @@
 #   weights of the uninterrupted run, and is refused without the option
 #   (the steps would round differently);
 # - evaluate takes the option too (the forward pass by groups);
+# - the INI's [Model] channel_groups does what the option does, and a bad
+#   value there is an error naming the file, section and key;
 # - a bad value is a usage error naming the option, for train, summary and
 #   bench.
 # usage: test_channel_groups.sh PATH/TO/nntrainer-offload   (run from the
@@ -37,6 +39,15 @@ expect evaluate_groups 0 "accuracy" -- "$exe" evaluate $net --weights "$tmp/all.
 "$exe" train $net --batch-size 4 --iterations 1 --data synthetic \
   --eval-samples 0 --window all >"$tmp/off.out" 2>&1
 check groups_off_silent sh -c "! grep -q '^channel groups' '$tmp/off.out'"
+
+sed 's/^\[Model\]/[Model]\nchannel_groups = 1K/' $net >"$tmp/ini_groups.ini"
+expect ini_groups 0 "^channel groups: " -- "$exe" train "$tmp/ini_groups.ini" \
+  --batch-size 4 --iterations 3 --data synthetic --eval-samples 0 \
+  --window all --save "$tmp/ini.bin"
+check ini_same_weights cmp -s "$tmp/all.bin" "$tmp/ini.bin"
+sed 's/^\[Model\]/[Model]\nchannel_groups = 12/' $net >"$tmp/ini_bad.ini"
+expect ini_bad 2 "ini_bad.ini: \[[Mm]odel\] key 'channel_groups': expected off or a size of at least 1K" -- \
+  "$exe" train "$tmp/ini_bad.ini" --iterations 1 --data synthetic
 
 mkdir "$tmp/swap"
 base="--batch-size 4 --data synthetic --eval-samples 0 --channel-groups 1K"
