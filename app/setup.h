@@ -10,13 +10,23 @@
 
 #include <stddef.h>
 
-/* What train holds beyond its tensors and the process's RSS once the
- * model's plans are built, per compute thread: the OpenBLAS packing
- * buffer of each thread that calls BLAS, the data pipeline, the I/O rings
- * and threads. Calibrated against train's peak RSS with ResNet-18 and
- * MobileNetV2 (docs/design.md); budgets and limits on the process and
- * summary's estimate use it. */
+/* What a budget or limit on the process keeps, per compute thread, for
+ * what train holds beyond its tensors and the process's RSS once the
+ * model's plans are built (the OpenBLAS packing buffer of each thread
+ * that calls BLAS, the data pipeline, the I/O rings and threads): what
+ * SETUP_EST_* expect, with a margin of about 1 MiB at 2 threads for what
+ * varies (docs/design.md). */
 #define SETUP_BLAS_THREAD_BYTES ((size_t)2 << 20)
+
+/* What summary's estimated peak RSS expects of the same, measured in
+ * train's /proc/PID/smaps against summary's at the estimate (ResNet-18
+ * b10 window 2, MobileNetV2 224 b10 window 1, 2 threads): OpenBLAS's
+ * buffer pool 1.2-1.4 MiB (0.6-0.7 per thread), the heap, code pages and
+ * stacks train touches beyond summary 1.3 MiB, the peak above the steady
+ * RSS 0.4-1.2 MiB: per process SETUP_EST_FIXED_BYTES, per compute thread
+ * SETUP_EST_THREAD_BYTES. */
+#define SETUP_EST_FIXED_BYTES ((size_t)3 << 19)  /* 1.5 MiB */
+#define SETUP_EST_THREAD_BYTES ((size_t)3 << 18) /* 0.75 MiB */
 
 #define SETUP_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define SETUP_MAX_CLASS 4095 /* the largest label --classes takes */

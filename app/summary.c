@@ -148,12 +148,14 @@ static void print_table(const nto_model *m) {
 
 /* Estimated peak RSS of `train` of model m holding `tensors` bytes of
  * tensors and workspace: this process's own RSS now (code, libraries, the
- * model's plans, as train has them too), SETUP_BLAS_THREAD_BYTES per
- * thread (setup.h) and train's batch buffers: what a budget on the
- * process counts (model.c process_budget). */
+ * model's plans, as train has them too), what train holds beyond that
+ * (SETUP_EST_FIXED_BYTES, SETUP_EST_THREAD_BYTES per thread: setup.h) and
+ * train's batch buffers: what a budget on the process counts (model.c
+ * process_budget), which keeps a margin above this (SETUP_BLAS_THREAD_BYTES
+ * per thread instead). */
 static size_t estimate_rss(const nto_model *m, size_t tensors, long threads) {
-  return tensors + nto_current_rss_bytes() +
-         (size_t)threads * SETUP_BLAS_THREAD_BYTES +
+  return tensors + nto_current_rss_bytes() + SETUP_EST_FIXED_BYTES +
+         (size_t)threads * SETUP_EST_THREAD_BYTES +
          nto_model_batch_io_bytes(m);
 }
 
