@@ -1130,14 +1130,12 @@ static void print_setup(run *r) {
   if (r->test)
     printf("test: %s\n", nto_dataset_describe(r->test));
   int grouped, chains = nto_model_chains(r->m, &grouped);
-  size_t gb = 0;
   char a[32];
-  if (chains &&
-      cli_channel_groups(setup_channel_groups(r->o.groups, &r->c), &gb) == 0)
+  if (chains)
     printf("channel groups: %d run%s of layers (%d layers) computed by "
            "groups of channels of at most about %s each\n",
            chains, chains == 1 ? "" : "s", grouped,
-           nto_format_bytes(gb, a, sizeof a));
+           nto_format_bytes(r->group_bytes, a, sizeof a));
   print_plan(r);
   if (r->o.resume)
     printf("resumed from %s at iteration %ld (epoch %ld, iteration %ld of "
