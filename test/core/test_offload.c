@@ -400,12 +400,40 @@ static void test_chunked_update(void **state) {
   tmpdir_remove(dir);
 }
 
+/* The step table of nc's model under spread placement (options o with
+ * NTO_UPDATES_SPREAD): each U step lies after its layer's B step, a
+ * weight's chunks in order, and some U steps come after a later B step
+ * than their own. */
+static void check_spread_steps(const net_case *nc, nto_model_opts o) {
+  session ss;
+  o.batch = nc->batch;
+  o.update_chunk = nc->chunk;
+  session_open(&ss, nc->ini, &o);
+  const nto_steps *st = nto_model_steps(ss.m);
+  int moved = 0, last_w = -1, last_l = -1, last_k = -1;
+  for (int s = 0; s < st->n; s++) {
+    const nto_step *d = &st->v[s];
+    if (d->kind != 'U')
+      continue;
+    assert_true(st->b_step[d->layer] >= 0 && st->b_step[d->layer] < s);
+    if (d->layer == last_l && d->w == last_w)
+      assert_int_equal(d->chunk, last_k + 1);
+    last_l = d->layer, last_w = d->w, last_k = d->chunk;
+    int prev = s - 1;
+    while (st->v[prev].kind == 'U')
+      prev--;
+    moved += prev != st->b_step[d->layer];
+  }
+  if (moved == 0)
+    fail_msg("%s: no U step moved by spread placement", nc->ini);
+  session_close(&ss);
+}
+
 /* U steps spread over the rest of the backward pass (steps.h
- * NTO_UPDATES_SPREAD) instead of right after their B step: each U step
- * lies after its layer's B step, chunks in order, some after a later B
- * step; the losses, outputs and weights are the bits of right-after
- * placement, all resident and at windows 1, 2, 3 and all over both
- * backends; with whole and with row-computed gradients. */
+ * NTO_UPDATES_SPREAD) instead of right after their B step: the step
+ * table (check_spread_steps); the losses, outputs and weights are the bits
+ * of right-after placement, all resident and at windows 1, 2, 3 and all
+ * over both backends; with whole and with row-computed gradients. */
 static void test_update_placement(void **state) {
   (void)state;
   char dir[256];
@@ -420,29 +448,7 @@ static void test_update_placement(void **state) {
       nto_model_opts after = {.chunk_grads = grads[gi]};
       nto_model_opts spread = after;
       spread.update_placement = NTO_UPDATES_SPREAD;
-      /* the step table */
-      session ss;
-      nto_model_opts so = spread;
-      so.batch = nc.batch;
-      so.update_chunk = nc.chunk;
-      session_open(&ss, nc.ini, &so);
-      const nto_steps *st = nto_model_steps(ss.m);
-      int moved = 0, last_w = -1, last_l = -1, last_k = -1;
-      for (int s = 0; s < st->n; s++) {
-        const nto_step *d = &st->v[s];
-        if (d->kind != 'U')
-          continue;
-        assert_true(st->b_step[d->layer] >= 0 && st->b_step[d->layer] < s);
-        if (d->layer == last_l && d->w == last_w)
-          assert_int_equal(d->chunk, last_k + 1);
-        last_l = d->layer, last_w = d->w, last_k = d->chunk;
-        int prev = s - 1;
-        while (st->v[prev].kind == 'U')
-          prev--;
-        moved += prev != st->b_step[d->layer];
-      }
-      assert_true(moved > 0);
-      session_close(&ss);
+      check_spread_steps(&nc, spread);
       result ref = {0}, r = {0};
       run_with(&nc, after, dir, NULL, &ref, NULL);
       run_with(&nc, spread, dir, NULL, &r, NULL);
@@ -1855,6 +1861,41 @@ static void test_auto_window_grows(void **state) {
   tmpdir_remove(dir);
 }
 
+/* Spread placement on ResNet-18 (the chunked weights of stages 3 and 4,
+ * gradients by rows from the rows cache) and MobileNetV2 at 32x32 (its
+ * last 1x1 convolution, 1.6 MiB, in two chunks) with the default update
+ * chunk: the bits of right-after placement all resident, all resident
+ * and at windows 1 (read-ahead by time, pread/pwrite) and 3 (the default
+ * backend). */
+static void test_update_placement_nets(void **state) {
+  (void)state;
+  if (quick())
+    skip();
+  const net_case nets[] = {{"res/resnet18.ini", 2, 2, 0},
+                           {"res/mobilenetv2_32.ini", 2, 2, 0}};
+  char dir[256];
+  assert_int_equal(tmpdir_make(dir, sizeof dir, "place_nets"), 0);
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+    nto_model_opts spread = {.update_placement = NTO_UPDATES_SPREAD};
+    check_spread_steps(&nets[i], spread);
+    result ref = {0};
+    run_with(&nets[i], (nto_model_opts){0}, dir, NULL, &ref, NULL);
+    const int windows[] = {0, 1, 3};
+    for (int w = 0; w < 3; w++) {
+      result r = {0};
+      nto_model_opts o = spread;
+      o.offload.window = windows[w];
+      o.offload.io = windows[w] == 1 ? NTO_IO_PSYNC : NTO_IO_AUTO;
+      o.prefetch = windows[w] == 1 ? NTO_PREFETCH_TIME : NTO_PREFETCH_STEPS;
+      run_with(&nets[i], o, dir, NULL, &r, NULL);
+      check_equal(&nets[i], &ref, &r, windows[w], o.offload.io);
+      result_free(&r);
+    }
+    result_free(&ref);
+  }
+  tmpdir_remove(dir);
+}
+
 static void test_resnet18(void **state) {
   (void)state;
   if (quick())
@@ -1949,6 +1990,7 @@ int main(void) {
       cmocka_unit_test(test_frozen_batch_stats),
       cmocka_unit_test(test_chunked_update),
       cmocka_unit_test(test_update_placement),
+      cmocka_unit_test(test_update_placement_nets),
       cmocka_unit_test(test_keep_resident),
       cmocka_unit_test(test_recompute),
       cmocka_unit_test(test_compute_threads),
