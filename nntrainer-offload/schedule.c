@@ -528,14 +528,17 @@ static int spread_placement(model *m, size_t region) {
   return 0;
 }
 
+/* Does interval v hold its tensor when a pass starts? */
+static int open_at_wrap(const model *m, const interval *v) {
+  long T = 3L * m->S;
+  return used(v) && (v->start < 0 || v->end - T >= T);
+}
+
 /* The interval holding tensor t when a pass starts. */
 static const interval *at_wrap(const model *m, int t) {
-  long T = 3L * m->S;
-  for (int k = 0; k < m->n_iv; k++) {
-    const interval *v = &m->iv[k];
-    if (v->t == t && used(v) && (v->start < 0 || v->end - T >= T))
-      return v;
-  }
+  for (int k = 0; k < m->n_iv; k++)
+    if (m->iv[k].t == t && open_at_wrap(m, &m->iv[k]))
+      return &m->iv[k];
   return NULL;
 }
 
@@ -619,7 +622,15 @@ static size_t busiest(const model *m, size_t *live) {
   return best;
 }
 
-/* The buffers of steps 0 .. n_lead-1 at their steady-state offsets. */
+/* The buffers the steady state holds when a pass starts, at their
+ * offsets: those of steps 0 .. n_lead-1, and every persistent tensor whose
+ * buffer is carried across the wrap to its first use. That is mostly a
+ * write reclaimed across the wrap: a weight written at the end of a pass
+ * (spread updates place its last U step there) whose forward step enters
+ * at the start of step 0, before that write completes in the model, keeps
+ * its buffer, so step 0's actions do not read it; without it here the
+ * first pass after a drain would run that step without the weight, and the
+ * engine would wait for it forever. */
 static int fill_prime(nto_schedule *sc, model *m) {
   unsigned char *seen = calloc((size_t)m->p->n_tensors + 1, 1);
   if (!seen)
@@ -642,6 +653,18 @@ static int fill_prime(nto_schedule *sc, model *m) {
       int kind = p->persistent[t] ? NTO_ACT_LOAD : NTO_ACT_ALLOC;
       sc->prime[sc->n_prime++] =
           (nto_sched_act){t, (unsigned char)kind, 0, v->offset, SIZE_MAX};
+    }
+  }
+  for (int k = 0; k < m->n_iv; k++) {
+    /* held from the pass's start through its first use, not only until
+     * its write completes (after a drain there is no such write) */
+    const interval *v = &m->iv[k];
+    int first = nto_plan_first_use(p, v->t);
+    if (!seen[v->t] && p->persistent[v->t] && open_at_wrap(m, v) &&
+        first >= 0 && 3L * first <= v->seg[v->n_seg - 1][1]) {
+      seen[v->t] = 1;
+      sc->prime[sc->n_prime++] =
+          (nto_sched_act){v->t, NTO_ACT_LOAD, 0, v->offset, SIZE_MAX};
     }
   }
   free(seen);

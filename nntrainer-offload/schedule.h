@@ -84,7 +84,9 @@ typedef struct nto_schedule {
   int *begin_first, *end_first;
   nto_sched_act *begin, *end;
   /* Before the first step after a drain: the buffers the steady state
-   * holds when a pass starts (the tensors of steps 0 .. n_lead-1). */
+   * holds when a pass starts (the tensors of steps 0 .. n_lead-1, and
+   * persistent ones whose write at the end of a pass is reclaimed across
+   * the wrap). */
   nto_sched_act *prime;
   int n_prime;
   size_t region;          /* bytes of the tensor region */

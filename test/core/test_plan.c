@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "model.h"
+#include "rng.h"
 #include "schedule.h"
 #include "window.h"
 
@@ -1348,6 +1349,78 @@ static void test_schedule_placement(void **state) {
   }
 }
 
+/* Prime entries of sc for tensors no step 0 .. n_lead-1 uses (a write
+ * reclaimed across the wrap, schedule.h prime). */
+static int primed_later(const nto_plan *p, const nto_schedule *sc) {
+  int n = 0;
+  for (int i = 0; i < sc->n_prime; i++) {
+    int t = sc->prime[i].t, early = 0;
+    for (int s = 0; s < sc->n_lead && !early; s++)
+      for (int k = p->step_first[s]; k < p->step_first[s + 1]; k++)
+        early |= p->step_t[k] == t;
+    n += !early;
+  }
+  return n;
+}
+
+/* Frontiers as the tuner's read-ahead by time makes them (timing-dependent:
+ * any shape may come), random, on the small nets with their U steps right
+ * after their B step and spread: every engine schedule (keeping or not)
+ * replays from a drained start, its priming included. Spread updates end a
+ * pass with a weight's last U step, whose write the next pass reclaims for
+ * the weight's forward step when that enters at the start of step 0: the
+ * priming must hold it (schedule.h prime), or the first pass after a drain
+ * runs that step without it (the engine then waited for it forever:
+ * test_offload's test_update_placement hung in about one run of a few
+ * hundred). */
+static void test_random_frontiers(void **state) {
+  (void)state;
+  const char *nets[] = {"test/data/nets/tiny_resnet.ini",
+                        "test/data/nets/narrow_deep.ini",
+                        "test/data/nets/opt_state_net.ini"};
+  nto_rng rng;
+  nto_rng_seed(&rng, 41);
+  int later = 0;
+  for (int i = 0; i < 3; i++)
+    for (int spread = 0; spread < 2; spread++) {
+      nto_config c;
+      nto_model *m = NULL;
+      nto_err err = {0};
+      nto_model_opts o = {.batch = 2,
+                          .plan_only = 1,
+                          .update_chunk = 1024,
+                          .update_placement =
+                              spread ? NTO_UPDATES_SPREAD : NTO_UPDATES_AFTER};
+      assert_int_equal(nto_config_load(&c, nets[i], &err), 0);
+      if (nto_model_create(&m, &c, &o, &err) != 0)
+        fail_msg("%s: %s", nets[i], err.msg);
+      const nto_plan *p = nto_model_plan(m, NTO_PASS_TRAIN);
+      int S = p->n_steps;
+      int *upto = malloc((size_t)S * sizeof *upto);
+      for (int it = 0; it < 150; it++) {
+        int n = 1 + (int)nto_rng_below(&rng, 3);
+        /* far (up to a pass), near (up to 3 steps) or up to half a pass
+         * ahead of the window, per step */
+        uint32_t reach[] = {(uint32_t)S, 4, (uint32_t)S / 2 + 1};
+        uint32_t r = reach[it % 3];
+        for (int s = 0; s < S; s++)
+          upto[s] = s + n + (int)nto_rng_below(&rng, r);
+        for (int keep = 0; keep < 2; keep++) {
+          nto_schedule sc;
+          if (sched(&sc, p, n, upto, keep, 1, &err) != 0)
+            fail_msg("%s window %d: %s", nets[i], n, err.msg);
+          replay(m, p, &sc);
+          later += primed_later(p, &sc);
+          nto_schedule_free(&sc);
+        }
+      }
+      free(upto);
+      nto_model_free(m);
+      nto_config_free(&c);
+    }
+  assert_true(later > 0); /* the case above was met */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training_uses),
@@ -1367,6 +1440,7 @@ int main(void) {
       cmocka_unit_test(test_window_resident_sets),
       cmocka_unit_test(test_plan_holds),
       cmocka_unit_test(test_schedule_placement),
+      cmocka_unit_test(test_random_frontiers),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
